@@ -1,0 +1,2 @@
+//! Hugging Face chat templates rendered with minijinja.
+pub struct ChatTemplate;
