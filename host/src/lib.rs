@@ -1,5 +1,8 @@
 //! agl: harnessed agentic RL. The `agl` binary's library half.
 
 pub mod chat_template;
+pub mod config;
+pub mod plugin;
 pub mod rollout;
+pub mod scaffold;
 pub mod tokenizer;

@@ -1,1 +1,57 @@
-fn main() {}
+//! The `agl` command line.
+
+mod cli;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "agl",
+    version,
+    about = "Train unmodified agent harnesses with RL"
+)]
+struct Args {
+    /// Config file (agl.toml); every key has a default.
+    #[arg(long, short, global = true, env = "AGL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Override a config key by its dotted path, e.g. -o plugins.limits.deadline_ms=500.
+    #[arg(short = 'o', long = "set", value_name = "KEY=VALUE", global = true)]
+    overrides: Vec<String>,
+    /// Log filter (tracing env-filter syntax), e.g. `debug` or `agl=trace`.
+    #[arg(long, global = true, env = "AGL_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write, inspect and test Wasm plugins offline.
+    #[command(subcommand)]
+    Plugin(cli::plugin::PluginCommand),
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = agl::config::Config::load(args.config.as_deref(), &args.overrides)
+        .map_err(anyhow::Error::from)
+        .and_then(|config| match args.command {
+            Command::Plugin(cmd) => cli::plugin::run(cmd, config),
+        });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

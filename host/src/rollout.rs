@@ -133,7 +133,10 @@ pub struct Sample {
 impl Sample {
     /// Number of response tokens that are trained.
     pub fn trainable_tokens(&self) -> usize {
-        self.trainable.iter().map(|s| (s.end - s.start) as usize).sum()
+        self.trainable
+            .iter()
+            .map(|s| (s.end - s.start) as usize)
+            .sum()
     }
 }
 

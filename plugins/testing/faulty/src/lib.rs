@@ -1,1 +1,29 @@
+//! A test-only plugin whose behaviour is chosen by its config `{"fault": ...}`
+//! or, overriding it for one call, by the rollout input's `fault` key.
+//! It is written with plain `wit-bindgen`, not the guest SDK, so host tests
+//! do not depend on the SDK.
+//!
+//! Faults of the `sample-adapter` build:
+//! - `none`: one valid sample per call, all of its response trainable;
+//! - `loop`, `memory`, `panic`: spin, allocate or panic forever;
+//! - `stack`: exhaust the wasm call stack; `shadow-stack`: overflow Rust's
+//!   stack in linear memory;
+//! - `malformed`: a trainable span past the end of the response;
+//! - `error`: return Err;
+//! - `fs`, `net`: try /etc/passwd and a TCP connect; Err when denied, else a
+//!   sample whose break detail tells what leaked;
+//! - `env`, `clock`, `imports`: Err describing what the guest sees of its
+//!   environment, its clocks and the host imports.
+//!
+//! Built with the `reward` feature it exports the `reward` world instead:
+//! `none` scores 1.0, `unscored` returns no reward, `nan` returns NaN,
+//! `calls` scores the number of calls; `loop`, `memory`, `panic`, `stack`,
+//! `shadow-stack`, `error`, `fs`, `net`, `env` and `clock` behave as above
+//! (a leak is reported as Err too).
 
+mod faults;
+
+#[cfg(not(feature = "reward"))]
+mod adapter;
+#[cfg(feature = "reward")]
+mod reward;

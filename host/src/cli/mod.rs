@@ -1,0 +1,4 @@
+//! Subcommands of the `agl` binary.
+
+pub mod plugin;
+mod render;

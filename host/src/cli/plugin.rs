@@ -1,0 +1,290 @@
+//! `agl plugin test | inspect | new`: the plugin author's offline tools.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use agl::config::{Config, plugin_name};
+use agl::plugin::{HostConfig, Plugin, PluginHost, PluginSpec, World};
+use agl::rollout::BreakKind;
+use agl::tokenizer::Tokenizer;
+
+use super::render::{self, Style};
+
+#[derive(Subcommand)]
+pub enum PluginCommand {
+    /// Run a sample-adapter (and optionally a reward) plugin over recorded rollouts.
+    Test {
+        /// The sample-adapter plugin (.wasm).
+        #[arg(long)]
+        plugin: PathBuf,
+        /// A reward plugin (.wasm).
+        #[arg(long)]
+        reward: Option<PathBuf>,
+        /// Rollout JSONL, as `agl rollouts export` writes it.
+        #[arg(long)]
+        rollouts: PathBuf,
+        /// tokenizer.json to decode tokens with (default: model.tokenizer from the config).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// One JSON object per sample on stdout instead of the readable view.
+        #[arg(long)]
+        json: bool,
+        /// Show whole prompts instead of their last characters.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Show a plugin's world, description, imports and exports.
+    Inspect {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Scaffold a new sample-adapter plugin crate that builds and passes its test.
+    New {
+        /// Crate name: lowercase letters, digits and '-'.
+        name: String,
+        /// Folder to create the crate in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Path to the agl-plugin SDK crate (default: the one this agl was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+}
+
+pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PluginCommand::Test {
+            plugin,
+            reward,
+            rollouts,
+            tokenizer,
+            json,
+            full,
+        } => {
+            let tokenizer_path = tokenizer.or_else(|| config.model.tokenizer.clone());
+            let opts = TestOptions {
+                adapter: plugin,
+                reward,
+                rollouts,
+                tokenizer: tokenizer_path,
+                json,
+                full,
+            };
+            runtime()?.block_on(test(opts, &config))
+        }
+        PluginCommand::Inspect { path, json } => runtime()?.block_on(inspect(&path, json, &config)),
+        PluginCommand::New { name, dir, sdk } => {
+            let sdk = match sdk {
+                Some(p) => p,
+                None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk"),
+            };
+            let sdk = sdk.canonicalize().with_context(|| {
+                format!("agl-plugin SDK not found at {} (pass --sdk)", sdk.display())
+            })?;
+            let created = agl::scaffold::scaffold(&name, &dir, &sdk)?;
+            println!("created {}", created.display());
+            println!(
+                "  cd {} && cargo test && cargo build --release --target wasm32-wasip2",
+                created.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn host(config: &Config) -> anyhow::Result<PluginHost> {
+    let mut host_config = HostConfig::default();
+    if let Some(dir) = &config.plugins.cache_dir {
+        host_config.cache_dir = Some(dir.clone());
+    }
+    Ok(PluginHost::new(host_config)?)
+}
+
+async fn load(
+    host: &PluginHost,
+    config: &Config,
+    path: &Path,
+    tokenizer: Option<Arc<Tokenizer>>,
+    want: World,
+) -> anyhow::Result<Plugin> {
+    let mut spec = PluginSpec::new(plugin_name(path), path);
+    spec.config = config.plugin_table(path);
+    spec.limits = config.plugins.limits;
+    spec.tokenizer = tokenizer;
+    let plugin = host.load(spec).await?;
+    anyhow::ensure!(
+        plugin.world() == want,
+        "{} is a {} plugin, expected {}",
+        path.display(),
+        plugin.world().as_str(),
+        want.as_str()
+    );
+    Ok(plugin)
+}
+
+struct TestOptions {
+    adapter: PathBuf,
+    reward: Option<PathBuf>,
+    rollouts: PathBuf,
+    tokenizer: Option<PathBuf>,
+    json: bool,
+    full: bool,
+}
+
+async fn test(opts: TestOptions, config: &Config) -> anyhow::Result<ExitCode> {
+    let tokenizer = match &opts.tokenizer {
+        Some(p) => Some(Arc::new(Tokenizer::from_file(p)?)),
+        None => None,
+    };
+    let rollouts = agl::rollout::read_jsonl(&opts.rollouts)?;
+    let host = host(config)?;
+    let adapter = load(
+        &host,
+        config,
+        &opts.adapter,
+        tokenizer.clone(),
+        World::SampleAdapter,
+    )
+    .await?;
+    let reward = match &opts.reward {
+        Some(p) => Some(load(&host, config, p, tokenizer.clone(), World::Reward).await?),
+        None => None,
+    };
+    let style = Style::for_stdout(opts.full);
+    let mut out = std::io::stdout().lock();
+    let mut totals = Totals::default();
+    for rollout in &rollouts {
+        let samples = adapter.build_samples(rollout).await;
+        let score = match &reward {
+            Some(r) => Some(r.reward(rollout).await),
+            None => None,
+        };
+        totals.rollouts += 1;
+        let reward_value = match &score {
+            Some(Ok(v)) => *v,
+            _ => None,
+        };
+        if let Some(Err(e)) = &score {
+            totals.failures += 1;
+            eprintln!("rollout {}: reward failed: {e}", rollout.id);
+        }
+        match reward_value {
+            Some(v) => totals.rewards.push(v),
+            None => totals.unscored += 1,
+        }
+        let samples = match samples {
+            Ok(s) => s,
+            Err(e) => {
+                totals.failures += 1;
+                if !opts.json {
+                    render::rollout_header(&mut out, rollout, reward_value)?;
+                }
+                eprintln!("rollout {}: sample build failed: {e}", rollout.id);
+                continue;
+            }
+        };
+        for s in &samples {
+            totals.samples += 1;
+            totals.trained_tokens += s.trainable_tokens();
+            if let Some(b) = &s.break_before {
+                *totals.breaks.entry(b.kind).or_default() += 1;
+            }
+        }
+        if opts.json {
+            for (i, s) in samples.iter().enumerate() {
+                let line = serde_json::json!({
+                    "rollout_id": rollout.id, "group_id": rollout.group_id,
+                    "sample_index": i, "reward": reward_value, "sample": s,
+                });
+                writeln!(out, "{line}")?;
+            }
+        } else {
+            render::rollout_header(&mut out, rollout, reward_value)?;
+            for (i, s) in samples.iter().enumerate() {
+                render::sample(&mut out, i, s, tokenizer.as_deref(), &style)?;
+            }
+        }
+    }
+    let summary = totals.summary();
+    if opts.json {
+        eprintln!("{summary}");
+    } else {
+        writeln!(out, "{summary}")?;
+    }
+    Ok(if totals.failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[derive(Default)]
+struct Totals {
+    rollouts: usize,
+    samples: usize,
+    trained_tokens: usize,
+    breaks: BTreeMap<BreakKind, usize>,
+    rewards: Vec<f64>,
+    unscored: usize,
+    failures: usize,
+}
+
+impl Totals {
+    fn summary(&self) -> String {
+        let breaks: Vec<String> = BreakKind::ALL
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {}",
+                    k.as_str(),
+                    self.breaks.get(k).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        let mean = if self.rewards.is_empty() {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.3}",
+                self.rewards.iter().sum::<f64>() / self.rewards.len() as f64
+            )
+        };
+        format!(
+            "summary: {} rollouts, {} samples, {} trained tokens; breaks: {}; reward mean {} ({} scored, {} without); {} failed",
+            self.rollouts,
+            self.samples,
+            self.trained_tokens,
+            breaks.join(", "),
+            mean,
+            self.rewards.len(),
+            self.unscored,
+            self.failures
+        )
+    }
+}
+
+async fn inspect(path: &Path, json: bool, config: &Config) -> anyhow::Result<ExitCode> {
+    let host = host(config)?;
+    let info = host.inspect(path).await?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&info)?)?;
+    } else {
+        render::inspection(&mut out, &info)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,151 @@
+//! One live plugin instance: a store, its instance and its captured stderr.
+//!
+//! Calls run through wasmtime's async API. The guest yields to the runtime
+//! at every epoch tick, so `tokio::time::timeout` can cancel a runaway call
+//! and a slow guest never holds an executor thread for more than one tick.
+//! The sync API with an epoch trap would stop a spinning guest too, but not
+//! one blocked in a host call (e.g. a WASI poll), and it would need
+//! `spawn_blocking` to keep the caller's runtime responsive.
+
+use std::sync::Arc;
+
+use tokio::time::error::Elapsed;
+use wasmtime::{Store, WasmBacktrace};
+
+use super::PluginLimits;
+use super::bindings::wit;
+use super::error::PluginErrorKind;
+use super::sandbox::STDERR_TAIL;
+use super::state::{PluginEnv, PluginState};
+use super::stdio::TailPipe;
+use super::world::{WorldExports, WorldPre};
+
+/// Why a guest call produced no result. The instance is unusable afterwards.
+pub(crate) struct Fault {
+    pub kind: PluginErrorKind,
+    pub stderr: String,
+}
+
+pub(crate) struct Live {
+    store: Store<PluginState>,
+    exports: WorldExports,
+    stderr: TailPipe,
+    limits: PluginLimits,
+}
+
+impl Live {
+    pub(crate) async fn start(
+        pre: &WorldPre,
+        env: &Arc<PluginEnv>,
+        limits: PluginLimits,
+    ) -> Result<Self, Fault> {
+        let stderr = TailPipe::new(STDERR_TAIL);
+        let state = PluginState::new(env.clone(), limits.memory_bytes, &stderr);
+        let mut store = Store::new(pre.engine(), state);
+        store.limiter(|state| &mut state.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        let outcome = tokio::time::timeout(limits.deadline, pre.instantiate(&mut store)).await;
+        let exports = match outcome {
+            Ok(Err(e))
+                if e.downcast_ref::<wasmtime::Trap>().is_none()
+                    && !store.data().limits.exceeded =>
+            {
+                return Err(Fault {
+                    kind: PluginErrorKind::Instantiate(format!("{e:#}")),
+                    stderr: stderr.contents(),
+                });
+            }
+            outcome => classify(outcome, &store, &stderr, limits)?,
+        };
+        Ok(Self {
+            store,
+            exports,
+            stderr,
+            limits,
+        })
+    }
+
+    pub(crate) async fn describe(&mut self) -> Result<wit::PluginInfo, Fault> {
+        self.stderr.clear();
+        let call = async {
+            match &self.exports {
+                WorldExports::SampleAdapter(b) => b.call_describe(&mut self.store).await,
+                WorldExports::Reward(b) => b.call_describe(&mut self.store).await,
+            }
+        };
+        let outcome = tokio::time::timeout(self.limits.deadline, call).await;
+        classify(outcome, &self.store, &self.stderr, self.limits)
+    }
+
+    /// `None` if this instance is not a sample adapter.
+    pub(crate) async fn build_samples(
+        &mut self,
+        rollout: &wit::Rollout,
+    ) -> Option<Result<Result<Vec<wit::Sample>, String>, Fault>> {
+        let WorldExports::SampleAdapter(bindings) = &self.exports else {
+            return None;
+        };
+        self.stderr.clear();
+        let call = bindings.call_build_samples(&mut self.store, rollout);
+        let outcome = tokio::time::timeout(self.limits.deadline, call).await;
+        Some(classify(outcome, &self.store, &self.stderr, self.limits))
+    }
+
+    /// `None` if this instance is not a reward plugin.
+    pub(crate) async fn reward(
+        &mut self,
+        rollout: &wit::Rollout,
+    ) -> Option<Result<Result<Option<f64>, String>, Fault>> {
+        let WorldExports::Reward(bindings) = &self.exports else {
+            return None;
+        };
+        self.stderr.clear();
+        let call = bindings.call_reward(&mut self.store, rollout);
+        let outcome = tokio::time::timeout(self.limits.deadline, call).await;
+        Some(classify(outcome, &self.store, &self.stderr, self.limits))
+    }
+
+    /// The guest's stderr from the last call (for guest-reported errors).
+    pub(crate) fn stderr(&self) -> String {
+        self.stderr.contents()
+    }
+}
+
+fn classify<T>(
+    outcome: Result<wasmtime::Result<T>, Elapsed>,
+    store: &Store<PluginState>,
+    stderr: &TailPipe,
+    limits: PluginLimits,
+) -> Result<T, Fault> {
+    let kind = match outcome {
+        Ok(Ok(value)) => return Ok(value),
+        Err(_elapsed) => PluginErrorKind::Timeout(limits.deadline),
+        Ok(Err(_)) if store.data().limits.exceeded => {
+            PluginErrorKind::OutOfMemory(limits.memory_bytes)
+        }
+        Ok(Err(e)) => PluginErrorKind::Trap(trap_message(&e)),
+    };
+    Err(Fault {
+        kind,
+        stderr: stderr.contents(),
+    })
+}
+
+/// The trap's reason chain on one line, then the wasm backtrace if any.
+fn trap_message(error: &wasmtime::Error) -> String {
+    let Some(backtrace) = error.downcast_ref::<WasmBacktrace>() else {
+        return format!("{error:#}");
+    };
+    // The backtrace is the outermost context; the causes follow it.
+    let reason: Vec<String> = error
+        .chain()
+        .skip(1)
+        .map(|cause| cause.to_string())
+        .collect();
+    let backtrace = backtrace.to_string();
+    let frames = backtrace
+        .strip_prefix("error while executing at ")
+        .unwrap_or(&backtrace);
+    format!("{}\n{}", reason.join(": "), frames.trim_end())
+}

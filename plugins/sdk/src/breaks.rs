@@ -1,0 +1,188 @@
+//! Why a call's prompt did not continue its chain.
+//!
+//! 1. History. If the next request's conversation does not start with the
+//!    previous request's plus the reply it got (compared as in
+//!    [`crate::messages`]), the harness edited its history (a summary, a
+//!    truncation, a different agent): `other`. For the completions API the
+//!    same check runs on the prompt text; there, text that does extend while
+//!    the ids differ can only be re-tokenisation: `retokenize`.
+//! 2. Tokens, with the host tokenizer: if the next prompt decodes to text
+//!    that starts with the previous prompt + response text, only the ids
+//!    differ: `retokenize`. Else, if the next prompt still starts with the
+//!    previous prompt ids, the previous assistant turn was rendered
+//!    differently (reasoning stripped, tool calls re-serialised):
+//!    `template`. Else `other`.
+//! 3. Tokens, without a tokenizer: ids first differing inside (the
+//!    re-rendering of) the previous response mean `template`; before it,
+//!    `other`. Telling `retokenize` from `template` needs the text, so
+//!    without a tokenizer chat calls never classify as `retokenize`.
+
+use crate::prefix::common_prefix_len;
+use crate::{ApiKind, BreakKind, ChainBreak, ModelCall, call, log, messages, tokenizer};
+
+/// The wit name of a break kind (`retokenize`, `template`, `other`).
+pub fn kind_name(kind: BreakKind) -> &'static str {
+    match kind {
+        BreakKind::Retokenize => "retokenize",
+        BreakKind::Template => "template",
+        BreakKind::Other => "other",
+    }
+}
+
+/// Classifies why `next`'s prompt does not start with `prev`'s prompt +
+/// response (`prev` being the last call of the chain).
+pub fn classify_break(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
+    let at = Divergence::locate(prev, next);
+    let (kind, why) = match history(prev, next) {
+        History::Edited(why) => (BreakKind::Other, format!("history edited: {why}")),
+        History::TextExtends => (
+            BreakKind::Retokenize,
+            "the prompt text continues".to_owned(),
+        ),
+        History::Extends | History::Unknown => {
+            let same_text = retokenized(prev, next);
+            let note = if same_text.is_none() {
+                " (no tokenizer)"
+            } else {
+                ""
+            };
+            match same_text {
+                Some(true) => (
+                    BreakKind::Retokenize,
+                    "the decoded text continues".to_owned(),
+                ),
+                // The next prompt keeps the previous prompt's ids.
+                _ if at.in_previous_response() => (
+                    BreakKind::Template,
+                    format!("the previous turn was rendered differently{note}"),
+                ),
+                _ => (
+                    BreakKind::Other,
+                    format!("the earlier prompt changed{note}"),
+                ),
+            }
+        }
+    };
+    ChainBreak {
+        kind,
+        call_index: next.index,
+        detail: format!("{why}; {at}"),
+    }
+}
+
+enum History {
+    /// The conversation continues message by message.
+    Extends,
+    /// The completions prompt text continues exactly.
+    TextExtends,
+    Edited(String),
+    /// Not comparable: no messages, or an API whose reply is not echoed.
+    Unknown,
+}
+
+fn history(prev: &ModelCall, next: &ModelCall) -> History {
+    if prev.api == ApiKind::Completions && next.api == ApiKind::Completions {
+        return completion_history(prev, next);
+    }
+    let (Some(prev_messages), Some(reply), Some(next_messages)) = (
+        call::request_messages(prev),
+        call::assistant_message(prev),
+        call::request_messages(next),
+    ) else {
+        return History::Unknown;
+    };
+    match messages::messages_extend(&prev_messages, &reply, &next_messages) {
+        Ok(()) => History::Extends,
+        Err(why) => History::Edited(why),
+    }
+}
+
+fn completion_history(prev: &ModelCall, next: &ModelCall) -> History {
+    let (Some(prev_prompt), Some(reply), Some(next_prompt)) = (
+        call::completion_prompt(prev),
+        call::assistant_text(prev).or(Some(String::new())),
+        call::completion_prompt(next),
+    ) else {
+        return History::Unknown;
+    };
+    if next_prompt.starts_with(&prev_prompt) && next_prompt[prev_prompt.len()..].starts_with(&reply)
+    {
+        History::TextExtends
+    } else {
+        History::Edited(
+            "the prompt text does not continue the previous prompt and completion".into(),
+        )
+    }
+}
+
+/// With the tokenizer: whether the next prompt's text starts with the
+/// previous prompt + response text. `None` without a tokenizer (or when
+/// decoding fails, which is logged).
+fn retokenized(prev: &ModelCall, next: &ModelCall) -> Option<bool> {
+    if !tokenizer::available() {
+        return None;
+    }
+    let decode = |ids: &[u32]| tokenizer::decode(ids, false);
+    let previous = [prev.prompt_ids.as_slice(), &prev.response_ids].concat();
+    match (decode(&previous), decode(&next.prompt_ids)) {
+        (Ok(previous), Ok(next)) => Some(next.starts_with(&previous)),
+        (Err(e), _) | (_, Err(e)) => {
+            log::warn(format!("break classification without the tokenizer: {e}"));
+            None
+        }
+    }
+}
+
+/// Where the next prompt first differs from the previous prompt + response.
+struct Divergence {
+    at: usize,
+    prompt_len: usize,
+    previous: Option<u32>,
+    next: Option<u32>,
+}
+
+impl Divergence {
+    fn locate(prev: &ModelCall, next: &ModelCall) -> Self {
+        let prompt_len = prev.prompt_ids.len();
+        let in_prompt = common_prefix_len(&prev.prompt_ids, &next.prompt_ids);
+        let at = if in_prompt < prompt_len {
+            in_prompt
+        } else {
+            prompt_len + common_prefix_len(&prev.response_ids, &next.prompt_ids[prompt_len..])
+        };
+        let previous = prev
+            .prompt_ids
+            .iter()
+            .chain(&prev.response_ids)
+            .nth(at)
+            .copied();
+        Divergence {
+            at,
+            prompt_len,
+            previous,
+            next: next.prompt_ids.get(at).copied(),
+        }
+    }
+
+    fn in_previous_response(&self) -> bool {
+        self.at >= self.prompt_len
+    }
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |id: Option<u32>| id.map_or("end".to_owned(), |id| id.to_string());
+        let place = if self.in_previous_response() {
+            format!("response position {}", self.at - self.prompt_len)
+        } else {
+            format!("prompt position {}", self.at)
+        };
+        write!(
+            f,
+            "ids first differ at {} ({place}): previous {}, next {}",
+            self.at,
+            show(self.previous),
+            show(self.next)
+        )
+    }
+}

@@ -1,0 +1,197 @@
+//! Building one training sample out of consecutive model calls.
+
+use crate::prefix::{common_prefix_len, starts_with_ids};
+use crate::{ChainBreak, ModelCall, Sample, Span};
+
+/// Accumulates calls into one sample: the first call's prompt is the
+/// sample's prompt, its response the first trainable span; every extension
+/// adds the next call's new prompt tokens (observations: tool output, user
+/// turns, template glue) as masked context with log-prob 0.0, then its
+/// response as the next trainable span.
+#[derive(Debug, Clone)]
+pub struct SampleBuilder {
+    sample: Sample,
+}
+
+/// A call whose prompt does not start with the sample so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAContinuation {
+    /// Position in `prompt ++ response` of the sample where the call's
+    /// prompt first differs (or ends).
+    pub at: usize,
+}
+
+impl SampleBuilder {
+    /// A sample of exactly one call, its whole response trainable.
+    pub fn from_call(call: &ModelCall) -> Self {
+        let mut sample = Sample {
+            prompt_ids: call.prompt_ids.clone(),
+            response_ids: Vec::new(),
+            trainable: Vec::new(),
+            logprobs: Vec::new(),
+            source_calls: Vec::new(),
+            weight_version: call.weight_version,
+            agent: crate::call::agent(call).map(str::to_owned),
+            break_before: None,
+        };
+        push_response(&mut sample, call);
+        SampleBuilder { sample }
+    }
+
+    /// Records why the previous sample ended where this one begins.
+    pub fn with_break(mut self, chain_break: ChainBreak) -> Self {
+        self.sample.break_before = Some(chain_break);
+        self
+    }
+
+    /// Overrides the agent (by default the first call's `x-agl-agent` tag).
+    pub fn with_agent(mut self, agent: Option<String>) -> Self {
+        self.sample.agent = agent;
+        self
+    }
+
+    /// Length of `prompt ++ response` so far.
+    pub fn len(&self) -> usize {
+        self.sample.prompt_ids.len() + self.sample.response_ids.len()
+    }
+
+    /// Never true: a sample starts from a call's prompt.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `next`'s prompt starts with this sample's `prompt ++ response`.
+    pub fn continues(&self, next: &ModelCall) -> bool {
+        let (prompt, response) = (&self.sample.prompt_ids, &self.sample.response_ids);
+        starts_with_ids(&next.prompt_ids, prompt)
+            && starts_with_ids(&next.prompt_ids[prompt.len()..], response)
+    }
+
+    /// Appends `next` if it continues the sample; otherwise leaves the
+    /// sample unchanged and says where the ids first differ.
+    pub fn extend(&mut self, next: &ModelCall) -> Result<(), NotAContinuation> {
+        if !self.continues(next) {
+            return Err(NotAContinuation {
+                at: self.first_difference(next),
+            });
+        }
+        let observation = &next.prompt_ids[self.len()..];
+        let sample = &mut self.sample;
+        sample.response_ids.extend_from_slice(observation);
+        sample.logprobs.resize(sample.response_ids.len(), 0.0);
+        push_response(sample, next);
+        Ok(())
+    }
+
+    fn first_difference(&self, next: &ModelCall) -> usize {
+        let prompt = &self.sample.prompt_ids;
+        let in_prompt = common_prefix_len(prompt, &next.prompt_ids);
+        if in_prompt < prompt.len() {
+            return in_prompt;
+        }
+        in_prompt + common_prefix_len(&self.sample.response_ids, &next.prompt_ids[prompt.len()..])
+    }
+
+    /// The sample built so far.
+    pub fn sample(&self) -> &Sample {
+        &self.sample
+    }
+
+    pub fn build(self) -> Sample {
+        self.sample
+    }
+}
+
+/// Appends `call`'s response as a trainable span (joined to the previous
+/// span when no observation separates them) and records the call.
+fn push_response(sample: &mut Sample, call: &ModelCall) {
+    let start = sample.response_ids.len() as u32;
+    sample.response_ids.extend_from_slice(&call.response_ids);
+    let end = sample.response_ids.len() as u32;
+    // Log-probs are one per response id; a short list (an engine bug the
+    // host also rejects) is padded so positions never shift.
+    let mut logprobs = call.response_logprobs.iter().copied();
+    sample
+        .logprobs
+        .extend((start..end).map(|_| logprobs.next().unwrap_or(0.0)));
+    match sample.trainable.last_mut() {
+        Some(last) if last.end == start => last.end = end,
+        _ if start < end => sample.trainable.push(Span { start, end }),
+        _ => {}
+    }
+    sample.source_calls.push(call.index);
+    sample.weight_version = sample.weight_version.min(call.weight_version);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{CallExt, call};
+
+    #[test]
+    fn one_call_is_one_trainable_span() {
+        let c = call(3, &[1, 2], &[10, 11])
+            .logprobs(&[-0.5, -0.25])
+            .weight_version(7);
+        let s = SampleBuilder::from_call(&c).build();
+        assert_eq!(s.prompt_ids, [1, 2]);
+        assert_eq!(s.response_ids, [10, 11]);
+        assert_eq!(s.trainable, [Span { start: 0, end: 2 }]);
+        assert_eq!(s.logprobs, [-0.5, -0.25]);
+        assert_eq!(s.source_calls, [3]);
+        assert_eq!(s.weight_version, 7);
+    }
+
+    #[test]
+    fn extend_masks_observation_and_keeps_the_oldest_weight_version() {
+        let first = call(0, &[1, 2], &[10, 11])
+            .logprobs(&[-0.5, -0.25])
+            .weight_version(4);
+        let second = call(1, &[1, 2, 10, 11, 20, 21], &[30])
+            .logprobs(&[-1.0])
+            .weight_version(3);
+        let mut b = SampleBuilder::from_call(&first);
+        assert_eq!(b.extend(&second), Ok(()));
+        let s = b.build();
+        assert_eq!(s.response_ids, [10, 11, 20, 21, 30]);
+        assert_eq!(
+            s.trainable,
+            [Span { start: 0, end: 2 }, Span { start: 4, end: 5 }]
+        );
+        assert_eq!(s.logprobs, [-0.5, -0.25, 0.0, 0.0, -1.0]);
+        assert_eq!(s.source_calls, [0, 1]);
+        assert_eq!(s.weight_version, 3);
+    }
+
+    #[test]
+    fn a_continuation_without_observation_joins_the_spans() {
+        let first = call(0, &[1], &[10]);
+        let second = call(1, &[1, 10], &[11]);
+        let mut b = SampleBuilder::from_call(&first);
+        assert_eq!(b.extend(&second), Ok(()));
+        assert_eq!(b.sample().trainable, [Span { start: 0, end: 2 }]);
+    }
+
+    #[test]
+    fn extend_refuses_a_prompt_that_does_not_continue_and_says_where() {
+        let first = call(0, &[1, 2], &[10, 11]);
+        let mut b = SampleBuilder::from_call(&first);
+        assert_eq!(
+            b.extend(&call(1, &[1, 2, 10, 99, 5], &[6])),
+            Err(NotAContinuation { at: 3 })
+        );
+        assert_eq!(
+            b.extend(&call(1, &[1, 7], &[6])),
+            Err(NotAContinuation { at: 1 })
+        );
+        assert_eq!(
+            b.extend(&call(1, &[1, 2, 10], &[6])),
+            Err(NotAContinuation { at: 3 })
+        );
+        assert_eq!(
+            b.sample().source_calls,
+            [0],
+            "a refused call leaves the sample unchanged"
+        );
+    }
+}

@@ -1,0 +1,264 @@
+//! `merge_chains` and `classify_break` on hand-built rollouts, asserting the
+//! exact ids, spans, log-probs and break classes that come out.
+
+use agl_plugin::testing::{self, CallExt, FakeTokenizer, call, rollout};
+use agl_plugin::{BreakKind, MergeOptions, Sample, Span, merge_chains};
+use serde_json::json;
+
+fn span(start: u32, end: u32) -> Span {
+    Span { start, end }
+}
+
+fn merge(calls: Vec<agl_plugin::ModelCall>) -> Vec<Sample> {
+    merge_chains(&rollout(calls), &MergeOptions::default())
+}
+
+fn break_kind(sample: &Sample) -> Option<BreakKind> {
+    sample.break_before.as_ref().map(|b| b.kind)
+}
+
+#[test]
+fn three_calls_merge_into_one_sample_with_observations_masked() {
+    let samples = merge(vec![
+        call(0, &[1, 2, 3], &[10, 11])
+            .logprobs(&[-0.1, -0.2])
+            .weight_version(5),
+        call(1, &[1, 2, 3, 10, 11, 20, 21], &[12])
+            .logprobs(&[-0.3])
+            .weight_version(6),
+        call(2, &[1, 2, 3, 10, 11, 20, 21, 12, 22], &[13, 14])
+            .logprobs(&[-0.4, -0.5])
+            .weight_version(6),
+    ]);
+    assert_eq!(samples.len(), 1);
+    let s = &samples[0];
+    assert_eq!(s.prompt_ids, [1, 2, 3]);
+    assert_eq!(s.response_ids, [10, 11, 20, 21, 12, 22, 13, 14]);
+    assert_eq!(s.trainable, [span(0, 2), span(4, 5), span(6, 8)]);
+    assert_eq!(s.logprobs, [-0.1, -0.2, 0.0, 0.0, -0.3, 0.0, -0.4, -0.5]);
+    assert_eq!(s.source_calls, [0, 1, 2]);
+    assert_eq!(s.weight_version, 5);
+    assert_eq!(s.agent, None);
+    assert_eq!(s.break_before, None);
+}
+
+#[test]
+fn same_text_with_other_ids_is_a_retokenize_break() {
+    testing::set_tokenizer(FakeTokenizer::from_pieces(&[
+        (1, "<user>"),
+        (2, "hi"),
+        (10, "hel"),
+        (11, "lo"),
+        (12, "hello"),
+        (20, "<user>ok"),
+        (30, "bye"),
+    ]));
+    let first_messages = json!([{"role": "user", "content": "hi"}]);
+    let reply = json!({"role": "assistant", "content": "hello"});
+    let second_messages =
+        json!([{"role": "user", "content": "hi"}, reply, {"role": "user", "content": "ok"}]);
+    let samples = merge(vec![
+        call(0, &[1, 2], &[10, 11]).chat(first_messages, reply.clone()),
+        // "hel" + "lo" came back as the single token "hello".
+        call(1, &[1, 2, 12, 20], &[30]).chat(
+            second_messages,
+            json!({"role": "assistant", "content": "bye"}),
+        ),
+    ]);
+    assert_eq!(samples.len(), 2);
+    assert_eq!(samples[1].prompt_ids, [1, 2, 12, 20]);
+    assert_eq!(samples[1].source_calls, [1]);
+    let chain_break = samples[1].break_before.as_ref().expect("a break");
+    assert_eq!(chain_break.kind, BreakKind::Retokenize);
+    assert_eq!(chain_break.call_index, 1);
+    assert!(
+        chain_break
+            .detail
+            .contains("at 2 (response position 0): previous 10, next 12"),
+        "{}",
+        chain_break.detail
+    );
+}
+
+/// Qwen-style: the next prompt renders the previous turn without its
+/// reasoning; the harness echoes the reply without `reasoning_content`.
+fn reasoning_stripped_calls() -> Vec<agl_plugin::ModelCall> {
+    let question = json!({"role": "user", "content": "2+2?"});
+    let reply =
+        json!({"role": "assistant", "content": "4", "reasoning_content": "add", "refusal": null});
+    let echoed = json!({"role": "assistant", "content": "4"});
+    vec![
+        // response: <think> add </think> 4 <eos>
+        call(0, &[1, 2], &[40, 41, 42, 4, 99]).chat(json!([question]), reply),
+        call(1, &[1, 2, 4, 99, 3], &[5, 99]).chat(
+            json!([question, echoed, {"role": "user", "content": "and 3+2?"}]),
+            json!({"role": "assistant", "content": "5"}),
+        ),
+    ]
+}
+
+#[test]
+fn a_re_rendered_previous_turn_is_a_template_break_without_a_tokenizer() {
+    let samples = merge(reasoning_stripped_calls());
+    assert_eq!(samples.len(), 2);
+    assert_eq!(break_kind(&samples[0]), None);
+    assert_eq!(break_kind(&samples[1]), Some(BreakKind::Template));
+    let detail = &samples[1]
+        .break_before
+        .as_ref()
+        .map(|b| b.detail.clone())
+        .unwrap_or_default();
+    assert!(
+        detail.contains("(response position 0): previous 40, next 4"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn a_re_rendered_previous_turn_is_a_template_break_with_a_tokenizer() {
+    testing::set_tokenizer(FakeTokenizer::from_pieces(&[
+        (1, "<user>"),
+        (2, "2+2?"),
+        (3, "<user>and 3+2?"),
+        (4, "4"),
+        (5, "5"),
+        (40, "<think>"),
+        (41, "add"),
+        (42, "</think>"),
+        (99, "<eos>"),
+    ]));
+    let samples = merge(reasoning_stripped_calls());
+    let chain_break = samples[1].break_before.as_ref().expect("a break");
+    assert_eq!(chain_break.kind, BreakKind::Template);
+    assert!(
+        !chain_break.detail.contains("no tokenizer"),
+        "{}",
+        chain_break.detail
+    );
+}
+
+#[test]
+fn a_summarised_history_is_an_other_break() {
+    let reply = json!({"role": "assistant", "content": "looked at a.py"});
+    let samples = merge(vec![
+        call(0, &[1, 2, 3], &[10]).chat(json!([{"role": "user", "content": "fix a.py"}]), reply.clone()),
+        call(1, &[1, 2, 3, 10, 4], &[11]).chat(
+            json!([{"role": "user", "content": "fix a.py"}, reply, {"role": "user", "content": "ok"}]),
+            json!({"role": "assistant", "content": "done"}),
+        ),
+        // The harness replaced the history with a summary.
+        call(2, &[1, 7, 8], &[12]).chat(
+            json!([{"role": "user", "content": "summary: fixing a.py, looked at it"}]),
+            json!({"role": "assistant", "content": "continuing"}),
+        ),
+    ]);
+    assert_eq!(samples.len(), 2);
+    assert_eq!(samples[0].source_calls, [0, 1]);
+    assert_eq!(samples[1].source_calls, [2]);
+    let chain_break = samples[1].break_before.as_ref().expect("a break");
+    assert_eq!(chain_break.kind, BreakKind::Other);
+    assert_eq!(chain_break.call_index, 2);
+    assert!(
+        chain_break.detail.starts_with("history edited: message 0"),
+        "{}",
+        chain_break.detail
+    );
+    assert!(
+        chain_break.detail.contains("(prompt position 1)"),
+        "{}",
+        chain_break.detail
+    );
+}
+
+#[test]
+fn without_messages_a_changed_earlier_prompt_is_an_other_break() {
+    let samples = merge(vec![
+        call(0, &[1, 2, 3], &[10]),
+        call(1, &[1, 9, 3, 10, 4], &[11]),
+    ]);
+    assert_eq!(break_kind(&samples[1]), Some(BreakKind::Other));
+}
+
+#[test]
+fn completions_text_that_continues_is_a_retokenize_break_even_without_a_tokenizer() {
+    let samples = merge(vec![
+        call(0, &[1, 2], &[10, 11]).completion("Q: hi\nA:", " hello"),
+        call(1, &[1, 2, 12, 5], &[13]).completion("Q: hi\nA: hello\nQ: more\nA:", " sure"),
+        call(2, &[1, 6], &[14]).completion("Q: other\nA:", " no"),
+    ]);
+    assert_eq!(samples.len(), 3);
+    assert_eq!(break_kind(&samples[1]), Some(BreakKind::Retokenize));
+    assert_eq!(break_kind(&samples[2]), Some(BreakKind::Other));
+}
+
+#[test]
+fn interleaved_sub_agents_keep_their_own_chains() {
+    let calls = vec![
+        call(0, &[1, 2], &[3]).agent("main"),
+        call(1, &[50, 51], &[52]).agent("searcher"),
+        call(2, &[1, 2, 3, 4], &[5]).agent("main"),
+        call(3, &[50, 51, 52, 53], &[54]).agent("searcher"),
+        call(4, &[90], &[91]),
+        call(5, &[1, 2, 3, 4, 5, 6], &[7]).agent("main"),
+    ];
+    let samples = merge(calls.clone());
+    let chains: Vec<(Option<&str>, &[u32])> = samples
+        .iter()
+        .map(|s| (s.agent.as_deref(), s.source_calls.as_slice()))
+        .collect();
+    assert_eq!(
+        chains,
+        [
+            (Some("main"), &[0, 2, 5][..]),
+            (Some("searcher"), &[1, 3][..]),
+            (None, &[4][..])
+        ]
+    );
+    assert!(samples.iter().all(|s| s.break_before.is_none()));
+    assert_eq!(samples[0].response_ids, [3, 4, 5, 6, 7]);
+    assert_eq!(samples[0].trainable, [span(0, 1), span(2, 3), span(4, 5)]);
+    assert_eq!(samples[1].response_ids, [52, 53, 54]);
+
+    // One chain for everyone: every switch of agent breaks it.
+    let options = MergeOptions {
+        chain_by_agent: false,
+        ..MergeOptions::default()
+    };
+    let single = merge_chains(&rollout(calls), &options);
+    assert_eq!(single.len(), 6);
+    assert!(
+        single[1..]
+            .iter()
+            .all(|s| break_kind(s) == Some(BreakKind::Other))
+    );
+}
+
+#[test]
+fn calls_without_response_tokens_are_skipped_without_breaking_the_chain() {
+    let samples = merge(vec![
+        call(0, &[1], &[2]),
+        call(1, &[1, 2, 3], &[]), // failed upstream: nothing sampled
+        call(2, &[1, 2, 3], &[4]),
+    ]);
+    assert_eq!(samples.len(), 1);
+    assert_eq!(samples[0].source_calls, [0, 2]);
+    assert_eq!(samples[0].response_ids, [2, 3, 4]);
+    assert_eq!(samples[0].trainable, [span(0, 1), span(2, 3)]);
+}
+
+#[test]
+fn with_a_tokenizer_a_changed_earlier_prompt_is_an_other_break() {
+    testing::set_tokenizer(FakeTokenizer::from_pieces(&[
+        (1, "a"),
+        (2, "b"),
+        (3, "c"),
+        (9, "z"),
+    ]));
+    let samples = merge(vec![call(0, &[1, 2], &[3]), call(1, &[1, 9, 3], &[2])]);
+    let chain_break = samples[1].break_before.as_ref().expect("a break");
+    assert_eq!(chain_break.kind, BreakKind::Other);
+    assert_eq!(
+        chain_break.detail,
+        "the earlier prompt changed; ids first differ at 1 (prompt position 1): previous 2, next 9"
+    );
+}

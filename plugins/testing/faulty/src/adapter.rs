@@ -1,0 +1,117 @@
+//! The `sample-adapter` build.
+
+// wit-bindgen's generated lowering code takes many arguments.
+#![allow(clippy::too_many_arguments)]
+
+use crate::faults;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "sample-adapter",
+});
+
+use agl::adapter::types::{BreakKind, ChainBreak, ModelCall, Span};
+use agl::adapter::{config, log, tokenizer};
+
+struct Faulty;
+
+impl Guest for Faulty {
+    fn describe() -> PluginInfo {
+        PluginInfo {
+            name: "faulty".to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            description: "test plugin that misbehaves on demand".to_string(),
+        }
+    }
+
+    fn build_samples(rollout: Rollout) -> Result<Vec<Sample>, String> {
+        let fault = faults::choose(&rollout.input_json, &config::get())?;
+        match fault.as_str() {
+            "none" => Ok(rollout.calls.iter().map(whole_response).collect()),
+            "loop" => faults::spin(),
+            "memory" => faults::exhaust_memory(),
+            "panic" => faults::deliberate_panic(),
+            "stack" => Err(format!(
+                "unreachable: {}",
+                faults::overflow_stack(0, far(&rollout))
+            )),
+            "shadow-stack" => Err(format!("unreachable: {}", faults::overflow_shadow_stack(0))),
+            "malformed" => Ok(rollout.calls.iter().map(span_past_end).collect()),
+            "error" => Err("faulty plugin: deliberate error".to_string()),
+            "fs" => faults::probe_fs().map(|leak| vec![leaked(&rollout, leak)]),
+            "net" => faults::probe_net().map(|leak| vec![leaked(&rollout, leak)]),
+            "env" => Err(faults::env_listing()),
+            "clock" => Err(faults::clock_reading()),
+            "imports" => Err(probe_imports()),
+            other => Err(format!("unknown fault {other:?}")),
+        }
+    }
+}
+
+/// One sample per call whose whole response is trainable.
+fn whole_response(call: &ModelCall) -> Sample {
+    let len = call.response_ids.len() as u32;
+    Sample {
+        prompt_ids: call.prompt_ids.clone(),
+        response_ids: call.response_ids.clone(),
+        trainable: vec![Span { start: 0, end: len }],
+        logprobs: call.response_logprobs.clone(),
+        source_calls: vec![call.index],
+        weight_version: call.weight_version,
+        agent: None,
+        break_before: None,
+    }
+}
+
+fn span_past_end(call: &ModelCall) -> Sample {
+    let mut sample = whole_response(call);
+    let len = sample.response_ids.len() as u32;
+    sample.trainable = vec![Span {
+        start: 0,
+        end: len + 5,
+    }];
+    sample
+}
+
+/// A valid sample that carries what leaked out of the sandbox in its break
+/// detail, so a test can tell a leak from a denial.
+fn leaked(rollout: &Rollout, detail: String) -> Sample {
+    let mut sample = rollout
+        .calls
+        .first()
+        .map(whole_response)
+        .unwrap_or_else(|| Sample {
+            prompt_ids: vec![],
+            response_ids: vec![0],
+            trainable: vec![Span { start: 0, end: 1 }],
+            logprobs: vec![0.0],
+            source_calls: vec![],
+            weight_version: 0,
+            agent: None,
+            break_before: None,
+        });
+    sample.break_before = Some(ChainBreak {
+        kind: BreakKind::Other,
+        call_index: sample.source_calls.first().copied().unwrap_or(0),
+        detail,
+    });
+    sample
+}
+
+fn probe_imports() -> String {
+    log::log(log::Level::Info, "faulty plugin: probing imports");
+    format!(
+        "config={} available={} vocab={:?} encode={:?}",
+        config::get(),
+        tokenizer::available(),
+        tokenizer::vocab_size(),
+        tokenizer::encode("hi", false),
+    )
+}
+
+/// A recursion limit no stack can reach, unknown at compile time.
+fn far(rollout: &Rollout) -> u64 {
+    u64::MAX - rollout.calls.len() as u64
+}
+
+export!(Faulty);

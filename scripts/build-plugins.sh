@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the plugin components into build/plugins/<name>.wasm.
+#
+#   scripts/build-plugins.sh            # every crate under plugins/ except the sdk
+#   scripts/build-plugins.sh faulty     # only the named ones (directory names)
+#
+# <name> is the crate's directory name (plugins/<name> or plugins/testing/<name>).
+# The test plugin `faulty` is also built with `--features reward` as
+# faulty-reward.wasm, a component of the other world.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+out="$root/build/plugins"
+mkdir -p "$out"
+
+# Directory of every plugin crate, keyed by its directory name.
+declare -A dirs
+for manifest in plugins/*/Cargo.toml plugins/testing/*/Cargo.toml; do
+    dir="$(dirname "$manifest")"
+    name="$(basename "$dir")"
+    [[ "$name" == sdk ]] && continue
+    dirs[$name]="$dir"
+done
+
+if [[ $# -gt 0 ]]; then
+    names=("$@")
+else
+    mapfile -t names < <(printf '%s\n' "${!dirs[@]}" | sort)
+fi
+
+crate_of() {
+    sed -n 's/^name *= *"\(.*\)"/\1/p' "$1/Cargo.toml" | head -n1
+}
+
+build() { # build <name> <crate> <output name> [cargo args...]
+    local name="$1" crate="$2" output="$3"
+    shift 3
+    echo "building $name -> build/plugins/$output.wasm" >&2
+    cargo build --release --target wasm32-wasip2 -p "$crate" "$@"
+    cp "$target_dir/wasm32-wasip2/release/${crate//-/_}.wasm" "$out/$output.wasm"
+}
+
+for name in "${names[@]}"; do
+    dir="${dirs[$name]:-}"
+    if [[ -z "$dir" ]]; then
+        echo "no plugin crate named $name under plugins/" >&2
+        exit 1
+    fi
+    crate="$(crate_of "$dir")"
+    build "$name" "$crate" "$name"
+    if [[ "$name" == faulty ]]; then
+        build "$name" "$crate" faulty-reward --features reward
+    fi
+done

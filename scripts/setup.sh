@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what agl needs on a fresh machine, skipping what is already there:
+# the wasm32-wasip2 Rust target, a Python venv with the torch that tch 0.26
+# links against, and the built-in plugins (build/plugins/*.wasm).
+#
+# Environment:
+#   AGL_VENV          venv location (default: .venv in the repo)
+#   CARGO_TARGET_DIR  cargo's build folder (default: target in the repo)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
+VENV=${AGL_VENV:-.venv}
+
+if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+    echo "setup: adding the wasm32-wasip2 Rust target"
+    rustup target add wasm32-wasip2
+fi
+
+if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    echo "setup: creating $VENV with torch==$TORCH_VERSION (a few GB, once)"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --upgrade pip
+    "$VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" numpy
+fi
+
+scripts/build-plugins.sh
