@@ -47,8 +47,8 @@ fn long_rollout() -> Rollout {
         calls.push(ModelCall {
             index: index as u32,
             api: ApiKind::ChatCompletions,
-            request: json!({"model": "policy", "messages": messages}),
-            response: json!({"choices": [{"message": reply, "finish_reason": "stop"}]}),
+            request: json!({"model": "policy", "messages": messages}).into(),
+            response: json!({"choices": [{"message": reply, "finish_reason": "stop"}]}).into(),
             prompt_ids: prompt.clone(),
             response_ids: response.clone(),
             response_logprobs: vec![-0.5; RESPONSE],
@@ -67,7 +67,7 @@ fn long_rollout() -> Rollout {
         id: "bench".into(),
         group_id: "g".into(),
         attempt: 0,
-        input: json!({}),
+        input: json!({}).into(),
         status: RolloutStatus::Succeeded,
         calls,
         events: vec![],
@@ -80,7 +80,7 @@ fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
         id: r.id.clone(),
         group_id: r.group_id.clone(),
         attempt: r.attempt,
-        input_json: r.input.to_string(),
+        input_json: r.input.as_str().to_owned(),
         status: agl_plugin::RolloutStatus::Succeeded,
         calls: r
             .calls
@@ -88,8 +88,8 @@ fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
             .map(|c| agl_plugin::ModelCall {
                 index: c.index,
                 api: agl_plugin::ApiKind::ChatCompletions,
-                request_json: c.request.to_string(),
-                response_json: c.response.to_string(),
+                request_json: c.request.as_str().to_owned(),
+                response_json: c.response.as_str().to_owned(),
                 prompt_ids: c.prompt_ids.clone(),
                 response_ids: c.response_ids.clone(),
                 response_logprobs: c.response_logprobs.clone(),
@@ -135,7 +135,7 @@ fn main() -> anyhow::Result<()> {
     let json_bytes: usize = rollout
         .calls
         .iter()
-        .map(|c| c.request.to_string().len())
+        .map(|c| c.request.as_str().len())
         .sum();
     let last_prompt = rollout.calls.last().map_or(0, |c| c.prompt_ids.len());
 

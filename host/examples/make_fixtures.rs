@@ -138,12 +138,13 @@ impl Recorder<'_> {
         self.calls.push(ModelCall {
             index,
             api: ApiKind::ChatCompletions,
-            request,
+            request: request.into(),
             response: json!({
                 "id": format!("chatcmpl-{index}"), "object": "chat.completion", "model": "policy",
                 "choices": [{"index": 0, "message": turn.message, "finish_reason": finish}],
                 "usage": {"prompt_tokens": prompt_ids.len(), "completion_tokens": response_ids.len()},
-            }),
+            })
+            .into(),
             prompt_ids,
             response_ids,
             response_logprobs,
@@ -159,7 +160,7 @@ impl Recorder<'_> {
         let events = reward
             .map(|r| Event {
                 kind: "reward".into(),
-                payload: json!({"value": r}),
+                payload: json!({"value": r}).into(),
                 timestamp_ms: self.clock + 500,
             })
             .into_iter()
@@ -168,7 +169,7 @@ impl Recorder<'_> {
             id: id.to_string(),
             group_id: format!("g-{id}"),
             attempt: 0,
-            input,
+            input: input.into(),
             status: RolloutStatus::Succeeded,
             calls: self.calls,
             events,

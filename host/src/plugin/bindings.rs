@@ -61,8 +61,8 @@ impl From<&rollout::ModelCall> for wit::ModelCall {
         Self {
             index: call.index,
             api: call.api.into(),
-            request_json: call.request.to_string(),
-            response_json: call.response.to_string(),
+            request_json: call.request.as_str().to_owned(),
+            response_json: call.response.as_str().to_owned(),
             prompt_ids: call.prompt_ids.clone(),
             response_ids: call.response_ids.clone(),
             response_logprobs: call.response_logprobs.clone(),
@@ -86,7 +86,7 @@ impl From<&rollout::Event> for wit::Event {
     fn from(event: &rollout::Event) -> Self {
         Self {
             kind: event.kind.clone(),
-            payload_json: event.payload.to_string(),
+            payload_json: event.payload.as_str().to_owned(),
             timestamp_ms: event.timestamp_ms,
         }
     }
@@ -98,7 +98,7 @@ impl From<&rollout::Rollout> for wit::Rollout {
             id: r.id.clone(),
             group_id: r.group_id.clone(),
             attempt: r.attempt,
-            input_json: r.input.to_string(),
+            input_json: r.input.as_str().to_owned(),
             status: r.status.into(),
             calls: r.calls.iter().map(Into::into).collect(),
             events: r.events.iter().map(Into::into).collect(),

@@ -112,21 +112,20 @@ pub fn validate_reward(reward: Option<f64>) -> Result<Option<f64>, f64> {
 mod tests {
     use super::*;
     use crate::rollout::{ApiKind, BreakKind, ChainBreak, ModelCall, RolloutStatus, Span};
-    use serde_json::Value;
 
     fn rollout(calls: u32) -> Rollout {
         Rollout {
             id: "r1".into(),
             group_id: "g".into(),
             attempt: 0,
-            input: Value::Null,
+            input: Default::default(),
             status: RolloutStatus::Succeeded,
             calls: (0..calls)
                 .map(|index| ModelCall {
                     index,
                     api: ApiKind::ChatCompletions,
-                    request: Value::Null,
-                    response: Value::Null,
+                    request: Default::default(),
+                    response: Default::default(),
                     prompt_ids: vec![1, 2],
                     response_ids: vec![3, 4, 5],
                     response_logprobs: vec![-0.1; 3],

@@ -88,13 +88,15 @@ pub fn rollout(fault: Option<&str>) -> Rollout {
             "weight_version": 3,
         })
     };
-    serde_json::from_value(json!({
+    // Through text: `JsonText` fields keep the raw JSON of a document.
+    serde_json::from_str(&json!({
         "id": "r1",
         "group_id": "g1",
         "input": fault.map(|f| json!({"fault": f})),
         "status": "succeeded",
         "calls": [call(0, vec![1, 2, 3], vec![4, 5]), call(1, vec![1, 2, 3, 4, 5, 6], vec![7])],
-    }))
+    })
+    .to_string())
     .expect("rollout")
 }
 
