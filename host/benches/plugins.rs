@@ -1,6 +1,6 @@
 //! Wasm vs native `build-samples`, and 1,000 rollouts end to end.
 //!
-//! `cargo bench -p agl --bench plugins` (needs `scripts/build-plugins.sh`).
+//! `cargo bench -p agl --bench plugins` (needs `plugins/build.sh`).
 //! The rollout: 50 calls whose prompts grow from 1k to ~30k tokens (each
 //! call adds a 100-token response and a 480-token observation), with request
 //! JSON the size of that history, as a long agent run records it.
@@ -127,16 +127,12 @@ fn main() -> anyhow::Result<()> {
     let wasm = Path::new(env!("CARGO_MANIFEST_DIR")).join("../build/plugins/trajectory.wasm");
     anyhow::ensure!(
         wasm.exists(),
-        "{} missing: run scripts/build-plugins.sh",
+        "{} missing: run plugins/build.sh",
         wasm.display()
     );
     let rollout = long_rollout();
     let ids: usize = rollout.calls.iter().map(|c| c.prompt_ids.len()).sum();
-    let json_bytes: usize = rollout
-        .calls
-        .iter()
-        .map(|c| c.request.as_str().len())
-        .sum();
+    let json_bytes: usize = rollout.calls.iter().map(|c| c.request.as_str().len()).sum();
     let last_prompt = rollout.calls.last().map_or(0, |c| c.prompt_ids.len());
 
     // Native: the same plugin code compiled for this machine.

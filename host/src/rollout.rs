@@ -1,7 +1,6 @@
 //! The rollout record as agl stores and exports it, and the samples plugins
 //! return. One rollout per line in the rollout JSONL format (see
-//! `docs/rollout-jsonl.md`); `agl rollouts export` writes it and
-//! `agl plugin test` reads it.
+//! `plugins/README.md`); `agl plugin test` reads it.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;

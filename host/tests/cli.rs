@@ -1,5 +1,5 @@
 //! `agl plugin test | inspect` run as a user runs them: the real binary, the
-//! built-in plugins (`scripts/build-plugins.sh`) and the shipped fixtures.
+//! built-in plugins (`plugins/build.sh`) and the shipped fixtures.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -15,7 +15,7 @@ fn plugin(name: &str) -> String {
     let path = repo().join("build/plugins").join(format!("{name}.wasm"));
     assert!(
         path.exists(),
-        "{} missing: run scripts/build-plugins.sh",
+        "{} missing: run plugins/build.sh",
         path.display()
     );
     path.display().to_string()

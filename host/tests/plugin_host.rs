@@ -1,5 +1,5 @@
 //! Plugin host tests against real components built from this workspace.
-//! Build them first: `scripts/build-plugins.sh faulty`.
+//! Build them first: `plugins/build.sh faulty`.
 
 mod plugin_support;
 

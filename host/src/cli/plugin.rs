@@ -26,7 +26,7 @@ pub enum PluginCommand {
         /// A reward plugin (.wasm).
         #[arg(long)]
         reward: Option<PathBuf>,
-        /// Rollout JSONL, as `agl rollouts export` writes it.
+        /// Rollout JSONL (format: plugins/README.md).
         #[arg(long)]
         rollouts: PathBuf,
         /// tokenizer.json to decode tokens with (default: model.tokenizer from the config).

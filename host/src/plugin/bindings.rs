@@ -1,6 +1,8 @@
 //! Host bindings of the two plugin worlds and conversions between the
 //! generated WIT types and agl's own rollout types.
 
+use wasmtime::component::{ComponentType, Lower};
+
 use crate::rollout;
 
 /// World `sample-adapter`; it owns every `agl:adapter` interface.
@@ -56,52 +58,107 @@ impl From<rollout::RolloutStatus> for wit::RolloutStatus {
     }
 }
 
-impl From<&rollout::ModelCall> for wit::ModelCall {
-    fn from(call: &rollout::ModelCall) -> Self {
+/// A rollout as the guest sees it, borrowed from agl's record: wasmtime lowers
+/// it straight into guest memory, so the megabytes of ids and request JSON
+/// of a long rollout are copied once, not first into owned WIT values.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct RolloutView<'a> {
+    id: &'a str,
+    #[component(name = "group-id")]
+    group_id: &'a str,
+    attempt: u32,
+    #[component(name = "input-json")]
+    input_json: &'a str,
+    status: wit::RolloutStatus,
+    calls: Vec<ModelCallView<'a>>,
+    events: Vec<EventView<'a>>,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct ModelCallView<'a> {
+    index: u32,
+    api: wit::ApiKind,
+    #[component(name = "request-json")]
+    request_json: &'a str,
+    #[component(name = "response-json")]
+    response_json: &'a str,
+    #[component(name = "prompt-ids")]
+    prompt_ids: &'a [u32],
+    #[component(name = "response-ids")]
+    response_ids: &'a [u32],
+    #[component(name = "response-logprobs")]
+    response_logprobs: &'a [f32],
+    #[component(name = "weight-version")]
+    weight_version: u64,
+    #[component(name = "finish-reason")]
+    finish_reason: Option<&'a str>,
+    #[component(name = "started-at-ms")]
+    started_at_ms: u64,
+    #[component(name = "finished-at-ms")]
+    finished_at_ms: u64,
+    tags: Vec<TagView<'a>>,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct TagView<'a> {
+    key: &'a str,
+    value: &'a str,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct EventView<'a> {
+    kind: &'a str,
+    #[component(name = "payload-json")]
+    payload_json: &'a str,
+    #[component(name = "timestamp-ms")]
+    timestamp_ms: u64,
+}
+
+impl<'a> RolloutView<'a> {
+    pub(crate) fn new(r: &'a rollout::Rollout) -> Self {
         Self {
-            index: call.index,
-            api: call.api.into(),
-            request_json: call.request.as_str().to_owned(),
-            response_json: call.response.as_str().to_owned(),
-            prompt_ids: call.prompt_ids.clone(),
-            response_ids: call.response_ids.clone(),
-            response_logprobs: call.response_logprobs.clone(),
-            weight_version: call.weight_version,
-            finish_reason: call.finish_reason.clone(),
-            started_at_ms: call.started_at_ms,
-            finished_at_ms: call.finished_at_ms,
-            tags: call
-                .tags
+            id: &r.id,
+            group_id: &r.group_id,
+            attempt: r.attempt,
+            input_json: r.input.as_str(),
+            status: r.status.into(),
+            calls: r.calls.iter().map(ModelCallView::new).collect(),
+            events: r
+                .events
                 .iter()
-                .map(|(key, value)| wit::Tag {
-                    key: key.clone(),
-                    value: value.clone(),
+                .map(|e| EventView {
+                    kind: &e.kind,
+                    payload_json: e.payload.as_str(),
+                    timestamp_ms: e.timestamp_ms,
                 })
                 .collect(),
         }
     }
 }
 
-impl From<&rollout::Event> for wit::Event {
-    fn from(event: &rollout::Event) -> Self {
+impl<'a> ModelCallView<'a> {
+    fn new(call: &'a rollout::ModelCall) -> Self {
         Self {
-            kind: event.kind.clone(),
-            payload_json: event.payload.as_str().to_owned(),
-            timestamp_ms: event.timestamp_ms,
-        }
-    }
-}
-
-impl From<&rollout::Rollout> for wit::Rollout {
-    fn from(r: &rollout::Rollout) -> Self {
-        Self {
-            id: r.id.clone(),
-            group_id: r.group_id.clone(),
-            attempt: r.attempt,
-            input_json: r.input.as_str().to_owned(),
-            status: r.status.into(),
-            calls: r.calls.iter().map(Into::into).collect(),
-            events: r.events.iter().map(Into::into).collect(),
+            index: call.index,
+            api: call.api.into(),
+            request_json: call.request.as_str(),
+            response_json: call.response.as_str(),
+            prompt_ids: &call.prompt_ids,
+            response_ids: &call.response_ids,
+            response_logprobs: &call.response_logprobs,
+            weight_version: call.weight_version,
+            finish_reason: call.finish_reason.as_deref(),
+            started_at_ms: call.started_at_ms,
+            finished_at_ms: call.finished_at_ms,
+            tags: call
+                .tags
+                .iter()
+                .map(|(key, value)| TagView { key, value })
+                .collect(),
         }
     }
 }

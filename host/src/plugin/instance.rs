@@ -10,10 +10,11 @@
 use std::sync::Arc;
 
 use tokio::time::error::Elapsed;
+use wasmtime::component::{ComponentType, Instance, Lift};
 use wasmtime::{Store, WasmBacktrace};
 
 use super::PluginLimits;
-use super::bindings::wit;
+use super::bindings::{RolloutView, wit};
 use super::error::PluginErrorKind;
 use super::sandbox::STDERR_TAIL;
 use super::state::{PluginEnv, PluginState};
@@ -70,8 +71,8 @@ impl Live {
         self.stderr.clear();
         let call = async {
             match &self.exports {
-                WorldExports::SampleAdapter(b) => b.call_describe(&mut self.store).await,
-                WorldExports::Reward(b) => b.call_describe(&mut self.store).await,
+                WorldExports::SampleAdapter(b, _) => b.call_describe(&mut self.store).await,
+                WorldExports::Reward(b, _) => b.call_describe(&mut self.store).await,
             }
         };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
@@ -81,13 +82,13 @@ impl Live {
     /// `None` if this instance is not a sample adapter.
     pub(crate) async fn build_samples(
         &mut self,
-        rollout: &wit::Rollout,
+        rollout: &RolloutView<'_>,
     ) -> Option<Result<Result<Vec<wit::Sample>, String>, Fault>> {
-        let WorldExports::SampleAdapter(bindings) = &self.exports else {
+        let WorldExports::SampleAdapter(_, instance) = &self.exports else {
             return None;
         };
         self.stderr.clear();
-        let call = bindings.call_build_samples(&mut self.store, rollout);
+        let call = call_entry(&mut self.store, instance, "build-samples", rollout);
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
@@ -95,13 +96,13 @@ impl Live {
     /// `None` if this instance is not a reward plugin.
     pub(crate) async fn reward(
         &mut self,
-        rollout: &wit::Rollout,
+        rollout: &RolloutView<'_>,
     ) -> Option<Result<Result<Option<f64>, String>, Fault>> {
-        let WorldExports::Reward(bindings) = &self.exports else {
+        let WorldExports::Reward(_, instance) = &self.exports else {
             return None;
         };
         self.stderr.clear();
-        let call = bindings.call_reward(&mut self.store, rollout);
+        let call = call_entry(&mut self.store, instance, "reward", rollout);
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
@@ -110,6 +111,22 @@ impl Live {
     pub(crate) fn stderr(&self) -> String {
         self.stderr.contents()
     }
+}
+
+/// Calls a world's entry point, `func(rollout) -> R`. The export's type was
+/// checked at link time (`WorldPre::new`); `typed` re-checks it cheaply.
+async fn call_entry<R>(
+    store: &mut Store<PluginState>,
+    instance: &Instance,
+    name: &str,
+    rollout: &RolloutView<'_>,
+) -> wasmtime::Result<R>
+where
+    R: ComponentType + Lift + Send + Sync + 'static,
+{
+    let func = instance.get_typed_func::<(&RolloutView<'_>,), (R,)>(&mut *store, name)?;
+    let (result,) = func.call_async(&mut *store, (rollout,)).await?;
+    Ok(result)
 }
 
 fn classify<T>(

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use wasmtime::component::Component;
 
-use super::bindings::wit;
+use super::bindings::RolloutView;
 use super::engine::EpochTicker;
 use super::error::{PluginError, PluginErrorKind};
 use super::instance::{Fault, Live};
@@ -115,7 +115,7 @@ impl Plugin {
     /// Runs `build-samples` and validates the result.
     pub async fn build_samples(&self, rollout: &Rollout) -> Result<Vec<Sample>, PluginError> {
         self.require(World::SampleAdapter)?;
-        let input = wit::Rollout::from(rollout);
+        let input = RolloutView::new(rollout);
         let (mut live, _permit) = self.checkout().await?;
         let outcome = live.build_samples(&input).await;
         let samples: Vec<Sample> = self
@@ -131,7 +131,7 @@ impl Plugin {
     /// Runs `reward`; `None` means the rollout has no reward.
     pub async fn reward(&self, rollout: &Rollout) -> Result<Option<f64>, PluginError> {
         self.require(World::Reward)?;
-        let input = wit::Rollout::from(rollout);
+        let input = RolloutView::new(rollout);
         let (mut live, _permit) = self.checkout().await?;
         let outcome = live.reward(&input).await;
         let reward = self.settle(live, outcome)?;

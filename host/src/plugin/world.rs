@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, Instance, Linker};
 use wasmtime::{Engine, Store};
 
 use super::bindings::reward::{Reward, RewardPre};
@@ -72,10 +72,14 @@ pub(crate) enum WorldPre {
     Reward(RewardPre<PluginState>),
 }
 
-/// A live instance's typed exports.
+/// A live instance's typed exports. The raw instance is kept too: the
+/// entry points are called with a borrowed [`RolloutView`] argument, which
+/// the generated bindings (taking owned WIT values) cannot do.
+///
+/// [`RolloutView`]: super::bindings::RolloutView
 pub(crate) enum WorldExports {
-    SampleAdapter(SampleAdapter),
-    Reward(Reward),
+    SampleAdapter(SampleAdapter, Instance),
+    Reward(Reward, Instance),
 }
 
 impl WorldPre {
@@ -113,9 +117,13 @@ impl WorldPre {
     ) -> wasmtime::Result<WorldExports> {
         Ok(match self {
             Self::SampleAdapter(pre) => {
-                WorldExports::SampleAdapter(pre.instantiate_async(store).await?)
+                let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
+                WorldExports::SampleAdapter(SampleAdapter::new(&mut *store, &instance)?, instance)
             }
-            Self::Reward(pre) => WorldExports::Reward(pre.instantiate_async(store).await?),
+            Self::Reward(pre) => {
+                let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
+                WorldExports::Reward(Reward::new(&mut *store, &instance)?, instance)
+            }
         })
     }
 }

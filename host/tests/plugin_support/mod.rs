@@ -18,7 +18,7 @@ pub fn wasm(name: &str) -> PathBuf {
         .join(format!("{name}.wasm"));
     assert!(
         path.exists(),
-        "{} is missing: run scripts/build-plugins.sh faulty",
+        "{} is missing: run plugins/build.sh faulty",
         path.display()
     );
     path
@@ -89,14 +89,16 @@ pub fn rollout(fault: Option<&str>) -> Rollout {
         })
     };
     // Through text: `JsonText` fields keep the raw JSON of a document.
-    serde_json::from_str(&json!({
-        "id": "r1",
-        "group_id": "g1",
-        "input": fault.map(|f| json!({"fault": f})),
-        "status": "succeeded",
-        "calls": [call(0, vec![1, 2, 3], vec![4, 5]), call(1, vec![1, 2, 3, 4, 5, 6], vec![7])],
-    })
-    .to_string())
+    serde_json::from_str(
+        &json!({
+            "id": "r1",
+            "group_id": "g1",
+            "input": fault.map(|f| json!({"fault": f})),
+            "status": "succeeded",
+            "calls": [call(0, vec![1, 2, 3], vec![4, 5]), call(1, vec![1, 2, 3, 4, 5, 6], vec![7])],
+        })
+        .to_string(),
+    )
     .expect("rollout")
 }
 

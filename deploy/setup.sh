@@ -24,4 +24,4 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
     "$VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" numpy
 fi
 
-scripts/build-plugins.sh
+plugins/build.sh

@@ -2,7 +2,7 @@
 # The test command: formatting, lints, and every test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+deploy/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace

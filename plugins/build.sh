@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the plugin components into build/plugins/<name>.wasm.
 #
-#   scripts/build-plugins.sh            # every crate under plugins/ except the sdk
-#   scripts/build-plugins.sh faulty     # only the named ones (directory names)
+#   plugins/build.sh            # every crate under plugins/ except the sdk
+#   plugins/build.sh faulty     # only the named ones (directory names)
 #
 # <name> is the crate's directory name (plugins/<name> or plugins/testing/<name>).
 # The test plugin `faulty` is also built with `--features reward` as

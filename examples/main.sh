@@ -4,7 +4,7 @@
 # breaks by class, and rewards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+deploy/setup.sh
 cargo build --release -p agl
 agl="${CARGO_TARGET_DIR:-target}/release/agl"
 fixtures=examples/fixtures
