@@ -138,7 +138,6 @@ fn main() -> anyhow::Result<()> {
     // Native: the same plugin code compiled for this machine.
     let sdk_rollout = to_sdk(&rollout);
     let mut native = Vec::with_capacity(ROUNDS);
-    let mut native_converted = Vec::with_capacity(ROUNDS);
     let mut expect = 0;
     for _ in 0..ROUNDS {
         let input = sdk_rollout.clone();
@@ -147,11 +146,6 @@ fn main() -> anyhow::Result<()> {
             agl_trajectory::Trajectory::build_samples(input).map_err(anyhow::Error::msg)?;
         native.push(t.elapsed());
         expect = samples.len();
-        let t = Instant::now();
-        let samples = agl_trajectory::Trajectory::build_samples(to_sdk(&rollout))
-            .map_err(anyhow::Error::msg)?;
-        native_converted.push(t.elapsed());
-        std::hint::black_box(samples);
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -202,7 +196,6 @@ fn main() -> anyhow::Result<()> {
     })?;
 
     let native = stats(native);
-    let native_converted = stats(native_converted);
     let wasm_stats = stats(wasm_calls);
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
@@ -215,21 +208,13 @@ fn main() -> anyhow::Result<()> {
         "build-samples (trajectory)", "median", "p90"
     );
     let row = |name: &str, s: &Stats| println!("{name:<58} {:>12} {:>12}", ms(s.median), ms(s.p90));
-    row("native, rollout already in guest types", &native);
+    row("native (same plugin code, rollout in memory)", &native);
     row(
-        "native, incl. conversion from the host record",
-        &native_converted,
-    );
-    row(
-        "wasm via PluginHost (conversion, copy, call, validation)",
+        "wasm via PluginHost (copy in, call, copy out, validate)",
         &wasm_stats,
     );
     println!(
-        "ratio wasm / native incl. conversion: {:.2}x   (target <= 3x)",
-        ratio(wasm_stats.median, native_converted.median)
-    );
-    println!(
-        "ratio wasm / native logic only:       {:.2}x",
+        "ratio wasm / native: {:.2}x   (target <= 3x)",
         ratio(wasm_stats.median, native.median)
     );
     let n = (1_000 / instances) * instances;
