@@ -5,4 +5,5 @@ pub mod config;
 pub mod plugin;
 pub mod rollout;
 pub mod scaffold;
+pub mod store;
 pub mod tokenizer;

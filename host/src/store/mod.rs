@@ -1,0 +1,243 @@
+//! The durable store: one SQLite file (`agl.db` by default) holding rollouts,
+//! their attempts, append-only events, engines and weight versions.
+//!
+//! Durability: WAL with `synchronous=FULL`, and every write is acknowledged
+//! only after the transaction holding it has committed. Writes go through one
+//! writer thread that commits whatever has queued up as one transaction
+//! (group commit, see `writer.rs`), so the fsync is shared under load. Reads
+//! use separate read-only connections and never wait for the writer.
+//!
+//! Rollout states: queued -> running -> succeeded | failed | cancelled, and
+//! queued -> cancelled (see `state.rs`). `retry` re-queues a failed rollout as
+//! attempt + 1. Attempts count from 1.
+//!
+//! `model_request` event payload (what the gateway writes, what `export_rollout`
+//! reads): a JSON object with the fields of [`crate::rollout::ModelCall`]
+//! except `index` — `api` (required), `request`, `response`, `prompt_ids`,
+//! `response_ids`, `response_logprobs`, `weight_version`, `finish_reason`,
+//! `started_at_ms`, `finished_at_ms`, `tags`. Other keys (e.g. `engine`,
+//! `latency_ms`, `status`, `error`) may be present and are not exported; a
+//! failed call may omit the token fields. Export numbers the current attempt's
+//! non-superseded `model_request` events 0, 1, ... in sequence order; all
+//! other events become [`crate::rollout::Event`]s.
+
+mod error;
+mod export;
+mod reads;
+mod rows;
+mod schema;
+pub mod state;
+mod types;
+mod writer;
+mod writes;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+
+pub use error::StoreError;
+pub use export::MODEL_REQUEST;
+pub use reads::MAX_PAGE;
+pub use schema::SCHEMA_VERSION;
+pub use types::{Engine, EventRecord, Mode, NewRollout, RolloutPage, RolloutRecord, WeightVersion};
+
+use crate::rollout::{JsonText, Rollout, RolloutStatus};
+
+/// The default file name of the store.
+pub const DEFAULT_FILE: &str = "agl.db";
+
+/// Idle read connections kept for reuse.
+const READ_POOL: usize = 8;
+
+/// A handle to the store; clones share the writer and the read pool.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    queue: writer::Queue,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = schema::open_writer(&path)?;
+        let queue = writer::spawn(conn).map_err(|e| StoreError::Commit(e.to_string()))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path,
+                queue,
+                readers: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Queues a write; resolves once it is committed (or has failed).
+    async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (job, rx) = writer::job(work);
+        self.inner.queue.send(job).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs a read inside one read transaction (a consistent snapshot).
+    async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let pooled = inner.readers.lock().ok().and_then(|mut p| p.pop());
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => schema::open_reader(&inner.path)?,
+            };
+            let out = {
+                let tx = conn.transaction()?;
+                let out = work(&tx);
+                tx.finish()?;
+                out
+            };
+            if let Ok(mut pool) = inner.readers.lock()
+                && pool.len() < READ_POOL
+            {
+                pool.push(conn);
+            }
+            out
+        });
+        task.await.map_err(|e| StoreError::Commit(e.to_string()))?
+    }
+
+    pub async fn create_rollouts(
+        &self,
+        batch: Vec<NewRollout>,
+    ) -> Result<Vec<RolloutRecord>, StoreError> {
+        self.write(move |c| writes::create_rollouts(c, batch)).await
+    }
+
+    pub async fn get_rollout(&self, id: &str) -> Result<RolloutRecord, StoreError> {
+        let id = id.to_string();
+        self.read(move |c| rows::get_rollout(c, &id)).await
+    }
+
+    /// One page of rollouts in creation order, optionally of one status.
+    pub async fn list_rollouts(
+        &self,
+        status: Option<RolloutStatus>,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<RolloutPage, StoreError> {
+        let cursor = cursor.map(str::to_string);
+        self.read(move |c| reads::list_rollouts(c, status, cursor.as_deref(), limit))
+            .await
+    }
+
+    /// The controller's patch. Naming the attempt keeps a stale controller
+    /// from moving a newer attempt.
+    pub async fn set_status(
+        &self,
+        id: &str,
+        attempt: u32,
+        to: RolloutStatus,
+        reason: Option<&str>,
+    ) -> Result<RolloutRecord, StoreError> {
+        let (id, reason) = (id.to_string(), reason.map(str::to_string));
+        self.write(move |c| writes::set_status(c, &id, attempt, to, reason.as_deref()))
+            .await
+    }
+
+    /// Re-queues a failed rollout as a new attempt.
+    pub async fn retry(&self, id: &str) -> Result<RolloutRecord, StoreError> {
+        let id = id.to_string();
+        self.write(move |c| writes::retry(c, &id)).await
+    }
+
+    pub async fn cancel(&self, id: &str) -> Result<RolloutRecord, StoreError> {
+        let id = id.to_string();
+        self.write(move |c| writes::cancel(c, &id)).await
+    }
+
+    /// Appends an event; returns its global sequence number once committed.
+    pub async fn append_event(
+        &self,
+        rollout_id: &str,
+        attempt: u32,
+        kind: &str,
+        payload: JsonText,
+    ) -> Result<u64, StoreError> {
+        let (id, kind) = (rollout_id.to_string(), kind.to_string());
+        self.write(move |c| writes::append_event(c, &id, attempt, &kind, &payload))
+            .await
+    }
+
+    /// Events of a rollout with `seq > after_seq`, in sequence order.
+    pub async fn list_events(
+        &self,
+        rollout_id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let id = rollout_id.to_string();
+        self.read(move |c| reads::list_events(c, &id, after_seq, limit))
+            .await
+    }
+
+    /// Marks `model_request` event `old_seq` superseded by `new_seq` (a client
+    /// retry of the same call), so only the retry is exported.
+    pub async fn supersede(&self, old_seq: u64, new_seq: u64) -> Result<(), StoreError> {
+        self.write(move |c| writes::supersede(c, old_seq, new_seq))
+            .await
+    }
+
+    pub async fn register_engine(
+        &self,
+        name: &str,
+        base_url: &str,
+        model: &str,
+    ) -> Result<Engine, StoreError> {
+        let (n, u, m) = (name.to_string(), base_url.to_string(), model.to_string());
+        self.write(move |c| writes::register_engine(c, &n, &u, &m))
+            .await
+    }
+
+    pub async fn list_engines(&self) -> Result<Vec<Engine>, StoreError> {
+        self.read(reads::list_engines).await
+    }
+
+    pub async fn remove_engine(&self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_string();
+        self.write(move |c| writes::remove_engine(c, &name)).await
+    }
+
+    pub async fn record_weight_version(
+        &self,
+        version: u64,
+        meta: JsonText,
+    ) -> Result<WeightVersion, StoreError> {
+        self.write(move |c| writes::record_weight_version(c, version, &meta))
+            .await
+    }
+
+    pub async fn latest_weight_version(&self) -> Result<Option<WeightVersion>, StoreError> {
+        self.read(reads::latest_weight_version).await
+    }
+
+    /// The rollout's current attempt in the rollout JSONL format.
+    pub async fn export_rollout(&self, id: &str) -> Result<Rollout, StoreError> {
+        let id = id.to_string();
+        self.read(move |c| export::export_rollout(c, &id)).await
+    }
+}
