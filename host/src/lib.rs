@@ -2,8 +2,10 @@
 
 pub mod chat_template;
 pub mod config;
+pub mod gateway;
 pub mod plugin;
 pub mod rollout;
 pub mod scaffold;
 pub mod store;
+pub mod testengine;
 pub mod tokenizer;

@@ -32,6 +32,11 @@ enum Command {
     /// Write, inspect and test Wasm plugins offline.
     #[command(subcommand)]
     Plugin(cli::plugin::PluginCommand),
+    /// Run the gateway (management API) over the store.
+    Serve(cli::serve::ServeArgs),
+    /// List, show and export rollouts from the store.
+    #[command(subcommand)]
+    Rollouts(cli::rollouts::RolloutsCommand),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +51,8 @@ fn main() -> ExitCode {
         .map_err(anyhow::Error::from)
         .and_then(|config| match args.command {
             Command::Plugin(cmd) => cli::plugin::run(cmd, config),
+            Command::Serve(args) => cli::serve::run(args, config),
+            Command::Rollouts(cmd) => cli::rollouts::run(cmd),
         });
     match result {
         Ok(code) => code,

@@ -2,3 +2,5 @@
 
 pub mod plugin;
 mod render;
+pub mod rollouts;
+pub mod serve;

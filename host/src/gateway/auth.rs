@@ -1,0 +1,184 @@
+//! Who is calling: the admin (management key as Bearer) or one rollout's agent
+//! (a per-rollout token). Rollout tokens are `agl-rt-<hex(id)>.<hex(mac)>`
+//! with mac = HMAC-SHA256(secret, id): the id inside lets a valid token for
+//! another rollout be told apart (403) from a forged or garbled one (401).
+//! Both checks compare in constant time.
+
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::Response;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::ApiPath;
+
+type HmacSha256 = Hmac<Sha256>;
+
+const TOKEN_PREFIX: &str = "agl-rt-";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Admin,
+    /// An agent holding the token of this rollout.
+    Rollout(String),
+}
+
+/// Issues and checks tokens; `admin_key: None` turns auth off.
+pub struct Auth {
+    admin_key: Option<String>,
+    secret: Vec<u8>,
+}
+
+impl Auth {
+    pub fn new(admin_key: Option<String>, secret: Vec<u8>) -> Self {
+        Auth {
+            admin_key: admin_key.filter(|k| !k.is_empty()),
+            secret,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.admin_key.is_some()
+    }
+
+    fn mac(&self, rollout_id: &str) -> HmacSha256 {
+        // HMAC takes keys of any length, so this cannot fail.
+        let mut mac = HmacSha256::new_from_slice(&self.secret).expect("HMAC accepts any key");
+        mac.update(rollout_id.as_bytes());
+        mac
+    }
+
+    /// The token an agent of `rollout_id` authenticates with.
+    pub fn rollout_token(&self, rollout_id: &str) -> String {
+        let tag = self.mac(rollout_id).finalize().into_bytes();
+        format!(
+            "{TOKEN_PREFIX}{}.{}",
+            hex::encode(rollout_id),
+            hex::encode(tag)
+        )
+    }
+
+    /// Identifies the caller from the `Authorization` header.
+    pub fn identify(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        let Some(admin_key) = &self.admin_key else {
+            return Ok(Principal::Admin);
+        };
+        let presented = bearer(headers)?;
+        if let Some(rest) = presented.strip_prefix(TOKEN_PREFIX) {
+            return self.check_rollout_token(rest).map(Principal::Rollout);
+        }
+        if constant_eq(presented.as_bytes(), admin_key.as_bytes()) {
+            Ok(Principal::Admin)
+        } else {
+            Err(ApiError::unauthorized("invalid API key"))
+        }
+    }
+
+    fn check_rollout_token(&self, rest: &str) -> Result<String, ApiError> {
+        let garbled = || ApiError::unauthorized("invalid rollout token");
+        let (id_hex, tag_hex) = rest.split_once('.').ok_or_else(garbled)?;
+        let id = hex::decode(id_hex)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(garbled)?;
+        let tag = hex::decode(tag_hex).map_err(|_| garbled())?;
+        self.mac(&id).verify_slice(&tag).map_err(|_| garbled())?;
+        Ok(id)
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let value = headers
+        .get(AUTHORIZATION)
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer header"))?;
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::unauthorized("malformed Authorization header"))
+}
+
+/// Equal-length inputs are compared without an early exit; the admin key's
+/// length is not treated as secret.
+fn constant_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Middleware: only the admin may pass.
+pub async fn require_admin(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    match state.auth.identify(req.headers())? {
+        Principal::Admin => Ok(next.run(req).await),
+        Principal::Rollout(_) => Err(ApiError::forbidden(
+            "a rollout token cannot use management routes",
+        )),
+    }
+}
+
+/// Middleware for `/v1/rollouts/{id}/...`: the admin, or the agent of `{id}`.
+/// The principal is left in the request extensions for the handler.
+pub async fn require_rollout_access(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let who = state.auth.identify(req.headers())?;
+    if let Principal::Rollout(own) = &who
+        && *own != id
+    {
+        return Err(ApiError::forbidden(
+            "this rollout token is not valid for that rollout",
+        ));
+    }
+    req.extensions_mut().insert(who);
+    Ok(next.run(req).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn tokens_identify_their_rollout_and_reject_forgeries() {
+        let auth = Auth::new(Some("adm".into()), b"secret".to_vec());
+        let t = auth.rollout_token("r-1");
+        assert_eq!(
+            auth.identify(&headers(&t)).unwrap(),
+            Principal::Rollout("r-1".into())
+        );
+        assert_eq!(auth.identify(&headers("adm")).unwrap(), Principal::Admin);
+        let other = Auth::new(Some("adm".into()), b"other".to_vec()).rollout_token("r-1");
+        for bad in [other.as_str(), "agl-rt-zz.00", "agl-rt-", "nope", "adm2"] {
+            let e = auth.identify(&headers(bad)).unwrap_err();
+            assert_eq!(e.status, 401, "{bad}");
+        }
+        assert_eq!(auth.identify(&HeaderMap::new()).unwrap_err().status, 401);
+    }
+
+    #[test]
+    fn no_admin_key_means_everyone_is_admin() {
+        let auth = Auth::new(None, b"s".to_vec());
+        assert!(!auth.enabled());
+        assert_eq!(auth.identify(&HeaderMap::new()).unwrap(), Principal::Admin);
+    }
+}
