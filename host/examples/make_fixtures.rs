@@ -97,7 +97,38 @@ struct Turn<'a> {
     agent: Option<&'a str>,
 }
 
-impl Recorder<'_> {
+impl<'a> Turn<'a> {
+    /// The model answered with plain text.
+    fn text(messages: &'a [Value], sampled: &'a str) -> Self {
+        Turn {
+            messages,
+            tools: None,
+            sampled,
+            sampled_ids: None,
+            message: text_msg(sampled),
+            agent: None,
+        }
+    }
+
+    /// The model called the calc tool with `args`, rendered as `sampled`.
+    fn tool_call(messages: &'a [Value], tools: &'a Value, sampled: &'a str, args: &str) -> Self {
+        Turn {
+            tools: Some(tools),
+            message: tool_call_msg(args),
+            ..Turn::text(messages, sampled)
+        }
+    }
+}
+
+impl<'a> Recorder<'a> {
+    fn new(tok: &'a Tokenizer, clock: u64) -> Self {
+        Recorder {
+            tok,
+            calls: vec![],
+            clock,
+        }
+    }
+
     fn encode(&self, text: &str) -> Vec<u32> {
         self.tok.encode(text, false).expect("encode")
     }
@@ -198,45 +229,23 @@ fn text_msg(content: &str) -> Value {
 /// Three calls whose prompts extend each other: one sample, two observations masked.
 fn clean(tok: &Tokenizer) -> Rollout {
     let tools = calc_tools();
-    let mut r = Recorder {
-        tok,
-        calls: vec![],
-        clock: 1_764_000_000_000,
-    };
+    let mut r = Recorder::new(tok, 1_764_000_000_000);
     let mut msgs = vec![
         json!({"role": "system", "content": "You solve arithmetic with the calc tool."}),
         json!({"role": "user", "content": "What is 12*7+3?"}),
     ];
     let args1 = r#"{"expr":"12*7"}"#;
-    r.call(Turn {
-        messages: &msgs,
-        tools: Some(&tools),
-        sampled: &tool_markup(args1),
-        sampled_ids: None,
-        message: tool_call_msg(args1),
-        agent: None,
-    });
+    r.call(Turn::tool_call(&msgs, &tools, &tool_markup(args1), args1));
     msgs.push(tool_call_msg(args1));
     msgs.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "84"}));
     let args2 = r#"{"expr":"84+3"}"#;
-    r.call(Turn {
-        messages: &msgs,
-        tools: Some(&tools),
-        sampled: &tool_markup(args2),
-        sampled_ids: None,
-        message: tool_call_msg(args2),
-        agent: None,
-    });
+    r.call(Turn::tool_call(&msgs, &tools, &tool_markup(args2), args2));
     msgs.push(tool_call_msg(args2));
     msgs.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "87"}));
     let answer = "the answer is 87";
     r.call(Turn {
-        messages: &msgs,
         tools: Some(&tools),
-        sampled: answer,
-        sampled_ids: None,
-        message: text_msg(answer),
-        agent: None,
+        ..Turn::text(&msgs, answer)
     });
     r.finish(
         "clean",
@@ -248,35 +257,20 @@ fn clean(tok: &Tokenizer) -> Rollout {
 /// The model sampled "the" letter by letter; the re-rendered history encodes
 /// the same text as one token: same text, different ids.
 fn retokenize(tok: &Tokenizer) -> Rollout {
-    let mut r = Recorder {
-        tok,
-        calls: vec![],
-        clock: 1_764_000_100_000,
-    };
+    let mut r = Recorder::new(tok, 1_764_000_100_000);
     let mut msgs = vec![json!({"role": "user", "content": "Say the result of 2+2, then confirm."})];
     let first = "the result: 4";
     let letters: Vec<u32> = "the".chars().map(|c| r.encode(&c.to_string())[0]).collect();
     let mut sampled_ids = letters;
     sampled_ids.extend(r.encode(&first[3..]));
     r.call(Turn {
-        messages: &msgs,
-        tools: None,
-        sampled: first,
         sampled_ids: Some(sampled_ids),
-        message: text_msg(first),
-        agent: None,
+        ..Turn::text(&msgs, first)
     });
     msgs.push(text_msg(first));
     msgs.push(json!({"role": "user", "content": "Confirm."}));
     let second = "4 is the answer";
-    r.call(Turn {
-        messages: &msgs,
-        tools: None,
-        sampled: second,
-        sampled_ids: None,
-        message: text_msg(second),
-        agent: None,
-    });
+    r.call(Turn::text(&msgs, second));
     r.finish(
         "retokenize",
         json!({"question": "2+2", "answer": "4"}),
@@ -288,31 +282,21 @@ fn retokenize(tok: &Tokenizer) -> Rollout {
 /// so the previous assistant turn renders differently in the next prompt.
 fn template(tok: &Tokenizer) -> Rollout {
     let tools = calc_tools();
-    let mut r = Recorder {
-        tok,
-        calls: vec![],
-        clock: 1_764_000_200_000,
-    };
+    let mut r = Recorder::new(tok, 1_764_000_200_000);
     let mut msgs = vec![json!({"role": "user", "content": "What is 6*7?"})];
     let sampled_args = r#"{"expr":"6*7"}"#;
-    r.call(Turn {
-        messages: &msgs,
-        tools: Some(&tools),
-        sampled: &tool_markup(sampled_args),
-        sampled_ids: None,
-        message: tool_call_msg(sampled_args),
-        agent: None,
-    });
+    r.call(Turn::tool_call(
+        &msgs,
+        &tools,
+        &tool_markup(sampled_args),
+        sampled_args,
+    ));
     msgs.push(tool_call_msg(r#"{"expr": "6*7"}"#));
     msgs.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "42"}));
     let answer = "the answer is 42";
     r.call(Turn {
-        messages: &msgs,
         tools: Some(&tools),
-        sampled: answer,
-        sampled_ids: None,
-        message: text_msg(answer),
-        agent: None,
+        ..Turn::text(&msgs, answer)
     });
     r.finish(
         "template",
@@ -324,11 +308,7 @@ fn template(tok: &Tokenizer) -> Rollout {
 /// A main agent and a search sub-agent interleave their calls; tagged with
 /// `x-agl-agent`, each keeps its own chain.
 fn subagents(tok: &Tokenizer) -> Rollout {
-    let mut r = Recorder {
-        tok,
-        calls: vec![],
-        clock: 1_764_000_300_000,
-    };
+    let mut r = Recorder::new(tok, 1_764_000_300_000);
     let mut main = vec![
         json!({"role": "system", "content": "You are the planner."}),
         json!({"role": "user", "content": "Find the result of 3*3."}),
@@ -347,12 +327,8 @@ fn subagents(tok: &Tokenizer) -> Rollout {
     for (agent, text) in steps {
         let msgs = if agent == "main" { &mut main } else { &mut sub };
         r.call(Turn {
-            messages: msgs,
-            tools: None,
-            sampled: text,
-            sampled_ids: None,
-            message: text_msg(text),
             agent: Some(agent),
+            ..Turn::text(msgs, text)
         });
         msgs.push(text_msg(text));
         msgs.push(json!({"role": "user", "content": "ok"}));
@@ -367,25 +343,14 @@ fn subagents(tok: &Tokenizer) -> Rollout {
 /// After two calls the harness replaces the history with a summary: the third
 /// prompt does not extend the second, a break of class `other`.
 fn summary(tok: &Tokenizer) -> Rollout {
-    let mut r = Recorder {
-        tok,
-        calls: vec![],
-        clock: 1_764_000_400_000,
-    };
+    let mut r = Recorder::new(tok, 1_764_000_400_000);
     let system = json!({"role": "system", "content": "Be brief."});
     let mut msgs = vec![
         system.clone(),
         json!({"role": "user", "content": "Add 1+2, then 3."}),
     ];
     for text in ["1+2 is 3", "3+3 is 6"] {
-        r.call(Turn {
-            messages: &msgs,
-            tools: None,
-            sampled: text,
-            sampled_ids: None,
-            message: text_msg(text),
-            agent: None,
-        });
+        r.call(Turn::text(&msgs, text));
         msgs.push(text_msg(text));
         msgs.push(json!({"role": "user", "content": "go on"}));
     }
@@ -394,14 +359,7 @@ fn summary(tok: &Tokenizer) -> Rollout {
         json!({"role": "user", "content": "Summary so far: the result is 6. Give the answer."}),
     ];
     let answer = "the answer is 6";
-    r.call(Turn {
-        messages: &summarised,
-        tools: None,
-        sampled: answer,
-        sampled_ids: None,
-        message: text_msg(answer),
-        agent: None,
-    });
+    r.call(Turn::text(&summarised, answer));
     r.finish(
         "summary",
         json!({"question": "1+2+3", "answer": "6"}),

@@ -77,9 +77,11 @@ pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
                 json,
                 full,
             };
-            runtime()?.block_on(test(opts, &config))
+            super::runtime()?.block_on(test(opts, &config))
         }
-        PluginCommand::Inspect { path, json } => runtime()?.block_on(inspect(&path, json, &config)),
+        PluginCommand::Inspect { path, json } => {
+            super::runtime()?.block_on(inspect(&path, json, &config))
+        }
         PluginCommand::New { name, dir, sdk } => {
             let sdk = match sdk {
                 Some(p) => p,
@@ -97,13 +99,6 @@ pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
 }
 
 fn host(config: &Config) -> anyhow::Result<PluginHost> {

@@ -44,10 +44,7 @@ pub enum RolloutsCommand {
 }
 
 pub fn run(cmd: RolloutsCommand) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = super::runtime()?;
     rt.block_on(dispatch(cmd))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -21,10 +21,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs, config: Config) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = super::runtime()?;
     rt.block_on(serve(args, config))?;
     Ok(ExitCode::SUCCESS)
 }
