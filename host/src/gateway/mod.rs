@@ -13,6 +13,7 @@ mod error;
 mod events;
 mod extract;
 mod metrics;
+mod proxy;
 mod proxy_admin;
 mod rollouts;
 
@@ -49,6 +50,8 @@ pub struct AppState {
     pub config: Arc<GatewayConfig>,
     /// `public_base_url` without a trailing `/`.
     pub public_base: Arc<str>,
+    /// The proxy's pooled client for engine calls.
+    pub upstream: proxy::Upstream,
 }
 
 pub struct Gateway {
@@ -81,6 +84,7 @@ impl Gateway {
                 control: ProxyControl::new(),
                 metrics: Arc::new(Metrics::default()),
                 public_base: public_base.trim_end_matches('/').into(),
+                upstream: proxy::Upstream::default(),
                 config: Arc::new(config),
             },
         }
@@ -123,6 +127,7 @@ impl Gateway {
             .route("/metrics", get(metrics_text))
             .merge(admin)
             .merge(agent)
+            .merge(proxy::routes())
             .fallback(error::unknown_route)
             .method_not_allowed_fallback(error::wrong_method)
             .layer(from_fn_with_state(st.clone(), metrics::track))

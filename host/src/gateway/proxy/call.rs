@@ -1,0 +1,88 @@
+//! One proxied call after its checks passed: the context its record needs,
+//! and committing that record to the store.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::record::{CallRecord, Tokens};
+use crate::gateway::control::now_ms;
+use crate::gateway::{ApiError, AppState, CallGuard};
+use crate::rollout::ApiKind;
+use crate::store::{Engine, MODEL_REQUEST};
+
+/// How a call ended, for its record.
+pub struct Outcome {
+    pub response: Value,
+    pub tokens: Tokens,
+    pub error: Option<String>,
+    pub upstream_status: Option<u16>,
+}
+
+impl Outcome {
+    /// A failed call: no response, no tokens.
+    pub fn failed(error: String, upstream_status: Option<u16>) -> Self {
+        Outcome {
+            response: Value::Null,
+            tokens: Tokens::default(),
+            error: Some(error),
+            upstream_status,
+        }
+    }
+}
+
+pub struct Call {
+    pub st: AppState,
+    pub rollout_id: String,
+    pub attempt: u32,
+    pub api: ApiKind,
+    pub request: Box<RawValue>,
+    pub engine: Engine,
+    pub weight_version: u64,
+    pub tags: BTreeMap<String, String>,
+    pub started_ms: u64,
+    pub started: Instant,
+    /// Keeps the call in flight (for drain) until the record is committed.
+    pub _guard: CallGuard,
+}
+
+impl Call {
+    /// Appends the call's `model_request` event; resolves once committed.
+    pub async fn commit(&self, out: Outcome) -> Result<u64, ApiError> {
+        if out.error.is_some() {
+            self.st.metrics.upstream_error();
+        }
+        let record = CallRecord {
+            api: self.api,
+            request: &self.request,
+            response: out.response,
+            prompt_ids: out.tokens.prompt_ids,
+            response_ids: out.tokens.response_ids,
+            response_logprobs: out.tokens.response_logprobs,
+            weight_version: self.weight_version,
+            finish_reason: out.tokens.finish_reason,
+            started_at_ms: self.started_ms,
+            finished_at_ms: now_ms(),
+            tags: self.tags.clone(),
+            engine: &self.engine.name,
+            latency_ms: self.started.elapsed().as_millis() as u64,
+            status: if out.error.is_some() { "error" } else { "ok" },
+            error: out.error,
+            upstream_status: out.upstream_status,
+        };
+        let seq = self
+            .st
+            .store
+            .append_event(
+                &self.rollout_id,
+                self.attempt,
+                MODEL_REQUEST,
+                record.to_payload(),
+            )
+            .await?;
+        self.st.metrics.event_written();
+        Ok(seq)
+    }
+}

@@ -1,0 +1,144 @@
+//! The `model_request` event the proxy writes for each call, in the payload
+//! shape `store::export` reads (see the store's module docs), plus the
+//! extraction of token ids and logprobs from a vLLM response body.
+
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::rollout::{ApiKind, JsonText};
+
+/// Everything known about one call, success or failure.
+#[derive(Serialize)]
+pub struct CallRecord<'a> {
+    pub api: ApiKind,
+    /// Verbatim: the body as the harness sent it.
+    pub request: &'a RawValue,
+    pub response: Value,
+    pub prompt_ids: Vec<u32>,
+    pub response_ids: Vec<u32>,
+    pub response_logprobs: Vec<f32>,
+    pub weight_version: u64,
+    pub finish_reason: Option<String>,
+    pub started_at_ms: u64,
+    pub finished_at_ms: u64,
+    pub tags: BTreeMap<String, String>,
+    pub engine: &'a str,
+    pub latency_ms: u64,
+    /// `ok` or `error`.
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+}
+
+impl CallRecord<'_> {
+    pub fn to_payload(&self) -> JsonText {
+        // Serialising plain data with string keys cannot fail; fall back to
+        // the value path just in case rather than panic.
+        serde_json::to_string(self)
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// `x-agl-*` request headers, lower-cased (header names already are).
+pub fn agl_tags(headers: &HeaderMap) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-agl-"))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect()
+}
+
+/// Token data of a complete (non-streamed) response body.
+#[derive(Debug, Default, PartialEq)]
+pub struct Tokens {
+    pub prompt_ids: Vec<u32>,
+    pub response_ids: Vec<u32>,
+    pub response_logprobs: Vec<f32>,
+    pub finish_reason: Option<String>,
+}
+
+/// Reads choice 0 of a chat or completions body. vLLM puts chat prompt ids
+/// at the top and completions prompt ids on the choice; both are tried.
+pub fn tokens_of(api: ApiKind, body: &Value) -> Tokens {
+    let choice = body.pointer("/choices/0").unwrap_or(&Value::Null);
+    let prompt = body
+        .get("prompt_token_ids")
+        .or_else(|| choice.get("prompt_token_ids"));
+    Tokens {
+        prompt_ids: ids(prompt),
+        response_ids: ids(choice.get("token_ids")),
+        response_logprobs: logprobs(api, choice.get("logprobs")),
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    }
+}
+
+/// A JSON list of token ids; anything else is empty.
+pub fn ids(v: Option<&Value>) -> Vec<u32> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_u64)
+                .filter_map(|n| u32::try_from(n).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sampled-token logprobs of a chat (`content[].logprob`) or completions
+/// (`token_logprobs[]`) logprobs object.
+pub fn logprobs(api: ApiKind, v: Option<&Value>) -> Vec<f32> {
+    let Some(v) = v else { return Vec::new() };
+    let list = match api {
+        ApiKind::ChatCompletions => v.get("content").and_then(Value::as_array).map(|c| {
+            c.iter()
+                .map(|e| e.get("logprob").and_then(Value::as_f64).unwrap_or(0.0))
+                .collect::<Vec<_>>()
+        }),
+        _ => v.get("token_logprobs").and_then(Value::as_array).map(|c| {
+            c.iter()
+                .map(|x| x.as_f64().unwrap_or(0.0))
+                .collect::<Vec<_>>()
+        }),
+    };
+    list.unwrap_or_default()
+        .into_iter()
+        .map(|x| x as f32)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_chat_and_completion_tokens() {
+        let chat = json!({"prompt_token_ids": [1, 2], "choices": [{"token_ids": [3],
+            "logprobs": {"content": [{"logprob": -0.5}]}, "finish_reason": "stop"}]});
+        let t = tokens_of(ApiKind::ChatCompletions, &chat);
+        assert_eq!(t.prompt_ids, vec![1, 2]);
+        assert_eq!(t.response_ids, vec![3]);
+        assert_eq!(t.response_logprobs, vec![-0.5]);
+        assert_eq!(t.finish_reason.as_deref(), Some("stop"));
+        let comp = json!({"choices": [{"prompt_token_ids": [7], "token_ids": [8, 9],
+            "logprobs": {"token_logprobs": [-1.0, -2.0]}, "finish_reason": "length"}]});
+        let t = tokens_of(ApiKind::Completions, &comp);
+        assert_eq!(t.prompt_ids, vec![7]);
+        assert_eq!(t.response_logprobs, vec![-1.0, -2.0]);
+        assert_eq!(
+            tokens_of(ApiKind::Completions, &json!(null)),
+            Tokens::default()
+        );
+    }
+}
