@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what agl needs on a fresh machine, skipping what is already there:
 # the wasm32-wasip2 Rust target, a Python venv with the torch that tch 0.26
-# links against, and the built-in plugins (build/plugins/*.wasm).
+# links against plus the openai SDK (for the proxy's SDK tests), and the
+# built-in plugins (build/plugins/*.wasm).
 #
 # Environment:
 #   AGL_VENV          venv location (default: .venv in the repo)
@@ -10,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
+OPENAI_VERSION=3.57.0  # the SDK host/tests/openai_sdk.rs drives the proxy with
 VENV=${AGL_VENV:-.venv}
 
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
@@ -22,6 +24,11 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --upgrade pip
     "$VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" numpy
+fi
+
+if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+    echo "setup: installing openai==$OPENAI_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet "openai==$OPENAI_VERSION"
 fi
 
 plugins/build.sh

@@ -197,8 +197,9 @@ async fn streaming_tool_calls_are_assembled() {
 async fn completions_are_recorded() {
     let env = start(Reply::text("world")).await;
     let url = env.url("r1", 1, "completions");
-    for stream in [false, true] {
-        let body = json!({"prompt": "say", "stream": stream});
+    // Different prompts: the same one twice would count as a client retry.
+    for (prompt, stream) in [("say", false), ("sag", true)] {
+        let body = json!({"prompt": prompt, "stream": stream});
         let resp = env.post(&env.token, &url, &body).await;
         assert_eq!(resp.status(), StatusCode::OK);
         let _ = resp.text().await.expect("body");
@@ -207,9 +208,9 @@ async fn completions_are_recorded() {
     assert_eq!(fwd["logprobs"], 1);
     let rollout = env.store.export_rollout("r1").await.expect("export");
     assert_eq!(rollout.calls.len(), 2);
-    for call in &rollout.calls {
+    for (call, prompt) in rollout.calls.iter().zip(["say", "sag"]) {
         assert_eq!(call.api, ApiKind::Completions);
-        assert_eq!(call.prompt_ids, tokens::encode("say"));
+        assert_eq!(call.prompt_ids, tokens::encode(prompt));
         assert_eq!(call.response_ids, tokens::encode("world"));
         assert_eq!(call.response_logprobs, expected_logprobs(5));
     }
@@ -253,6 +254,38 @@ async fn upstream_5xx_is_retried_transparently() {
         });
     }
     assert_eq!(env.engine.requests().len(), 6);
+    // The proxy's own retries are not recorded; the second (identical) call
+    // counts as a client retry of the first, so one call is exported.
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    assert_eq!(rollout.calls.len(), 1);
+}
+
+#[tokio::test]
+async fn client_retries_supersede_the_earlier_call() {
+    let env = start(Reply::text("hello")).await;
+    let url = env.url("r1", 1, "chat/completions");
+    for step in ["1", "2"] {
+        let resp = env
+            .http
+            .post(&url)
+            .bearer_auth(&env.token)
+            .header("x-agl-step", step)
+            .json(&chat_body(false))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    assert_eq!(rollout.calls.len(), 1, "{:?}", rollout.calls);
+    // The later call is the one kept.
+    let step = rollout.calls[0].tags.get("x-agl-step");
+    assert_eq!(step.map(String::as_str), Some("2"));
+
+    // A different prompt is a new call, not a retry.
+    let other = json!({"messages": [{"role": "user", "content": "bye"}]});
+    let resp = env.post(&env.token, &url, &other).await;
+    assert_eq!(resp.status(), StatusCode::OK);
     let rollout = env.store.export_rollout("r1").await.expect("export");
     assert_eq!(rollout.calls.len(), 2);
 }

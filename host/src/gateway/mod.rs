@@ -52,6 +52,8 @@ pub struct AppState {
     pub public_base: Arc<str>,
     /// The proxy's pooled client for engine calls.
     pub upstream: proxy::Upstream,
+    /// Spots client retries so only the last copy of a call is exported.
+    pub retries: proxy::RetryIndex,
 }
 
 pub struct Gateway {
@@ -85,6 +87,7 @@ impl Gateway {
                 metrics: Arc::new(Metrics::default()),
                 public_base: public_base.trim_end_matches('/').into(),
                 upstream: proxy::Upstream::default(),
+                retries: proxy::RetryIndex::default(),
                 config: Arc::new(config),
             },
         }

@@ -54,6 +54,7 @@ impl Call {
         if out.error.is_some() {
             self.st.metrics.upstream_error();
         }
+        let ok = out.error.is_none();
         let record = CallRecord {
             api: self.api,
             request: &self.request,
@@ -83,6 +84,18 @@ impl Call {
             )
             .await?;
         self.st.metrics.event_written();
+        if ok
+            && let Some((old, new)) =
+                self.st
+                    .retries
+                    .observe(&self.rollout_id, self.attempt, &record.prompt_ids, seq)
+        {
+            // The call itself is recorded; failing it now would only make
+            // the client retry again, so a failed supersede is just logged.
+            if let Err(e) = self.st.store.supersede(old, new).await {
+                tracing::warn!("superseding retried call {old} by {new}: {e}");
+            }
+        }
         Ok(seq)
     }
 }

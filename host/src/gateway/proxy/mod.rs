@@ -11,6 +11,7 @@
 
 mod assemble;
 mod call;
+mod dedup;
 mod record;
 mod rewrite;
 mod stream;
@@ -28,6 +29,7 @@ use axum::routing::post;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+pub use dedup::RetryIndex;
 pub use upstream::{Upstream, UpstreamError};
 
 use super::AppState;

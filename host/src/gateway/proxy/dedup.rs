@@ -1,0 +1,64 @@
+//! Client retries: a harness whose client timed out resends the same
+//! request, and both answers reach the store. The later successful call with
+//! the same prompt ids in the same rollout attempt supersedes the earlier
+//! one, so the export holds a single call.
+//!
+//! The index lives in memory only: after a gateway restart, retries of calls
+//! recorded before it are not detected (both stay exported).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+type Key = (String, u32, [u8; 32]);
+
+/// (rollout, attempt, blake3 of prompt ids) -> seq of the latest call.
+#[derive(Clone, Default)]
+pub struct RetryIndex(Arc<Mutex<HashMap<Key, u64>>>);
+
+impl RetryIndex {
+    /// Records call `seq`; returns `(old, new)` when it duplicates another
+    /// call, `new` being the later seq (commits may race, so both orders).
+    pub fn observe(
+        &self,
+        rollout_id: &str,
+        attempt: u32,
+        prompt_ids: &[u32],
+        seq: u64,
+    ) -> Option<(u64, u64)> {
+        if prompt_ids.is_empty() {
+            return None;
+        }
+        let mut hasher = blake3::Hasher::new();
+        for id in prompt_ids {
+            hasher.update(&id.to_le_bytes());
+        }
+        let key = (
+            rollout_id.to_string(),
+            attempt,
+            *hasher.finalize().as_bytes(),
+        );
+        // A poisoned map is still a valid map.
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let prev = map.insert(key.clone(), seq)?;
+        let (old, new) = (prev.min(seq), prev.max(seq));
+        map.insert(key, new);
+        Some((old, new))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_repeats_of_a_prompt_within_an_attempt() {
+        let idx = RetryIndex::default();
+        assert_eq!(idx.observe("r", 1, &[1, 2], 5), None);
+        assert_eq!(idx.observe("r", 1, &[1, 3], 6), None);
+        assert_eq!(idx.observe("r", 2, &[1, 2], 7), None);
+        assert_eq!(idx.observe("r", 1, &[1, 2], 9), Some((5, 9)));
+        // A late commit of an older seq is superseded by the newer one.
+        assert_eq!(idx.observe("r", 1, &[1, 2], 8), Some((8, 9)));
+        assert_eq!(idx.observe("r", 1, &[], 10), None);
+    }
+}
