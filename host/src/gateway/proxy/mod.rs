@@ -54,25 +54,34 @@ pub fn routes() -> axum::Router<AppState> {
 type ProxyPath = ApiPath<(String, u32, String)>;
 
 async fn chat(
-    State(st): State<AppState>,
-    ApiPath(path): ProxyPath,
+    st: State<AppState>,
+    path: ProxyPath,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = body.map_err(|r| ApiError::rejection(r.status(), r.body_text()));
-    handle(st, ApiKind::ChatCompletions, path, headers, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    serve(ApiKind::ChatCompletions, st, path, headers, body).await
 }
 
 async fn completions(
+    st: State<AppState>,
+    path: ProxyPath,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    serve(ApiKind::Completions, st, path, headers, body).await
+}
+
+/// The one handler behind every proxied API: body rejections and errors
+/// become OpenAI-shaped JSON responses.
+async fn serve(
+    api: ApiKind,
     State(st): State<AppState>,
     ApiPath(path): ProxyPath,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = body.map_err(|r| ApiError::rejection(r.status(), r.body_text()));
-    handle(st, ApiKind::Completions, path, headers, body)
+    handle(st, api, path, headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
