@@ -30,6 +30,8 @@ pub struct Config {
     pub plugins: PluginsConfig,
     #[serde(default)]
     pub gateway: GatewayConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
     /// Each plugin's own table, keyed by the plugin file's stem
     /// (`[plugin.exact-match]` configures `exact-match.wasm`).
     #[serde(default)]
@@ -55,6 +57,15 @@ pub struct PluginsConfig {
     pub cache_dir: Option<PathBuf>,
     #[serde(default)]
     pub limits: crate::plugin::PluginLimits,
+}
+
+/// `[store]`: the SQLite store.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `process` (default): an acknowledged write survives kill -9 of agl;
+    /// `power`: also power loss, at an fsync per commit batch.
+    pub durability: crate::store::Durability,
 }
 
 /// `[gateway]`: the HTTP service (`agl serve`).

@@ -25,6 +25,11 @@ impl JsonText {
     pub fn parse(&self) -> serde_json::Result<Value> {
         serde_json::from_str(self.as_str())
     }
+
+    /// Wraps JSON text that has already been validated.
+    pub fn from_raw(raw: Box<RawValue>) -> Self {
+        Self(raw)
+    }
 }
 
 impl From<Value> for JsonText {

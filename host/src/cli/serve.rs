@@ -31,7 +31,8 @@ async fn serve(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     if let Some(listen) = args.listen {
         gw.listen = listen;
     }
-    let store = Store::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let store = Store::open_with(&args.db, config.store.durability)
+        .with_context(|| format!("opening {}", args.db.display()))?;
     let listener = tokio::net::TcpListener::bind(&gw.listen)
         .await
         .with_context(|| format!("cannot listen on {}", gw.listen))?;

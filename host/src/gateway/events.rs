@@ -46,7 +46,7 @@ pub async fn append(
             "a rollout token cannot write model_request events",
         ));
     }
-    let rec = st.store.get_rollout(&id).await?;
+    let rec = st.store.rollout_gate(&id).await?;
     let attempt = body.attempt.unwrap_or(rec.attempt);
     // Checked here, not in the store: a rollout finishing between this read
     // and the append can still take one late event, which export keeps.

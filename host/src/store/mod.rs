@@ -1,11 +1,14 @@
 //! The durable store: one SQLite file (`agl.db` by default) holding rollouts,
 //! their attempts, append-only events, engines and weight versions.
 //!
-//! Durability: WAL with `synchronous=FULL`, and every write is acknowledged
-//! only after the transaction holding it has committed. Writes go through one
-//! writer thread that commits whatever has queued up as one transaction
-//! (group commit, see `writer.rs`), so the fsync is shared under load. Reads
-//! use separate read-only connections and never wait for the writer.
+//! Durability: WAL, and every write is acknowledged only after the
+//! transaction holding it has committed, so `kill -9` never loses an
+//! acknowledged write; [`Durability::Power`] adds an fsync per commit for
+//! power loss (`[store] durability`). Writes go through one writer thread
+//! that commits whatever has queued up as one transaction (group commit, see
+//! `writer.rs`), so a commit's cost is shared under load. Reads use separate
+//! read-only connections and never wait for the writer; what the proxy reads
+//! on every call is memoised (`cache.rs`).
 //!
 //! Rollout states: queued -> running -> succeeded | failed | cancelled, and
 //! queued -> cancelled (see `state.rs`). `retry` re-queues a failed rollout as
@@ -21,6 +24,7 @@
 //! non-superseded `model_request` events 0, 1, ... in sequence order; all
 //! other events become [`crate::rollout::Event`]s.
 
+mod cache;
 mod error;
 mod export;
 mod reads;
@@ -39,8 +43,11 @@ use rusqlite::Connection;
 pub use error::StoreError;
 pub use export::MODEL_REQUEST;
 pub use reads::MAX_PAGE;
+pub use schema::Durability;
 pub use schema::SCHEMA_VERSION;
-pub use types::{Engine, EventRecord, Mode, NewRollout, RolloutPage, RolloutRecord, WeightVersion};
+pub use types::{
+    Engine, EventRecord, Mode, NewRollout, RolloutGate, RolloutPage, RolloutRecord, WeightVersion,
+};
 
 use crate::rollout::{JsonText, Rollout, RolloutStatus};
 
@@ -60,19 +67,32 @@ struct Inner {
     path: PathBuf,
     queue: writer::Queue,
     readers: Mutex<Vec<Connection>>,
+    gates: cache::Memo<String, RolloutGate>,
+    engines: cache::Memo<(), Vec<Engine>>,
+    weights: cache::Memo<(), Option<WeightVersion>>,
 }
 
 impl Store {
-    /// Opens (creating if needed) and migrates the store at `path`.
+    /// Opens (creating if needed) and migrates the store at `path`, with
+    /// the default durability.
     pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::open_with(path, Durability::default())
+    }
+
+    /// Opens the store at `path`. One process writes a store file at a time
+    /// (the read memos rely on it).
+    pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let conn = schema::open_writer(&path)?;
+        let conn = schema::open_writer(&path, durability)?;
         let queue = writer::spawn(conn).map_err(|e| StoreError::Commit(e.to_string()))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 path,
                 queue,
                 readers: Mutex::new(Vec::new()),
+                gates: Default::default(),
+                engines: Default::default(),
+                weights: Default::default(),
             }),
         })
     }
@@ -133,6 +153,22 @@ impl Store {
         self.read(move |c| rows::get_rollout(c, &id)).await
     }
 
+    /// A rollout's status and current attempt: what the proxy checks on
+    /// every call, memoised.
+    pub async fn rollout_gate(&self, id: &str) -> Result<RolloutGate, StoreError> {
+        let generation = match self.inner.gates.get(&id.to_string()) {
+            Ok(gate) => return Ok(gate),
+            Err(g) => g,
+        };
+        let rec = self.get_rollout(id).await?;
+        let gate = RolloutGate {
+            status: rec.status,
+            attempt: rec.attempt,
+        };
+        self.inner.gates.fill(generation, rec.id, gate);
+        Ok(gate)
+    }
+
     /// One page of rollouts in creation order, optionally of one status.
     pub async fn list_rollouts(
         &self,
@@ -155,19 +191,29 @@ impl Store {
         reason: Option<&str>,
     ) -> Result<RolloutRecord, StoreError> {
         let (id, reason) = (id.to_string(), reason.map(str::to_string));
-        self.write(move |c| writes::set_status(c, &id, attempt, to, reason.as_deref()))
-            .await
+        let key = id.clone();
+        let out = self
+            .write(move |c| writes::set_status(c, &id, attempt, to, reason.as_deref()))
+            .await;
+        self.inner.gates.invalidate(Some(&key));
+        out
     }
 
     /// Re-queues a failed rollout as a new attempt.
     pub async fn retry(&self, id: &str) -> Result<RolloutRecord, StoreError> {
-        let id = id.to_string();
-        self.write(move |c| writes::retry(c, &id)).await
+        let key = id.to_string();
+        let id = key.clone();
+        let out = self.write(move |c| writes::retry(c, &id)).await;
+        self.inner.gates.invalidate(Some(&key));
+        out
     }
 
     pub async fn cancel(&self, id: &str) -> Result<RolloutRecord, StoreError> {
-        let id = id.to_string();
-        self.write(move |c| writes::cancel(c, &id)).await
+        let key = id.to_string();
+        let id = key.clone();
+        let out = self.write(move |c| writes::cancel(c, &id)).await;
+        self.inner.gates.invalidate(Some(&key));
+        out
     }
 
     /// Appends an event; returns its global sequence number once committed.
@@ -209,17 +255,29 @@ impl Store {
         model: &str,
     ) -> Result<Engine, StoreError> {
         let (n, u, m) = (name.to_string(), base_url.to_string(), model.to_string());
-        self.write(move |c| writes::register_engine(c, &n, &u, &m))
-            .await
+        let out = self
+            .write(move |c| writes::register_engine(c, &n, &u, &m))
+            .await;
+        self.inner.engines.invalidate(None);
+        out
     }
 
+    /// Registered engines (memoised; read by the proxy on every call).
     pub async fn list_engines(&self) -> Result<Vec<Engine>, StoreError> {
-        self.read(reads::list_engines).await
+        let generation = match self.inner.engines.get(&()) {
+            Ok(engines) => return Ok(engines),
+            Err(g) => g,
+        };
+        let engines = self.read(reads::list_engines).await?;
+        self.inner.engines.fill(generation, (), engines.clone());
+        Ok(engines)
     }
 
     pub async fn remove_engine(&self, name: &str) -> Result<(), StoreError> {
         let name = name.to_string();
-        self.write(move |c| writes::remove_engine(c, &name)).await
+        let out = self.write(move |c| writes::remove_engine(c, &name)).await;
+        self.inner.engines.invalidate(None);
+        out
     }
 
     pub async fn record_weight_version(
@@ -227,12 +285,22 @@ impl Store {
         version: u64,
         meta: JsonText,
     ) -> Result<WeightVersion, StoreError> {
-        self.write(move |c| writes::record_weight_version(c, version, &meta))
-            .await
+        let out = self
+            .write(move |c| writes::record_weight_version(c, version, &meta))
+            .await;
+        self.inner.weights.invalidate(None);
+        out
     }
 
+    /// The newest weight version (memoised; read by the proxy on every call).
     pub async fn latest_weight_version(&self) -> Result<Option<WeightVersion>, StoreError> {
-        self.read(reads::latest_weight_version).await
+        let generation = match self.inner.weights.get(&()) {
+            Ok(latest) => return Ok(latest),
+            Err(g) => g,
+        };
+        let latest = self.read(reads::latest_weight_version).await?;
+        self.inner.weights.fill(generation, (), latest.clone());
+        Ok(latest)
     }
 
     /// The rollout's current attempt in the rollout JSONL format.

@@ -68,12 +68,27 @@ fn open_err(path: &Path) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
     }
 }
 
+/// What an acknowledged write survives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// A crash of the process (kill -9): commits reach the WAL file before
+    /// they are acknowledged, the OS writes them out later (SQLite
+    /// `synchronous=NORMAL`). Costs no fsync per commit.
+    #[default]
+    Process,
+    /// Power loss or an OS crash too: every commit (batch) is fsynced
+    /// (`synchronous=FULL`), a few milliseconds on a typical disk.
+    Power,
+}
+
 /// The single write connection, with the schema brought up to date.
-pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(path).map_err(open_err(path))?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    // WAL: readers never block the writer. FULL: each commit is fsynced, so
-    // an acknowledged write survives power loss, not only kill -9.
+    // WAL: readers never block the writer. In WAL mode a commit is written
+    // to the log before it returns, so NORMAL already survives kill -9;
+    // FULL adds an fsync per commit for power loss.
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::NoWal {
@@ -81,7 +96,11 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
             mode,
         });
     }
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    let synchronous = match durability {
+        Durability::Process => "NORMAL",
+        Durability::Power => "FULL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     migrate(&mut conn)?;
     Ok(conn)

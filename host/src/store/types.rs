@@ -59,6 +59,13 @@ pub struct RolloutRecord {
     pub updated_ms: u64,
 }
 
+/// What the proxy needs to admit a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolloutGate {
+    pub status: RolloutStatus,
+    pub attempt: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutPage {
     pub rollouts: Vec<RolloutRecord>,

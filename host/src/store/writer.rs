@@ -2,9 +2,9 @@
 //!
 //! Every write is a job sent to one thread that owns the write connection.
 //! The thread takes all jobs waiting in its queue, runs each inside its own
-//! SAVEPOINT of one transaction, commits once (one fsync for the batch), and
-//! only then answers each caller. A job that fails is rolled back to its
-//! savepoint alone; its neighbours still commit.
+//! SAVEPOINT of one transaction, commits once (one fsync for the batch with
+//! `Durability::Power`), and only then answers each caller. A job that fails
+//! is rolled back to its savepoint alone; its neighbours still commit.
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn a_failed_job_rolls_back_alone_within_its_batch() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let conn = open_writer(&dir.path().join("agl.db")).expect("open");
+        let conn = open_writer(&dir.path().join("agl.db"), Default::default()).expect("open");
         let insert = |name: &'static str, fail: bool| {
             job(move |c: &Connection| {
                 c.execute(

@@ -4,18 +4,17 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::record::{CallRecord, Tokens};
 use crate::gateway::control::now_ms;
 use crate::gateway::{ApiError, AppState, CallGuard};
-use crate::rollout::ApiKind;
+use crate::rollout::{ApiKind, JsonText};
 use crate::store::{Engine, MODEL_REQUEST};
 
 /// How a call ended, for its record.
 pub struct Outcome {
-    pub response: Value,
+    pub response: JsonText,
     pub tokens: Tokens,
     pub error: Option<String>,
     pub upstream_status: Option<u16>,
@@ -25,7 +24,7 @@ impl Outcome {
     /// A failed call: no response, no tokens.
     pub fn failed(error: String, upstream_status: Option<u16>) -> Self {
         Outcome {
-            response: Value::Null,
+            response: JsonText::default(),
             tokens: Tokens::default(),
             error: Some(error),
             upstream_status,

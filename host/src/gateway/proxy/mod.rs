@@ -37,7 +37,7 @@ use super::auth::Principal;
 use super::control::now_ms;
 use super::error::ApiError;
 use super::extract::ApiPath;
-use crate::rollout::ApiKind;
+use crate::rollout::{ApiKind, JsonText};
 use crate::store::Mode;
 use crate::store::state::is_terminal;
 use call::{Call, Outcome};
@@ -120,7 +120,7 @@ async fn handle(
     if !forward.is_object() {
         return Err(ApiError::bad_request("request body must be a JSON object"));
     }
-    let rec = st.store.get_rollout(&rollout_id).await?;
+    let rec = st.store.rollout_gate(&rollout_id).await?;
     if is_terminal(rec.status) {
         return Err(ApiError::conflict(format!(
             "rollout `{rollout_id}` is finished"
@@ -212,20 +212,26 @@ async fn complete(call: Call, resp: reqwest::Response) -> Result<Response, ApiEr
             ));
         }
     };
-    let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
-    let outcome = match (&parsed, status.is_success()) {
+    // The engine's body is kept as its own JSON text; only the token
+    // fields are read out of it.
+    let raw: Option<Box<RawValue>> = serde_json::from_slice(&bytes).ok();
+    let valid = raw.is_some();
+    let outcome = match (raw, status.is_success()) {
         (Some(body), true) => Outcome {
-            tokens: record::tokens_of(call.api, body),
-            response: body.clone(),
+            tokens: record::tokens_of_bytes(&bytes).unwrap_or_else(|| {
+                let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
+                record::tokens_of(call.api, &v)
+            }),
+            response: JsonText::from_raw(body),
             error: None,
             upstream_status: Some(status.as_u16()),
         },
-        (_, true) => Outcome::failed(
+        (None, true) => Outcome::failed(
             "engine answered with invalid JSON".into(),
             Some(status.as_u16()),
         ),
         (body, false) => Outcome {
-            response: body.clone().unwrap_or(Value::Null),
+            response: body.map(JsonText::from_raw).unwrap_or_default(),
             ..Outcome::failed(
                 format!("engine answered HTTP {status}"),
                 Some(status.as_u16()),
@@ -233,7 +239,7 @@ async fn complete(call: Call, resp: reqwest::Response) -> Result<Response, ApiEr
         },
     };
     call.commit(outcome).await?;
-    if status.is_success() && parsed.is_none() {
+    if status.is_success() && !valid {
         return Err(ApiError::new(
             StatusCode::BAD_GATEWAY,
             "server_error",

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use axum::http::HeaderMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -17,7 +17,7 @@ pub struct CallRecord<'a> {
     pub api: ApiKind,
     /// Verbatim: the body as the harness sent it.
     pub request: &'a RawValue,
-    pub response: Value,
+    pub response: JsonText,
     pub prompt_ids: Vec<u32>,
     pub response_ids: Vec<u32>,
     pub response_logprobs: Vec<f32>,
@@ -38,11 +38,9 @@ pub struct CallRecord<'a> {
 
 impl CallRecord<'_> {
     pub fn to_payload(&self) -> JsonText {
-        // Serialising plain data with string keys cannot fail; fall back to
-        // the value path just in case rather than panic.
-        serde_json::to_string(self)
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
+        // Serialising plain data with string keys cannot fail.
+        serde_json::value::to_raw_value(self)
+            .map(JsonText::from_raw)
             .unwrap_or_default()
     }
 }
@@ -63,6 +61,53 @@ pub struct Tokens {
     pub response_ids: Vec<u32>,
     pub response_logprobs: Vec<f32>,
     pub finish_reason: Option<String>,
+}
+
+/// The token fields of a complete response body, read straight from its
+/// bytes (no JSON tree: this runs on every proxied call). `None` when the
+/// body does not have the expected shape; [`tokens_of`] then reads what it
+/// can.
+pub fn tokens_of_bytes(body: &[u8]) -> Option<Tokens> {
+    #[derive(Deserialize)]
+    struct Body {
+        prompt_token_ids: Option<Vec<u32>>,
+        #[serde(default)]
+        choices: Vec<Choice>,
+    }
+    #[derive(Deserialize)]
+    struct Choice {
+        prompt_token_ids: Option<Vec<u32>>,
+        token_ids: Option<Vec<u32>>,
+        logprobs: Option<Logprobs>,
+        finish_reason: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Logprobs {
+        content: Option<Vec<Entry>>,
+        token_logprobs: Option<Vec<Option<f64>>>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        logprob: f64,
+    }
+    let body: Body = serde_json::from_slice(body).ok()?;
+    let choice = body.choices.into_iter().next()?;
+    let logprobs = choice
+        .logprobs
+        .map(|l| match (l.content, l.token_logprobs) {
+            (Some(c), _) => c.into_iter().map(|e| e.logprob as f32).collect(),
+            (None, Some(t)) => t.into_iter().map(|x| x.unwrap_or(0.0) as f32).collect(),
+            (None, None) => Vec::new(),
+        });
+    Some(Tokens {
+        prompt_ids: body
+            .prompt_token_ids
+            .or(choice.prompt_token_ids)
+            .unwrap_or_default(),
+        response_ids: choice.token_ids.unwrap_or_default(),
+        response_logprobs: logprobs.unwrap_or_default(),
+        finish_reason: choice.finish_reason,
+    })
 }
 
 /// Reads choice 0 of a chat or completions body. vLLM puts chat prompt ids
@@ -139,6 +184,17 @@ mod tests {
         assert_eq!(
             tokens_of(ApiKind::Completions, &json!(null)),
             Tokens::default()
+        );
+        for (api, body) in [
+            (ApiKind::ChatCompletions, chat),
+            (ApiKind::Completions, comp),
+        ] {
+            let bytes = serde_json::to_vec(&body).unwrap();
+            assert_eq!(tokens_of_bytes(&bytes), Some(tokens_of(api, &body)));
+        }
+        assert_eq!(
+            tokens_of_bytes(br#"{"choices": [{"token_ids": ["x"]}]}"#),
+            None
         );
     }
 }

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, Outcome};
+use crate::rollout::JsonText;
 
 /// Chunks buffered between the upstream reader and the client.
 const CHANNEL: usize = 64;
@@ -69,7 +70,7 @@ async fn pump(call: Call, upstream: reqwest::Response, tx: mpsc::Sender<Result<B
         error = Some("upstream stream ended without [DONE]".into());
     }
     let outcome = Outcome {
-        response: asm.response(),
+        response: JsonText::from(asm.response()),
         tokens: std::mem::take(&mut asm.tokens),
         error: error.clone(),
         upstream_status,
