@@ -1,7 +1,8 @@
 //! Gateway vs direct-to-engine: throughput and added latency at 1, 64 and 512
 //! concurrent connections, in one run, on loopback.
 //!
-//! `cargo bench -p agl --bench gateway [-- --secs S --engine-ms MS --conns 1,64,512]`
+//! `cargo bench -p agl --bench gateway [-- --secs S --engine-ms MS --conns 1,64,512
+//! --durability process|power]`
 //!
 //! Each connection is a client task sending non-streamed chat completions
 //! back to back for `--secs` (after a short warm-up). "direct" posts the body
@@ -28,6 +29,7 @@ struct Opts {
     secs: f64,
     engine_ms: u64,
     conns: Vec<usize>,
+    durability: Vec<Durability>,
 }
 
 fn opts() -> Opts {
@@ -35,6 +37,7 @@ fn opts() -> Opts {
         secs: 3.0,
         engine_ms: 20,
         conns: vec![1, 64, 512],
+        durability: vec![Durability::Process, Durability::Power],
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -43,6 +46,13 @@ fn opts() -> Opts {
         match args[i].as_str() {
             "--secs" => o.secs = value.parse().unwrap_or(o.secs),
             "--engine-ms" => o.engine_ms = value.parse().unwrap_or(o.engine_ms),
+            "--durability" => {
+                o.durability = match value.as_str() {
+                    "process" => vec![Durability::Process],
+                    "power" => vec![Durability::Power],
+                    _ => o.durability,
+                };
+            }
             "--conns" => {
                 o.conns = value.split(',').filter_map(|c| c.parse().ok()).collect();
             }
@@ -263,7 +273,7 @@ fn main() {
             "added p50",
             "added p99"
         );
-        for durability in [Durability::Process, Durability::Power] {
+        for &durability in &o.durability {
             let s = setup(o.engine_ms, durability).await;
             for &n in &o.conns {
                 let direct = drive(s.direct_targets(n).await, o.secs).await;

@@ -187,6 +187,9 @@ pub async fn patch(
         .store
         .set_status(&id, body.attempt, body.status, body.reason.as_deref())
         .await?;
+    if crate::store::state::is_terminal(rec.status) {
+        st.retries.forget(&id);
+    }
     Ok(Json(st.view(rec)))
 }
 
@@ -194,7 +197,9 @@ pub async fn cancel(
     State(st): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<RolloutView>, ApiError> {
-    Ok(Json(st.view(st.store.cancel(&id).await?)))
+    let rec = st.store.cancel(&id).await?;
+    st.retries.forget(&id);
+    Ok(Json(st.view(rec)))
 }
 
 pub async fn retry(

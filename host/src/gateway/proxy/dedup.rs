@@ -4,16 +4,18 @@
 //! one, so the export holds a single call.
 //!
 //! The index lives in memory only: after a gateway restart, retries of calls
-//! recorded before it are not detected (both stay exported).
+//! recorded before it are not detected (both stay exported). A rollout's
+//! entries are dropped when it finishes (`forget`), so the index holds only
+//! live rollouts.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-type Key = (String, u32, [u8; 32]);
+type Key = (u32, [u8; 32]);
 
-/// (rollout, attempt, blake3 of prompt ids) -> seq of the latest call.
+/// rollout -> (attempt, blake3 of prompt ids) -> seq of the latest call.
 #[derive(Clone, Default)]
-pub struct RetryIndex(Arc<Mutex<HashMap<Key, u64>>>);
+pub struct RetryIndex(Arc<Mutex<HashMap<String, HashMap<Key, u64>>>>);
 
 impl RetryIndex {
     /// Records call `seq`; returns `(old, new)` when it duplicates another
@@ -32,17 +34,25 @@ impl RetryIndex {
         for id in prompt_ids {
             hasher.update(&id.to_le_bytes());
         }
-        let key = (
-            rollout_id.to_string(),
-            attempt,
-            *hasher.finalize().as_bytes(),
-        );
+        let key = (attempt, *hasher.finalize().as_bytes());
         // A poisoned map is still a valid map.
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let prev = map.insert(key.clone(), seq)?;
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = all.entry(rollout_id.to_string()).or_default();
+        let prev = map.insert(key, seq)?;
         let (old, new) = (prev.min(seq), prev.max(seq));
         map.insert(key, new);
         Some((old, new))
+    }
+
+    /// Drops a finished rollout's entries.
+    pub fn forget(&self, rollout_id: &str) {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        all.remove(rollout_id);
+    }
+
+    /// Rollouts with entries (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
 
@@ -60,5 +70,8 @@ mod tests {
         // A late commit of an older seq is superseded by the newer one.
         assert_eq!(idx.observe("r", 1, &[1, 2], 8), Some((8, 9)));
         assert_eq!(idx.observe("r", 1, &[], 10), None);
+        idx.forget("r");
+        assert_eq!(idx.len(), 0);
+        assert_eq!(idx.observe("r", 1, &[1, 2], 11), None);
     }
 }
