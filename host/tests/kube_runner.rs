@@ -402,13 +402,21 @@ async fn watch_maps_events_and_relists_after_a_dropped_watch() {
         states.next().await.unwrap(),
         (key("c", 0), ExecState::Pending)
     );
-    pods.send(event("MODIFIED", pod("c", 0, "Failed", json!({}), exited)).clone())
-        .unwrap();
+    // The Job's condition may arrive before its pod's status: the failure
+    // is held back (the next report is another Job's) until the pod says why.
     jobs.send(event(
         "MODIFIED",
         job("c", 0, condition("Failed", "BackoffLimitExceeded")),
     ))
     .unwrap();
+    jobs.send(event("ADDED", job("c2", 0, json!({"active": 1}))))
+        .unwrap();
+    assert_eq!(
+        states.next().await.unwrap(),
+        (key("c2", 0), ExecState::Pending)
+    );
+    pods.send(event("MODIFIED", pod("c", 0, "Failed", json!({}), exited)))
+        .unwrap();
     assert_eq!(
         states.next().await.unwrap(),
         (key("c", 0), failed(false, "exit code 2"))

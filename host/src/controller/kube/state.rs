@@ -67,6 +67,13 @@ pub fn exec_state(job: &Job, pods: &[&Pod]) -> ExecState {
     }
 }
 
+/// A failed Job whose pods have not (yet) said why. The watch waits for the
+/// pod's event or the next relist before reporting it, so a pod status that
+/// arrives after its Job's condition still yields the exit code.
+pub fn is_unexplained_failure(state: &ExecState) -> bool {
+    matches!(state, ExecState::Failed { system: true, reason } if reason.starts_with("job failed:"))
+}
+
 /// Whether the runner should delete the Job: a pod stuck on its image would
 /// otherwise hold its slot until the active deadline.
 pub fn is_image_pull_failure(state: &ExecState) -> bool {
@@ -200,6 +207,11 @@ mod tests {
         );
         assert!(is_image_pull_failure(&state));
         assert!(!is_image_pull_failure(&failed(true, "OOMKilled")));
+        assert!(is_unexplained_failure(&exec_state(
+            &failed_job("BackoffLimitExceeded"),
+            &[]
+        )));
+        assert!(!is_unexplained_failure(&failed(false, "exit code 1")));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::render::{ANNOTATION_ROLLOUT, LABEL_ATTEMPT, MANAGED_SELECTOR};
-use super::state::{exec_state, is_image_pull_failure};
+use super::state::{exec_state, is_image_pull_failure, is_unexplained_failure};
 use super::{ExecKey, ExecState, Inner};
 
 /// Pause before relisting after a watch broke early, so an API server that
@@ -170,7 +170,7 @@ impl Reporter {
             .retain(|key, _| snapshot.jobs.contains_key(key));
         let keys: Vec<ExecKey> = snapshot.jobs.keys().cloned().collect();
         for key in keys {
-            if !self.report(&snapshot, key).await {
+            if !self.report(&snapshot, key, true).await {
                 return CycleEnd::Closed;
             }
         }
@@ -215,7 +215,7 @@ impl Reporter {
                 () = &mut due => return CycleEnd::Due,
             };
             if let Some(key) = key
-                && !self.report(&snapshot, key).await
+                && !self.report(&snapshot, key, false).await
             {
                 return CycleEnd::Closed;
             }
@@ -224,10 +224,14 @@ impl Reporter {
 
     /// Sends the execution's state if it changed; false once the receiver
     /// is gone. A Job stuck on its image is deleted when that is reported.
-    async fn report(&mut self, snapshot: &Snapshot, key: ExecKey) -> bool {
+    /// Between lists, an unexplained failure waits for its pod's event.
+    async fn report(&mut self, snapshot: &Snapshot, key: ExecKey, listed: bool) -> bool {
         let Some(state) = snapshot.state(&key) else {
             return true;
         };
+        if !listed && is_unexplained_failure(&state) {
+            return true;
+        }
         if self.reported.get(&key) == Some(&state) {
             return true;
         }
