@@ -1,0 +1,3 @@
+//! The rollout controller: turns queued rollouts into executions.
+
+pub mod kube;
