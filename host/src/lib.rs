@@ -2,6 +2,7 @@
 
 pub mod chat_template;
 pub mod config;
+pub mod controller;
 pub mod gateway;
 pub mod plugin;
 pub mod rollout;
