@@ -35,7 +35,7 @@ pub use local::{LocalRunner, NoCommand, TAIL_BYTES};
 pub use recover::EXECUTION;
 pub use runner::{ExecKey, LaunchSpec, Outcome, Recovered, Runner, Update, Verdict};
 
-use reconcile::{Reconciler, cancel_check_every};
+use reconcile::{Reconciler, Recorded, cancel_check_every};
 
 /// Wait between attempts to reach an unreachable gateway.
 const BACKOFF: Duration = Duration::from_secs(1);
@@ -141,8 +141,6 @@ async fn drain<R: Runner>(rec: &mut Reconciler<R>, rx: &mut mpsc::UnboundedRecei
     }
     tracing::info!("controller stopped");
 }
-
-type Recorded = Result<(), (Update, ClientError)>;
 
 fn flatten(done: Result<Recorded, tokio::task::JoinError>) -> Recorded {
     done.unwrap_or_else(|e| {

@@ -21,6 +21,9 @@ use crate::rollout::RolloutStatus;
 /// Stopped agents are re-checked against the store this often at most.
 const CANCEL_CHECK: Duration = Duration::from_secs(1);
 
+/// How recording an ending went: on error, the ending to retry.
+pub type Recorded = Result<(), Box<(Update, ClientError)>>;
+
 pub struct Reconciler<R: Runner> {
     pub client: GatewayClient,
     pub runner: Arc<R>,
@@ -29,7 +32,7 @@ pub struct Reconciler<R: Runner> {
     /// Executions running now.
     pub live: HashSet<ExecKey>,
     /// Endings being recorded; an error puts one back in `pending`.
-    pub finishing: JoinSet<Result<(), (Update, ClientError)>>,
+    pub finishing: JoinSet<Recorded>,
     pub pending: Vec<Update>,
     /// Claims whose answer was lost: resolved before anything new is claimed.
     pub doubtful: Vec<ExecKey>,
@@ -48,14 +51,15 @@ impl<R: Runner> Reconciler<R> {
         self.finishing.spawn(async move {
             match finish(&client, &update.0, &update.1, max).await {
                 Ok(()) => Ok(()),
-                Err(e) => Err((update, e)),
+                Err(e) => Err(Box::new((update, e))),
             }
         });
     }
 
     /// A finished recording: an error is retried on a later tick.
-    pub fn recorded(&mut self, result: Result<(), (Update, ClientError)>) {
-        if let Err((update, e)) = result {
+    pub fn recorded(&mut self, result: Recorded) {
+        if let Err(failed) = result {
+            let (update, e) = *failed;
             tracing::warn!(rollout = %update.0.rollout_id, error = %e, "cannot record the end of an execution; will retry");
             self.pending.push(update);
         }
