@@ -265,6 +265,7 @@ async fn a_crash_is_a_system_failure_retried_as_a_new_attempt() {
     let ids = stack
         .create([
             ("crash".to_string(), json!({})),
+            ("tempfail".to_string(), json!({})),
             ("nospawn".to_string(), json!({"bin": "/nonexistent/agent"})),
         ])
         .await;
@@ -272,6 +273,7 @@ async fn a_crash_is_a_system_failure_retried_as_a_new_attempt() {
     // names a binary that does not exist.
     let script = "case \"$AGL_ROLLOUT_ID/$AGL_ATTEMPT\" in \
                   crash/1) echo 'segfault ahead' >&2; kill -SEGV $$;; \
+                  tempfail/*) exit \"$AGL_SYSTEM_FAILURE_EXIT_CODE\";; \
                   esac; echo fine";
     let command = CommandSpec::Argv(vec![
         "{{ input.bin | default('sh') }}".into(),
@@ -319,6 +321,14 @@ async fn a_crash_is_a_system_failure_retried_as_a_new_attempt() {
     assert!(
         events.iter().all(|e| e.kind != "reward"),
         "a crash is never scored"
+    );
+
+    // The documented exit code (e.g. engine unreachable) is a system failure.
+    let tempfail = stack.store.get_rollout("tempfail").await.unwrap();
+    assert_eq!(tempfail.status, RolloutStatus::Failed);
+    assert_eq!(
+        tempfail.reason.as_deref(),
+        Some("system: agent reported a system failure (exit code 75)")
     );
 
     let nospawn = stack.store.get_rollout("nospawn").await.unwrap();
