@@ -32,6 +32,8 @@ pub struct Config {
     pub gateway: GatewayConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    #[serde(default)]
+    pub controller: crate::controller::ControllerConfig,
     /// Each plugin's own table, keyed by the plugin file's stem
     /// (`[plugin.exact-match]` configures `exact-match.wasm`).
     #[serde(default)]
@@ -173,6 +175,9 @@ impl Config {
         fix(&mut self.plugins.adapter);
         fix(&mut self.plugins.reward);
         fix(&mut self.plugins.cache_dir);
+        fix(&mut self.controller.workdir);
+        fix(&mut self.controller.logs_dir);
+        fix(&mut self.controller.kube.job_template);
     }
 
     /// The table for the plugin at `path`, keyed by its file stem.

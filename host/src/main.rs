@@ -32,6 +32,8 @@ enum Command {
     /// Write, inspect and test Wasm plugins offline.
     #[command(subcommand)]
     Plugin(cli::plugin::PluginCommand),
+    /// Run agents for queued rollouts against a gateway (`agl serve`).
+    Controller(cli::controller::ControllerArgs),
     /// Run the gateway (management API) over the store.
     Serve(cli::serve::ServeArgs),
     /// List, show and export rollouts from the store.
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         .and_then(|config| match args.command {
             Command::Plugin(cmd) => cli::plugin::run(cmd, config),
             Command::Serve(args) => cli::serve::run(args, config),
+            Command::Controller(args) => cli::controller::run(args, config),
             Command::Rollouts(cmd) => cli::rollouts::run(cmd),
         });
     match result {
