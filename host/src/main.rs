@@ -37,6 +37,9 @@ enum Command {
     /// List, show and export rollouts from the store.
     #[command(subcommand)]
     Rollouts(cli::rollouts::RolloutsCommand),
+    /// Fetch known models and import GGUF files as Hugging Face folders.
+    #[command(subcommand)]
+    Model(cli::model::ModelCommand),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
             Command::Plugin(cmd) => cli::plugin::run(cmd, config),
             Command::Serve(args) => cli::serve::run(args, config),
             Command::Rollouts(cmd) => cli::rollouts::run(cmd),
+            Command::Model(cmd) => cli::model::run(cmd),
         });
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! Subcommands of the `agl` binary.
 
+pub mod model;
 pub mod plugin;
 mod render;
 pub mod rollouts;
