@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use agl::chat_template::ChatTemplate;
 use agl::model::fetch::{self, SMOLLM2};
 use agl::model::hf_weights::{HfTensor, write_safetensors};
 use agl::model::{GgufFile, WeightDtype, import_gguf};
@@ -75,6 +76,7 @@ fn reference() -> &'static Value {
             &smollm2_gguf(),
             &dir.join("tokenizer_corpus.txt"),
             &dir.join("chat_conversations.json"),
+            &dir.join("tools_template.jinja"),
         ])
     })
 }
@@ -185,30 +187,47 @@ fn tokenizer_ids_and_decodes_match_transformers() {
     assert_eq!(tok.decode(&expected, false).unwrap(), whole);
 }
 
+/// The imported GGUF template (through `agl::tokenizer`), and a template
+/// using tools, `tojson` and tool calls (through `agl::chat_template`),
+/// each rendered as transformers renders it.
 #[test]
-fn chat_template_renders_as_transformers_does() {
+fn chat_templates_render_as_transformers_does() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
     let tok = Tokenizer::from_file(&imported().join("tokenizer.json")).unwrap();
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(imported().join("tokenizer_config.json")).unwrap(),
+    )
+    .unwrap();
+    let tools_template = ChatTemplate::new(
+        &std::fs::read_to_string(tests.join("tools_template.jinja")).unwrap(),
+        config["bos_token"].as_str().map(str::to_owned),
+        config["eos_token"].as_str().map(str::to_owned),
+    )
+    .unwrap();
     let conversations: Vec<Value> = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/chat_conversations.json"),
-        )
-        .unwrap(),
+        &std::fs::read_to_string(tests.join("chat_conversations.json")).unwrap(),
     )
     .unwrap();
     let rendered = reference()["chat"].as_array().unwrap();
-    assert_eq!(rendered.len(), conversations.len() * 2);
+    assert_eq!(rendered.len(), conversations.len() * 4);
     for case in rendered {
         let name = case["name"].as_str().unwrap();
         let conversation = conversations.iter().find(|c| c["name"] == name).unwrap();
-        let tools = conversation.get("tools").map(Value::to_string);
+        let messages = &conversation["messages"];
+        let tools = conversation.get("tools");
         let add = case["add_generation_prompt"].as_bool().unwrap();
-        let ours = tok
-            .apply_chat_template(&conversation["messages"].to_string(), tools.as_deref(), add)
-            .unwrap();
+        let ours = if case["template"] == "gguf" {
+            let tools = tools.map(Value::to_string);
+            tok.apply_chat_template(&messages.to_string(), tools.as_deref(), add)
+                .unwrap()
+        } else {
+            tools_template.render(messages, tools, add).unwrap()
+        };
         assert_eq!(
             ours,
             case["text"].as_str().unwrap(),
-            "{name} (add_generation_prompt={add})"
+            "{} template, {name} (add_generation_prompt={add})",
+            case["template"]
         );
     }
 }

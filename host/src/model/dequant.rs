@@ -85,7 +85,7 @@ pub fn byte_len(t: GgmlType, elements: u64) -> Result<usize, String> {
     let (per_block, block_bytes) = t
         .block()
         .ok_or_else(|| format!("{} cannot be decoded", t.name()))?;
-    if elements % per_block as u64 != 0 {
+    if !elements.is_multiple_of(per_block as u64) {
         return Err(format!(
             "{elements} elements is not a whole number of {} blocks of {per_block}",
             t.name()

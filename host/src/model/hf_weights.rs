@@ -89,7 +89,7 @@ pub fn hf_name(gguf_name: &str) -> Option<String> {
 /// split. Row `h*2*d + 2*i + a` of the GGUF tensor is row `h*2*d + a*d + i`
 /// of the HF tensor (transformers' `_reverse_permute_weights`).
 pub fn unpermute_rows(data: &[f32], rows: usize, n_head: usize) -> Result<Vec<f32>, String> {
-    if n_head == 0 || rows % (2 * n_head) != 0 || data.len() % rows.max(1) != 0 {
+    if n_head == 0 || !rows.is_multiple_of(2 * n_head) || !data.len().is_multiple_of(rows.max(1)) {
         return Err(format!(
             "{rows} rows cannot be split into {n_head} rotary heads"
         ));

@@ -4,9 +4,10 @@ make of a GGUF file, for the Rust importer to be compared against.
     gguf_parity.py synthetic OUT.gguf             a GGUF with one tensor per encoding
     gguf_parity.py dequant GGUF TENSORS.safetensors
         compares each tensor (GGUF names) with gguf.quants.dequantize
-    gguf_parity.py reference GGUF CORPUS CONVERSATIONS
+    gguf_parity.py reference GGUF CORPUS CONVERSATIONS TOOLS_TEMPLATE
         transformers' tokenizer from the GGUF: ids and decodes per corpus
-        line, and apply_chat_template per conversation
+        line, and apply_chat_template per conversation with the GGUF's
+        template and with TOOLS_TEMPLATE (one that uses tools and tojson)
     gguf_parity.py weights GGUF DIR
         transformers' model and config from the GGUF against DIR
 
@@ -80,7 +81,7 @@ def load_tokenizer(gguf_path):
     return AutoTokenizer.from_pretrained(os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path))
 
 
-def reference(gguf_path, corpus_path, conversations_path):
+def reference(gguf_path, corpus_path, conversations_path, tools_template_path):
     tok = load_tokenizer(gguf_path)
     with open(corpus_path, encoding="utf-8", newline="") as f:
         lines = f.read().split("\n")
@@ -96,19 +97,24 @@ def reference(gguf_path, corpus_path, conversations_path):
             "decoded_skip_special": tok.decode(ids, skip_special_tokens=True),
         })
     whole = "\n".join(lines)
+    with open(tools_template_path, encoding="utf-8") as f:
+        tools_template = f.read()
     rendered = []
-    for case in conversations:
-        for add_generation_prompt in (False, True):
-            rendered.append({
-                "name": case["name"],
-                "add_generation_prompt": add_generation_prompt,
-                "text": tok.apply_chat_template(
-                    case["messages"],
-                    tools=case.get("tools"),
-                    add_generation_prompt=add_generation_prompt,
-                    tokenize=False,
-                ),
-            })
+    for template in ("gguf", "tools"):
+        for case in conversations:
+            for add_generation_prompt in (False, True):
+                rendered.append({
+                    "template": template,
+                    "name": case["name"],
+                    "add_generation_prompt": add_generation_prompt,
+                    "text": tok.apply_chat_template(
+                        case["messages"],
+                        tools=case.get("tools"),
+                        add_generation_prompt=add_generation_prompt,
+                        tokenize=False,
+                        chat_template=tools_template if template == "tools" else None,
+                    ),
+                })
     return {
         "lines": encoded,
         "whole": {"ids": tok(whole)["input_ids"]},
