@@ -309,4 +309,11 @@ fn fetch_cli_reuses_a_finished_import() {
         std::fs::metadata(&weights).unwrap().modified().unwrap(),
         before
     );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&weights).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o644,
+        "weights readable by engines running as other users"
+    );
 }

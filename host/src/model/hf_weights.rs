@@ -172,8 +172,19 @@ pub fn write_safetensors(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ImportError::Write(e.to_string()))?;
     let metadata = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    let write_err =
+        |e: &dyn std::fmt::Display| ImportError::Write(format!("{}: {e}", path.display()));
     safetensors::tensor::serialize_to_file(views, Some(metadata), path)
-        .map_err(|e| ImportError::Write(format!("{}: {e}", path.display())))
+        .map_err(|e| write_err(&e))?;
+    // safetensors writes through a private (0600) temporary file; the folder
+    // is shared with engines and pods that may run as other users.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| write_err(&e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
