@@ -2,7 +2,8 @@
 # Installs what agl needs on a fresh machine, skipping what is already there:
 # the wasm32-wasip2 Rust target, a Python venv with the torch that tch 0.26
 # links against plus the openai SDK (for the proxy's SDK tests), and the
-# built-in plugins (build/plugins/*.wasm).
+# built-in plugins (build/plugins/*.wasm), and the Python references the
+# GGUF import tests compare against (transformers, gguf, jinja2, accelerate).
 #
 # Environment:
 #   AGL_VENV          venv location (default: .venv in the repo)
@@ -12,6 +13,11 @@ cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
 OPENAI_VERSION=3.57.0  # the SDK host/tests/openai_sdk.rs drives the proxy with
+# host/tests/model_import.rs checks the GGUF import against these.
+TRANSFORMERS_VERSION=5.24.0
+GGUF_VERSION=0.19.0
+JINJA2_VERSION=3.1.6
+ACCELERATE_VERSION=1.15.0  # transformers needs it to load a model from a GGUF
 VENV=${AGL_VENV:-.venv}
 
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
@@ -29,6 +35,17 @@ fi
 if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
     echo "setup: installing openai==$OPENAI_VERSION into $VENV"
     "$VENV/bin/pip" install --quiet "openai==$OPENAI_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit([version(p) for p in ('transformers', 'gguf', 'jinja2', 'accelerate')]
+         != ['$TRANSFORMERS_VERSION', '$GGUF_VERSION', '$JINJA2_VERSION', '$ACCELERATE_VERSION'])
+" 2>/dev/null; then
+    echo "setup: installing transformers, gguf, jinja2, accelerate into $VENV"
+    "$VENV/bin/pip" install --quiet "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION" \
+        "jinja2==$JINJA2_VERSION" "accelerate==$ACCELERATE_VERSION"
 fi
 
 plugins/build.sh

@@ -39,6 +39,9 @@ enum Command {
     /// List, show and export rollouts from the store.
     #[command(subcommand)]
     Rollouts(cli::rollouts::RolloutsCommand),
+    /// Fetch known models and import GGUF files as Hugging Face folders.
+    #[command(subcommand)]
+    Model(cli::model::ModelCommand),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => cli::serve::run(args, config),
             Command::Controller(args) => cli::controller::run(args, config),
             Command::Rollouts(cmd) => cli::rollouts::run(cmd),
+            Command::Model(cmd) => cli::model::run(cmd),
         });
     match result {
         Ok(code) => code,
