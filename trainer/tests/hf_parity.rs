@@ -12,9 +12,10 @@ use agl_trainer::model::{Model, read_safetensors_folder};
 use common::venv_python;
 use tch::{Device, Kind, Tensor};
 
-const CASES: [&str; 5] = [
+const CASES: [&str; 6] = [
     "llama_gqa_tied",
     "llama3_rope",
+    "llama_linear_rope",
     "qwen2_bias",
     "qwen3_qk_norm",
     "mistral_window",

@@ -94,8 +94,8 @@ fn batched_steps_match_each_sequence_alone() {
     let prefill = model.forward_cached(&mut cache, &batch).unwrap();
     assert_eq!(prefill.size(), [3, 300]);
     let mut worst = 0f64;
-    for i in 0..3 {
-        worst = worst.max(max_abs_diff(&prefill.get(i as i64), &alone[i][0]));
+    for (i, outs) in alone.iter().enumerate() {
+        worst = worst.max(max_abs_diff(&prefill.get(i as i64), &outs[0]));
     }
     for step in 0..4 {
         let toks: Vec<[i64; 1]> = (0..3).map(|i| [decode[i][step]]).collect();
@@ -105,8 +105,8 @@ fn batched_steps_match_each_sequence_alone() {
             .map(|(s, t)| (*s, t.as_slice()))
             .collect();
         let out = model.forward_cached(&mut cache, &batch).unwrap();
-        for i in 0..3 {
-            worst = worst.max(max_abs_diff(&out.get(i as i64), &alone[i][step + 1]));
+        for (i, outs) in alone.iter().enumerate() {
+            worst = worst.max(max_abs_diff(&out.get(i as i64), &outs[step + 1]));
         }
     }
     println!("batched vs alone max abs diff {worst:e}");

@@ -219,3 +219,64 @@ fn parse_rope_scaling(rope: Option<&Value>) -> Result<RopeScaling, ModelError> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parse(extra: Value) -> Result<ModelConfig, ModelError> {
+        let mut config = json!({
+            "model_type": "llama", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 32,
+        });
+        if let (Some(base), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        ModelConfig::from_json(config)
+    }
+
+    #[test]
+    fn transformers_4_layout() {
+        // SmolLM2-style: rope_theta at the top, rope_scaling null, no kv heads.
+        let c = parse(json!({ "rope_theta": 100000.0, "rope_scaling": null, "eos_token_id": 2 }))
+            .unwrap();
+        assert_eq!(
+            (c.rope_theta, c.rope_scaling.clone()),
+            (100000.0, RopeScaling::None)
+        );
+        assert_eq!((c.num_key_value_heads, c.head_dim), (2, 4));
+        assert_eq!(c.eos_token_ids, vec![2]);
+        let c = parse(json!({ "rope_scaling": { "type": "linear", "factor": 2.0 } })).unwrap();
+        assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
+        assert_eq!(c.rope_theta, 10000.0);
+    }
+
+    #[test]
+    fn transformers_5_layout() {
+        let rope = json!({ "rope_type": "default", "rope_theta": 1e6 });
+        let c = parse(
+            json!({ "model_type": "qwen2", "rope_parameters": rope, "eos_token_id": [3, 4] }),
+        )
+        .unwrap();
+        assert_eq!((c.rope_theta, c.qkv_bias, c.o_bias), (1e6, true, false));
+        assert_eq!(c.eos_token_ids, vec![3, 4]);
+    }
+
+    #[test]
+    fn unsupported_features_are_named() {
+        let err = |extra| parse(extra).unwrap_err().to_string();
+        assert!(err(json!({ "model_type": "gpt2" })).contains("gpt2"));
+        assert!(
+            err(json!({ "rope_scaling": { "rope_type": "yarn", "factor": 4.0 } })).contains("yarn")
+        );
+        assert!(
+            err(json!({ "rope_scaling": { "rope_type": "llama3", "factor": 8.0 } }))
+                .contains("low_freq_factor")
+        );
+        assert!(err(json!({ "hidden_act": "gelu" })).contains("gelu"));
+        assert!(err(json!({ "num_key_value_heads": 3 })).contains("multiple"));
+    }
+}

@@ -54,6 +54,12 @@ CASES = {
             ),
         ),
     ),
+    # Linear RoPE scaling (positions divided by the factor).
+    "llama_linear_rope": (
+        LlamaConfig,
+        LlamaForCausalLM,
+        dict(tie_word_embeddings=True, rope_scaling=dict(rope_type="linear", rope_theta=10000.0, factor=2.5)),
+    ),
     # q/k/v biases.
     "qwen2_bias": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1e6)),
     # q/k RMSNorm and a head_dim that is not hidden/heads.
