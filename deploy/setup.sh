@@ -3,7 +3,8 @@
 # the wasm32-wasip2 Rust target, a Python venv with the torch that tch 0.26
 # links against plus the openai SDK (for the proxy's SDK tests), and the
 # built-in plugins (build/plugins/*.wasm), and the Python references the
-# GGUF import tests compare against (transformers, gguf, jinja2, accelerate).
+# GGUF import and trainer parity tests compare against (transformers, gguf,
+# jinja2, accelerate).
 #
 # Environment:
 #   AGL_VENV          venv location (default: .venv in the repo)
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
 OPENAI_VERSION=3.57.0  # the SDK host/tests/openai_sdk.rs drives the proxy with
-# host/tests/model_import.rs checks the GGUF import against these.
+# host/tests/model_import.rs and trainer/tests/hf_parity.rs compare against these.
 TRANSFORMERS_VERSION=5.24.0
 GGUF_VERSION=0.19.0
 JINJA2_VERSION=3.1.6

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/setup.sh
+. deploy/env.sh
 cargo build --release -p agl
 agl="${CARGO_TARGET_DIR:-target}/release/agl"
 fixtures=examples/fixtures

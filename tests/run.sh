@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/setup.sh
+. deploy/env.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 log=$(mktemp)

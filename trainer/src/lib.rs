@@ -1,0 +1,5 @@
+//! agl's policy side: the tch model (this crate knows nothing of HTTP).
+//! See `trainer/README.md` for the API, the KV-cache design and the logprob
+//! convention.
+
+pub mod model;

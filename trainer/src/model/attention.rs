@@ -1,0 +1,137 @@
+//! Grouped-query self-attention and the decoder layer around it.
+//!
+//! Split in two steps so the full forward and the KV-cache forward share the
+//! maths: `project` makes q/k/v for the new tokens (RoPE applied), the caller
+//! decides which keys/values to attend over (just the new ones, or the cache
+//! with the new ones written in), and `attend` finishes.
+
+use tch::Tensor;
+use tch::nn::Path;
+
+use super::config::ModelConfig;
+use super::layers::{Linear, Mlp, RmsNorm};
+use super::rope::RopeTables;
+
+#[derive(Debug)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    num_heads: i64,
+    num_kv_heads: i64,
+    head_dim: i64,
+}
+
+impl Attention {
+    pub fn new(path: Path, config: &ModelConfig) -> Self {
+        let (h, d, std) = (
+            config.hidden_size,
+            config.head_dim,
+            config.initializer_range,
+        );
+        let (nh, nkv) = (config.num_attention_heads, config.num_key_value_heads);
+        let norm = |name: &str| {
+            config
+                .qk_norm
+                .then(|| RmsNorm::new(&path / name, d, config.rms_norm_eps))
+        };
+        Self {
+            q_proj: Linear::new(&path / "q_proj", h, nh * d, config.qkv_bias, std),
+            k_proj: Linear::new(&path / "k_proj", h, nkv * d, config.qkv_bias, std),
+            v_proj: Linear::new(&path / "v_proj", h, nkv * d, config.qkv_bias, std),
+            o_proj: Linear::new(&path / "o_proj", nh * d, h, config.o_bias, std),
+            q_norm: norm("q_norm"),
+            k_norm: norm("k_norm"),
+            num_heads: nh,
+            num_kv_heads: nkv,
+            head_dim: d,
+        }
+    }
+
+    /// `x` `[B, T, hidden]` -> q `[B, heads, T, d]`, k and v `[B, kv_heads, T, d]`.
+    pub fn project(&self, x: &Tensor, rope: &RopeTables) -> (Tensor, Tensor, Tensor) {
+        let (b, t) = (x.size()[0], x.size()[1]);
+        let split = |y: Tensor, heads: i64, norm: &Option<RmsNorm>| {
+            let y = y.view([b, t, heads, self.head_dim]);
+            let y = match norm {
+                Some(norm) => norm.forward(&y),
+                None => y,
+            };
+            y.transpose(1, 2)
+        };
+        let q = split(self.q_proj.forward(x), self.num_heads, &self.q_norm);
+        let k = split(self.k_proj.forward(x), self.num_kv_heads, &self.k_norm);
+        let v = split(self.v_proj.forward(x), self.num_kv_heads, &None);
+        (rope.apply(&q), rope.apply(&k), v)
+    }
+
+    /// Attends `q` `[B, heads, T, d]` over `k`/`v` `[B, kv_heads, L, d]`;
+    /// `mask` `[B, 1, T, L]` is true where a query may see a key. Every query
+    /// row must see at least one key. Returns `[B, T, hidden]`.
+    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
+        let groups = self.num_heads / self.num_kv_heads;
+        let (k, v) = if groups > 1 {
+            // kv head j serves query heads j*groups .. (j+1)*groups, as in
+            // transformers' repeat_kv.
+            (
+                k.repeat_interleave_self_int(groups, 1, None),
+                v.repeat_interleave_self_int(groups, 1, None),
+            )
+        } else {
+            (k.shallow_clone(), v.shallow_clone())
+        };
+        let out =
+            Tensor::scaled_dot_product_attention(q, &k, &v, Some(mask), 0.0, false, None, false);
+        let (b, t) = (q.size()[0], q.size()[2]);
+        let out = out
+            .transpose(1, 2)
+            .reshape([b, t, self.num_heads * self.head_dim]);
+        self.o_proj.forward(&out)
+    }
+}
+
+/// Pre-norm decoder block: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
+#[derive(Debug)]
+pub struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    pub fn new(path: Path, config: &ModelConfig) -> Self {
+        let eps = config.rms_norm_eps;
+        Self {
+            input_layernorm: RmsNorm::new(&path / "input_layernorm", config.hidden_size, eps),
+            self_attn: Attention::new(&path / "self_attn", config),
+            post_attention_layernorm: RmsNorm::new(
+                &path / "post_attention_layernorm",
+                config.hidden_size,
+                eps,
+            ),
+            mlp: Mlp::new(&path / "mlp", config),
+        }
+    }
+
+    /// `kv` maps this step's new k/v to the k/v to attend over (identity for
+    /// the full forward; cache write + read for the cached one).
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &RopeTables,
+        mask: &Tensor,
+        kv: impl FnOnce(Tensor, Tensor) -> (Tensor, Tensor),
+    ) -> Tensor {
+        let (q, k, v) = self
+            .self_attn
+            .project(&self.input_layernorm.forward(x), rope);
+        let (k, v) = kv(k, v);
+        let x = x + self.self_attn.attend(&q, &k, &v, mask);
+        let mlp_out = self.mlp.forward(&self.post_attention_layernorm.forward(&x));
+        x + mlp_out
+    }
+}

@@ -1,0 +1,86 @@
+//! The small building blocks: linear, RMSNorm and the SwiGLU MLP. Their
+//! tensors live in the model's `VarStore` under Hugging Face names.
+
+use tch::nn::{Init, Path};
+use tch::{Kind, Tensor};
+
+use super::config::ModelConfig;
+
+/// `y = x W^T (+ b)`, weights `[out, in]` as in PyTorch.
+#[derive(Debug)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(path: Path, in_dim: i64, out_dim: i64, bias: bool, std: f64) -> Self {
+        let weight = path.var(
+            "weight",
+            &[out_dim, in_dim],
+            Init::Randn {
+                mean: 0.0,
+                stdev: std,
+            },
+        );
+        let bias = bias.then(|| path.var("bias", &[out_dim], Init::Const(0.0)));
+        Self { weight, bias }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// RMSNorm computed in f32 and cast back before the weight, like
+/// transformers' `LlamaRMSNorm`.
+#[derive(Debug)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(path: Path, dim: i64, eps: f64) -> Self {
+        Self {
+            weight: path.var("weight", &[dim], Init::Const(1.0)),
+            eps,
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let x32 = x.to_kind(Kind::Float);
+        let variance = x32.square().mean_dim(-1, true, Kind::Float);
+        let normed = x32 * (variance + self.eps).rsqrt();
+        &self.weight * normed.to_kind(kind)
+    }
+}
+
+/// `down(silu(gate(x)) * up(x))`.
+#[derive(Debug)]
+pub struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    pub fn new(path: Path, config: &ModelConfig) -> Self {
+        let (h, i, std) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.initializer_range,
+        );
+        Self {
+            gate_proj: Linear::new(&path / "gate_proj", h, i, false, std),
+            up_proj: Linear::new(&path / "up_proj", h, i, false, std),
+            down_proj: Linear::new(&path / "down_proj", i, h, false, std),
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.down_proj
+            .forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+    }
+}

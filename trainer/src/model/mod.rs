@@ -1,0 +1,229 @@
+//! The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) in tch.
+//!
+//! One set of weights, two forward paths:
+//! - [`Model::forward`]: tokens `[B, T]` (right padded) -> logits `[B, T, V]`,
+//!   with autograd, for the trainer's logprobs;
+//! - [`Model::forward_cached`]: a batched step over a [`KvCache`] for the
+//!   inference engine (see `cache.rs` for the design).
+//!
+//! Parameters live in a `tch::nn::VarStore` under the exact Hugging Face
+//! names (`model.layers.0.self_attn.q_proj.weight`, ...), so weights load
+//! from and save to a Hugging Face folder (`weights.rs`) and an optimizer can
+//! take `var_store().trainable_variables()`.
+
+mod attention;
+mod cache;
+mod config;
+mod layers;
+mod logprobs;
+mod rope;
+mod weights;
+
+use std::path::PathBuf;
+
+use tch::nn::{Init, VarStore};
+use tch::{Device, Kind, Tensor};
+
+use attention::DecoderLayer;
+use layers::RmsNorm;
+use rope::Rope;
+
+pub use cache::{KvCache, SlotId};
+pub use config::{ModelConfig, ModelType, RopeScaling};
+pub use logprobs::token_logprobs;
+pub use weights::{DEFAULT_MAX_SHARD_BYTES, read_safetensors_folder};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("invalid config.json: {0}")]
+    Config(String),
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    #[error("invalid input: {0}")]
+    Input(String),
+    #[error("weights: {0}")]
+    Weights(String),
+    #[error("kv cache: {0}")]
+    Cache(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    SafeTensors {
+        path: PathBuf,
+        source: safetensors::SafeTensorError,
+    },
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+}
+
+/// A decoder-only language model with its parameters.
+#[derive(Debug)]
+pub struct Model {
+    config: ModelConfig,
+    kind: Kind,
+    vs: VarStore,
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// The same tensor as `embed_tokens` when the embeddings are tied.
+    lm_head: Tensor,
+    rope: Rope,
+}
+
+impl Model {
+    /// A model with freshly initialised parameters (normal with the config's
+    /// `initializer_range`, zero biases, unit norms) of `kind` (`Float`,
+    /// `BFloat16` or `Half`) on `device`.
+    pub fn new(config: ModelConfig, kind: Kind, device: Device) -> Result<Self, ModelError> {
+        if !matches!(kind, Kind::Float | Kind::BFloat16 | Kind::Half) {
+            return Err(ModelError::Unsupported(format!(
+                "dtype {kind:?} (use Float, BFloat16 or Half)"
+            )));
+        }
+        let mut vs = VarStore::new(device);
+        vs.set_kind(kind);
+        let root = vs.root();
+        let model = &root / "model";
+        let std = config.initializer_range;
+        let embed_tokens = (&model / "embed_tokens").var(
+            "weight",
+            &[config.vocab_size, config.hidden_size],
+            Init::Randn {
+                mean: 0.0,
+                stdev: std,
+            },
+        );
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| DecoderLayer::new(&model / "layers" / i, &config))
+            .collect();
+        let norm = RmsNorm::new(&model / "norm", config.hidden_size, config.rms_norm_eps);
+        let lm_head = if config.tie_word_embeddings {
+            embed_tokens.shallow_clone()
+        } else {
+            (&root / "lm_head").var(
+                "weight",
+                &[config.vocab_size, config.hidden_size],
+                Init::Randn {
+                    mean: 0.0,
+                    stdev: std,
+                },
+            )
+        };
+        let rope = Rope::new(&config, device);
+        Ok(Self {
+            config,
+            kind,
+            vs,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The parameter dtype.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    /// The parameters, named as in Hugging Face checkpoints. With tied
+    /// embeddings there is no `lm_head.weight` (it is `model.embed_tokens.weight`).
+    pub fn var_store(&self) -> &VarStore {
+        &self.vs
+    }
+
+    /// Training/scoring forward with autograd. `tokens` `[B, T]` i64;
+    /// `attention_mask` `[B, T]` (1 = real token, 0 = padding) with padding
+    /// on the right only, so every row starts with a real token. Positions
+    /// are `0..T` for every row. Returns logits `[B, T, V]` in the model
+    /// dtype; `logits[b, t]` predicts `tokens[b, t + 1]`. Logits at padded
+    /// positions are finite but meaningless.
+    pub fn forward(
+        &self,
+        tokens: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> Result<Tensor, ModelError> {
+        let (b, t) = match tokens.size()[..] {
+            [b, t] if t > 0 => (b, t),
+            _ => {
+                return Err(ModelError::Input(format!(
+                    "tokens must be [B, T>0], got {:?}",
+                    tokens.size()
+                )));
+            }
+        };
+        self.check_token_ids(tokens)?;
+        let device = self.device();
+        let pos = Tensor::arange(t, (Kind::Int64, device));
+        let mut mask = self
+            .visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
+            .view([1, 1, t, t]);
+        if let Some(am) = attention_mask {
+            if am.size() != [b, t] {
+                return Err(ModelError::Input(format!(
+                    "attention_mask {:?} != tokens {:?}",
+                    am.size(),
+                    [b, t]
+                )));
+            }
+            let am = am.to_device(device).to_kind(Kind::Bool);
+            if !bool::try_from(am.select(1, 0).all())? {
+                return Err(ModelError::Input(
+                    "attention_mask: padding must be on the right".into(),
+                ));
+            }
+            mask = mask.logical_and(&am.view([b, 1, 1, t]));
+        }
+        let tables = self.rope.tables(&pos.unsqueeze(0), self.kind);
+        let mut x = Tensor::embedding(
+            &self.embed_tokens,
+            &tokens.to_device(device),
+            -1,
+            false,
+            false,
+        );
+        for layer in &self.layers {
+            x = layer.forward(&x, &tables, &mask, |k, v| (k, v));
+        }
+        Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
+    }
+
+    /// Whether a query at position `q` may see a key at position `k`
+    /// (broadcasting i64 tensors): causal, and within the sliding window.
+    fn visible(&self, q: &Tensor, k: &Tensor) -> Tensor {
+        let causal = k.le_tensor(q);
+        match self.config.sliding_window {
+            Some(w) => causal.logical_and(&(q - k).lt(w as i64)),
+            None => causal,
+        }
+    }
+
+    fn check_token_ids(&self, tokens: &Tensor) -> Result<(), ModelError> {
+        if tokens.kind() != Kind::Int64 {
+            return Err(ModelError::Input(format!(
+                "tokens must be i64, got {:?}",
+                tokens.kind()
+            )));
+        }
+        let (lo, hi) = (i64::try_from(tokens.min())?, i64::try_from(tokens.max())?);
+        if lo < 0 || hi >= self.config.vocab_size {
+            return Err(ModelError::Input(format!(
+                "token ids must be in 0..{}, got {lo}..={hi}",
+                self.config.vocab_size
+            )));
+        }
+        Ok(())
+    }
+}
