@@ -19,8 +19,15 @@ pub struct K8sRunner {
     timeout_secs: u64,
     /// Executions whose end has not been reported yet.
     waiting: Waiting,
-    /// Keeps the watch alive; dropping it stops the background task.
-    _watch: tokio::task::JoinHandle<()>,
+    /// The background task feeding `waiting`; aborted on drop (dropping a
+    /// `JoinHandle` alone would detach it and keep the watch running).
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for K8sRunner {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
 }
 
 impl K8sRunner {
@@ -52,7 +59,7 @@ impl K8sRunner {
             kube,
             timeout_secs,
             waiting,
-            _watch: watch,
+            watch,
         }
     }
 

@@ -41,10 +41,12 @@ pub async fn recover<R: Runner>(
         if runner_name.is_some_and(|n| n != runner.name()) {
             continue; // another runner's execution
         }
-        let found = match recorded {
-            Some(p) => runner.recover(&key, p, updates.clone()).await,
-            None => Recovered::Lost,
-        };
+        // Without an `execution` event (a crash between launch and its
+        // record) the runner is still asked: a Kubernetes Job has a
+        // deterministic name and may be running; a local runner answers Lost.
+        let found = runner
+            .recover(&key, recorded.unwrap_or(&Value::Null), updates.clone())
+            .await;
         match found {
             Recovered::Adopted => {
                 adopted.insert(key);
