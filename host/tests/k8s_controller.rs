@@ -366,6 +366,41 @@ async fn a_restarted_controller_adopts_the_running_job() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_graceful_stop_leaves_jobs_for_the_next_controller() {
+    let stack = Stack::start(|_| Reply::text("unused")).await;
+    stack
+        .create([("steady".to_string(), json!({"task": "t"}))])
+        .await;
+    let cluster = Cluster::default();
+    let first = start(&stack, &cluster, 1, config(300)).await;
+    cluster.posted("agl-steady-1").await;
+    cluster.set_pod("agl-steady-1", "Running", json!({"running": {}}));
+    wait_execution(&stack, "steady", 1).await;
+
+    // A rolling restart: the Job keeps running, no retry is spent.
+    first.stop().await;
+    let rec = stack.store.get_rollout("steady").await.unwrap();
+    assert_eq!((rec.status, rec.attempt), (RolloutStatus::Running, 1));
+    cluster.with(|s| assert!(s.deletes.is_empty(), "{:?}", s.deletes));
+
+    let second = start(&stack, &cluster, 2, config(300)).await;
+    cluster
+        .wait("the second controller's watches", |s| {
+            let watching = |what: &str| s.reads.iter().any(|(c, r)| *c == 2 && r == what);
+            watching("watch jobs") && watching("watch pods")
+        })
+        .await;
+    cluster.set_job_status("agl-steady-1", condition("Complete", "CompletionsReached"));
+    wait_status(&stack, "steady", 1, RolloutStatus::Succeeded).await;
+    second.stop().await;
+    cluster.with(|s| {
+        assert_eq!(s.posts.len(), 1, "adopted, not relaunched");
+        assert!(s.deletes.is_empty(), "{:?}", s.deletes);
+        assert!(s.unexpected.is_empty(), "{:?}", s.unexpected);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_created_just_before_a_crash_is_adopted() {
     let stack = Stack::start(|_| Reply::text("unused")).await;
     stack

@@ -107,6 +107,10 @@ impl Runner for K8sRunner {
         "k8s"
     }
 
+    fn outlives_controller(&self) -> bool {
+        true
+    }
+
     async fn launch(
         &self,
         spec: LaunchSpec,

@@ -116,6 +116,11 @@ impl<R: Runner> Controller<R> {
 /// Shutdown: wait, then stop what still runs, and record every ending.
 async fn drain<R: Runner>(rec: &mut Reconciler<R>, rx: &mut mpsc::UnboundedReceiver<Update>) {
     tracing::info!(running = rec.live.len(), "controller stopping");
+    // Jobs in a cluster keep running without us; the next controller adopts
+    // them, so a restart neither kills them nor spends a retry.
+    if rec.runner.outlives_controller() {
+        rec.live.clear();
+    }
     let wait = tokio::time::sleep(Duration::from_secs(rec.config.shutdown_wait_secs));
     let mut wait = std::pin::pin!(wait);
     let mut stopping = false;

@@ -79,6 +79,13 @@ pub trait Runner: Send + Sync + 'static {
     /// Recorded in the `execution` event (`"local"`, `"k8s"`).
     fn name(&self) -> &'static str;
 
+    /// True when executions keep running after the controller stops (Jobs
+    /// in a cluster): shutdown then leaves them for the next controller to
+    /// adopt instead of stopping them.
+    fn outlives_controller(&self) -> bool {
+        false
+    }
+
     /// Starts an execution; its end is sent on `updates`. Returns what to
     /// record in the `execution` event so a later controller can find it
     /// (pid/pgid, job name). An error is a system failure of the attempt.
