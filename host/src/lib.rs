@@ -3,6 +3,7 @@
 pub mod chat_template;
 pub mod config;
 pub mod gateway;
+pub mod inference;
 pub mod plugin;
 pub mod rollout;
 pub mod scaffold;

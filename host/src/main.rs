@@ -32,6 +32,9 @@ enum Command {
     /// Write, inspect and test Wasm plugins offline.
     #[command(subcommand)]
     Plugin(cli::plugin::PluginCommand),
+    /// Serve a model with agl's own inference engine (OpenAI-compatible).
+    #[command(subcommand)]
+    Engine(cli::engine::EngineCommand),
     /// Run the gateway (management API) over the store.
     Serve(cli::serve::ServeArgs),
     /// List, show and export rollouts from the store.
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         .map_err(anyhow::Error::from)
         .and_then(|config| match args.command {
             Command::Plugin(cmd) => cli::plugin::run(cmd, config),
+            Command::Engine(cmd) => cli::engine::run(cmd),
             Command::Serve(args) => cli::serve::run(args, config),
             Command::Rollouts(cmd) => cli::rollouts::run(cmd),
         });

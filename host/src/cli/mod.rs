@@ -1,5 +1,6 @@
 //! Subcommands of the `agl` binary.
 
+pub mod engine;
 pub mod plugin;
 mod render;
 pub mod rollouts;
