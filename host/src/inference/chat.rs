@@ -16,13 +16,20 @@ pub fn prompt(tokenizer: &Tokenizer, body: &Value) -> Result<Vec<u32>, ApiError>
         .get("messages")
         .filter(|m| m.is_array())
         .ok_or_else(|| ApiError::bad_request("`messages` must be a list"))?;
-    let tools = body.get("tools").filter(|t| !t.is_null()).map(Value::to_string);
+    let tools = body
+        .get("tools")
+        .filter(|t| !t.is_null())
+        .map(Value::to_string);
     let add_generation_prompt = body
         .get("add_generation_prompt")
         .and_then(Value::as_bool)
         .unwrap_or(true);
     let text = tokenizer
-        .apply_chat_template(&messages.to_string(), tools.as_deref(), add_generation_prompt)
+        .apply_chat_template(
+            &messages.to_string(),
+            tools.as_deref(),
+            add_generation_prompt,
+        )
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     tokenizer
         .encode(&text, false)
@@ -40,7 +47,11 @@ pub fn message_parts(job: &Job, text: String) -> (Option<String>, Vec<ToolCall>)
 
 pub fn body(job: &Job, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
     let (content, calls) = message_parts(job, text);
-    let finish = if calls.is_empty() { finish } else { "tool_calls" };
+    let finish = if calls.is_empty() {
+        finish
+    } else {
+        "tool_calls"
+    };
     let mut choice = json!({
         "index": 0,
         "message": {"role": "assistant", "content": content,

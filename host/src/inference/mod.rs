@@ -147,7 +147,10 @@ fn eos_ids(dir: &Path, tokenizer: &Tokenizer) -> Vec<u32> {
             _ => {}
         }
     }
-    let mut ids: Vec<u32> = ids.into_iter().filter_map(|n| u32::try_from(n).ok()).collect();
+    let mut ids: Vec<u32> = ids
+        .into_iter()
+        .filter_map(|n| u32::try_from(n).ok())
+        .collect();
     let token = read("tokenizer_config.json")
         .get("eos_token")
         .and_then(|t| t.as_str().or_else(|| t.get("content")?.as_str()))
@@ -239,7 +242,11 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
         })
         .map_err(|e| match e {
             EngineError::Invalid(m) => ApiError::bad_request(m),
-            other => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", other.to_string()),
+            other => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                other.to_string(),
+            ),
         })?;
     let prefix = match api {
         Api::Chat => "chatcmpl",

@@ -44,7 +44,11 @@ pub fn parse(body: &Value, api: Api, eos: &[u32], max_len: usize) -> Result<Opti
         .or(u64_of("max_tokens")?)
         .map_or(max_len, |n| n as usize);
     // vLLM: top_k <= 0 means no cut.
-    let top_k = body.get("top_k").and_then(Value::as_i64).unwrap_or(0).max(0) as usize;
+    let top_k = body
+        .get("top_k")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        .max(0) as usize;
     let mut stop_ids: Vec<u32> = match body.get("stop_token_ids") {
         Some(Value::Array(ids)) => ids
             .iter()
@@ -54,7 +58,11 @@ pub fn parse(body: &Value, api: Api, eos: &[u32], max_len: usize) -> Result<Opti
         None | Some(Value::Null) => Vec::new(),
         Some(_) => return Err(ApiError::bad_request("`stop_token_ids` must be a list")),
     };
-    if !body.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false) {
+    if !body
+        .get("ignore_eos")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+    {
         stop_ids.extend_from_slice(eos);
     }
     let stop = match body.get("stop") {

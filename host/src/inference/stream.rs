@@ -59,9 +59,7 @@ async fn pump(
                 let delta = text.push(id);
                 let chunk = match job.api {
                     Api::Chat => chat::token_chunk(&job, id, logprob, &delta),
-                    Api::Completions => {
-                        completions::token_chunk(&job, id, logprob, &delta, first)
-                    }
+                    Api::Completions => completions::token_chunk(&job, id, logprob, &delta, first),
                 };
                 first = false;
                 chunk
