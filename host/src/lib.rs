@@ -4,6 +4,7 @@ pub mod chat_template;
 pub mod config;
 pub mod controller;
 pub mod gateway;
+pub mod inference;
 pub mod model;
 pub mod plugin;
 pub mod rollout;

@@ -34,6 +34,9 @@ enum Command {
     Plugin(cli::plugin::PluginCommand),
     /// Run agents for queued rollouts against a gateway (`agl serve`).
     Controller(cli::controller::ControllerArgs),
+    /// Serve a model with agl's own inference engine (OpenAI-compatible).
+    #[command(subcommand)]
+    Engine(cli::engine::EngineCommand),
     /// Run the gateway (management API) over the store.
     Serve(cli::serve::ServeArgs),
     /// List, show and export rollouts from the store.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         .map_err(anyhow::Error::from)
         .and_then(|config| match args.command {
             Command::Plugin(cmd) => cli::plugin::run(cmd, config),
+            Command::Engine(cmd) => cli::engine::run(cmd),
             Command::Serve(args) => cli::serve::run(args, config),
             Command::Controller(args) => cli::controller::run(args, config),
             Command::Rollouts(cmd) => cli::rollouts::run(cmd),

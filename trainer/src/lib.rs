@@ -2,4 +2,5 @@
 //! See `trainer/README.md` for the API, the KV-cache design and the logprob
 //! convention.
 
+pub mod engine;
 pub mod model;

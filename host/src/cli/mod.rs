@@ -1,6 +1,7 @@
 //! Subcommands of the `agl` binary.
 
 pub mod controller;
+pub mod engine;
 pub mod model;
 pub mod plugin;
 mod render;

@@ -97,6 +97,12 @@ impl Gateway {
         &self.state
     }
 
+    /// Serves engine base URL `embedded://{name}` in-process with `router`
+    /// (see `inference::embed`).
+    pub fn register_embedded(&self, name: &str, router: Router) {
+        self.state.upstream.register_embedded(name, router);
+    }
+
     /// The pause flag and in-flight registry the proxy uses.
     pub fn control(&self) -> Arc<ProxyControl> {
         self.state.control.clone()

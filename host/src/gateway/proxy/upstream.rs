@@ -1,9 +1,14 @@
 //! The engine side: one pooled HTTP client per gateway, replica pinning and
 //! retries with exponential backoff and jitter.
 
+use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use axum::Router;
+use tower::ServiceExt;
 
 use reqwest::StatusCode;
 
@@ -25,9 +30,15 @@ pub enum UpstreamError {
     },
 }
 
+/// Base URL scheme of engines served in-process (see `inference::embed`).
+pub const EMBEDDED: &str = "embedded://";
+
 #[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
+    /// In-process engines by name: `embedded://NAME/...` is dispatched to
+    /// `NAME`'s router under `/v1/...`, without an HTTP hop.
+    embedded: Arc<RwLock<HashMap<String, Router>>>,
 }
 
 impl Default for Upstream {
@@ -39,7 +50,10 @@ impl Default for Upstream {
             .tcp_nodelay(true)
             .build()
             .unwrap_or_default();
-        Upstream { client }
+        Upstream {
+            client,
+            embedded: Arc::default(),
+        }
     }
 }
 
@@ -74,6 +88,44 @@ fn backoff(try_no: u32) -> Duration {
 }
 
 impl Upstream {
+    /// Serves `embedded://{name}` with `router` (which routes `/v1/...`).
+    pub fn register_embedded(&self, name: &str, router: Router) {
+        if let Ok(mut map) = self.embedded.write() {
+            map.insert(name.to_string(), router);
+        }
+    }
+
+    /// One try: over HTTP, or into an embedded engine's router.
+    async fn try_once(&self, url: &str, body: bytes::Bytes) -> Result<reqwest::Response, String> {
+        let Some(rest) = url.strip_prefix(EMBEDDED) else {
+            return self
+                .client
+                .post(url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| e.to_string());
+        };
+        let (name, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let router = self
+            .embedded
+            .read()
+            .ok()
+            .and_then(|m| m.get(name).cloned())
+            .ok_or_else(|| format!("no embedded engine `{name}` in this process"))?;
+        let request = axum::http::Request::post(format!("/v1/{path}"))
+            .header(axum::http::header::CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from(body))
+            .map_err(|e| e.to_string())?;
+        let Ok(response) = router.oneshot(request).await;
+        let (parts, body) = response.into_parts();
+        let body = reqwest::Body::wrap_stream(body.into_data_stream());
+        Ok(reqwest::Response::from(axum::http::Response::from_parts(
+            parts, body,
+        )))
+    }
+
     /// POSTs `body` to `url` until the engine answers with something other
     /// than a connection error, 408, 429 or 5xx, or the tries run out. Only
     /// the response head is awaited, so nothing has reached the client yet.
@@ -88,17 +140,10 @@ impl Upstream {
             if try_no > 0 {
                 tokio::time::sleep(backoff(try_no - 1)).await;
             }
-            let sent = self
-                .client
-                .post(url)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone())
-                .send()
-                .await;
-            match sent {
+            match self.try_once(url, body.clone()).await {
                 Ok(resp) if !retryable(resp.status()) => return Ok(resp),
                 Ok(resp) => message = format!("HTTP {}", resp.status()),
-                Err(e) => message = e.to_string(),
+                Err(e) => message = e,
             }
             tracing::debug!(engine = %engine.name, try_no, %message, "upstream try failed");
         }
