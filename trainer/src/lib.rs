@@ -3,3 +3,4 @@
 //! convention.
 
 pub mod model;
+pub mod rl;
