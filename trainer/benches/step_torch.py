@@ -1,0 +1,57 @@
+"""The agl training step in PyTorch eager, for trainer/benches/step.rs.
+
+Usage: python step_torch.py DIR THREADS REPEATS
+
+DIR holds the model (config.json + model.safetensors, saved by agl) and
+batch.json (tokens, weights and advantages on the [B, T-1] logprob grid,
+engine logprobs, temperature, clip and TIS settings). Runs the same
+forward + backward as agl (on-policy: old = detached new logprobs; PPO clip,
+TIS weight, fixed token weights) and prints JSON: median milliseconds and
+the loss.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    folder, threads, repeats = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.train()
+    b = json.loads((folder / "batch.json").read_text())
+    tokens = torch.tensor(b["tokens"])
+    shape = (tokens.shape[0], tokens.shape[1] - 1)
+    grid = {k: torch.tensor(b[k], dtype=torch.float32).view(shape) for k in ("weight", "advantage", "engine")}
+    lo, hi, tis_max, temp = 1 - b["eps_low"], 1 + b["eps_high"], b["tis_threshold"], b["temperature"]
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        logits = model(input_ids=tokens).logits
+        new = (logits[:, :-1].float() / temp).log_softmax(-1).gather(2, tokens[:, 1:, None]).squeeze(-1)
+        old = new.detach()
+        ratio = (new - old).exp()
+        adv = grid["advantage"]
+        pg = torch.maximum(-ratio * adv, -ratio.clamp(lo, hi) * adv)
+        tis = (old - grid["engine"]).exp().clamp(max=tis_max)
+        loss = (pg * tis * grid["weight"]).sum()
+        loss.backward()
+        return loss.item()
+
+    loss = step()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        loss = step()
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    print(json.dumps({"ms": times[len(times) // 2], "loss": loss}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+//! The RL update of the trainer (DESIGN.md section 4), on plain structs the
+//! host fills from plugin samples: no HTTP, no store.
+//!
+//! Pipeline: [`batch::build_update`] (exclude system failures and unrewarded
+//! rollouts, group, cap whole groups, advantages, fixed token weights) ->
+//! [`step::train_step`] (FFD micro-batches, forward/backward with gradient
+//! accumulation, grad-norm clip, AdamW with LR schedule).
+//!
+//! The contract, with group g, rollout i (reward `r_i`, samples `S_i`),
+//! response-token mask `m_{s,t}` and `T_i = sum_{s in S_i} sum_t m_{s,t}`:
+//! - advantage ([`advantage`]): GRPO `(r_i - mean_g r) / (std_g r + eps)`
+//!   (sample std, optional) or RLOO `r_i - mean_{j != i} r_j`; singleton
+//!   groups get 0;
+//! - loss ([`loss`]): `L = (1/N) sum_i (1/T_i) sum_{s in S_i} sum_t m_{s,t}
+//!   l_{s,t}`, computed as `sum w_{s,t} l_{s,t}` with `w = m / (N T_i)` fixed
+//!   before micro-batching, so every packing gives the same gradient.
+
+pub mod advantage;
+pub mod batch;
+pub mod loss;
+pub mod pack;
+pub mod step;
+
+pub use advantage::{Estimator, group_advantages};
+pub use batch::{
+    BatchConfig, BatchStats, Outcome, Prepared, Rollout, Sample, TrainSample, UpdateBatch,
+    UpdateCap, build_update,
+};
+pub use loss::LossConfig;
+pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};
+pub use step::{
+    AdamWConfig, LrDecay, LrSchedule, RlOptimizer, StepConfig, StepStats, accumulate_gradients,
+    evaluate, score_old_logprobs, train_step,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RlError {
+    #[error("invalid rollout data: {0}")]
+    Input(String),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Torch(#[from] tch::TchError),
+}

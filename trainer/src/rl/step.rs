@@ -1,0 +1,456 @@
+//! One optimizer update over an [`UpdateBatch`].
+//!
+//! [`train_step`]: zero the gradients, pack the samples (first-fit-decreasing
+//! under `token_budget`), run forward + backward per micro-batch (gradients
+//! accumulate; the fixed weights make the sum exactly the batch gradient),
+//! clip the global gradient norm, set the scheduled learning rate, AdamW step.
+//!
+//! `logp_old` (the trainer's logprobs at the start of the update) defaults to
+//! the detached logprobs of the training forward itself: with one optimizer
+//! step per update batch these are the same numbers, and it saves a forward.
+//! To take several optimizer steps on one batch (PPO epochs), call
+//! [`score_old_logprobs`] once first so every step uses the same `old`.
+//!
+//! Mixed precision: bf16 autocast on CUDA when `bf16_autocast` is set; on
+//! CPU the model runs in its own dtype (f32 for training). Logprobs are
+//! always computed in f32.
+
+use tch::nn::{self, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+use super::RlError;
+use super::batch::UpdateBatch;
+use super::loss::{LossConfig, TokenInputs, token_loss};
+use super::pack::{MicroBatch, Packing, pack_ffd};
+use crate::model::{Model, token_logprobs};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepConfig {
+    pub loss: LossConfig,
+    /// The temperature the engine sampled with (logprob convention).
+    pub temperature: f64,
+    /// Slots (rows * padded length) per micro-batch.
+    pub token_budget: usize,
+    /// Global L2 gradient-norm clip; `None` = no clipping.
+    pub max_grad_norm: Option<f64>,
+    pub bf16_autocast: bool,
+    /// Compute the policy entropy on trainable tokens (costs a log-softmax
+    /// over the vocabulary per trainable token, without autograd).
+    pub entropy: bool,
+}
+
+impl Default for StepConfig {
+    fn default() -> Self {
+        StepConfig {
+            loss: LossConfig::default(),
+            temperature: 1.0,
+            token_budget: 16_384,
+            max_grad_norm: Some(1.0),
+            bf16_autocast: true,
+            entropy: true,
+        }
+    }
+}
+
+/// After the linear warm-up: constant, or cosine down to `min_lr` at
+/// `total_steps`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LrDecay {
+    Constant,
+    Cosine { total_steps: u64, min_lr: f64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LrSchedule {
+    pub peak_lr: f64,
+    pub warmup_steps: u64,
+    pub decay: LrDecay,
+}
+
+impl LrSchedule {
+    /// The learning rate of update `step` (0-based): `peak * (step + 1) /
+    /// warmup` during warm-up, then the decay.
+    pub fn lr_at(&self, step: u64) -> f64 {
+        if step < self.warmup_steps {
+            return self.peak_lr * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        match self.decay {
+            LrDecay::Constant => self.peak_lr,
+            LrDecay::Cosine {
+                total_steps,
+                min_lr,
+            } => {
+                let span = total_steps.saturating_sub(self.warmup_steps).max(1) as f64;
+                let progress = ((step - self.warmup_steps) as f64 / span).min(1.0);
+                min_lr
+                    + 0.5
+                        * (self.peak_lr - min_lr)
+                        * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWConfig {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub weight_decay: f64,
+    pub eps: f64,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            weight_decay: 0.0,
+            eps: 1e-8,
+        }
+    }
+}
+
+/// AdamW over the model's trainable parameters with an LR schedule.
+pub struct RlOptimizer {
+    opt: nn::Optimizer,
+    schedule: LrSchedule,
+    steps: u64,
+}
+
+impl RlOptimizer {
+    pub fn new(model: &Model, adamw: AdamWConfig, schedule: LrSchedule) -> Result<Self, RlError> {
+        let opt = nn::AdamW {
+            beta1: adamw.beta1,
+            beta2: adamw.beta2,
+            wd: adamw.weight_decay,
+            eps: adamw.eps,
+            amsgrad: false,
+        }
+        .build(model.var_store(), schedule.lr_at(0))?;
+        Ok(RlOptimizer {
+            opt,
+            schedule,
+            steps: 0,
+        })
+    }
+
+    /// Updates done so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+}
+
+/// What one update did (token statistics are means over trainable tokens).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepStats {
+    /// The batch loss `sum w * l` (the DESIGN.md per-rollout mean).
+    pub loss: f64,
+    /// `sum w * A` = the mean advantage over the batch's rollouts.
+    pub mean_advantage: f64,
+    pub clip_fraction: f64,
+    pub tis_truncated_fraction: f64,
+    /// Mean k3(old -> new): 0 on the first step of an update.
+    pub approx_kl: f64,
+    /// Mean k3(ref -> new) over tokens that have reference logprobs.
+    pub ref_kl: Option<f64>,
+    /// Mean entropy of the policy (at the sampling temperature); NaN when
+    /// not computed.
+    pub entropy: f64,
+    /// Global gradient norm before clipping (0 for [`evaluate`]).
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub trainable_tokens: usize,
+    pub samples: usize,
+    pub micro_batches: usize,
+    pub padding_waste: f64,
+}
+
+/// One update: forward/backward over FFD micro-batches, clip, AdamW step.
+pub fn train_step(
+    model: &Model,
+    optimizer: &mut RlOptimizer,
+    batch: &UpdateBatch,
+    cfg: &StepConfig,
+) -> Result<StepStats, RlError> {
+    optimizer.opt.zero_grad();
+    let packing = pack_ffd(&lengths(batch), cfg.token_budget);
+    let mut stats = accumulate_gradients(model, batch, &packing, cfg)?;
+    let params = model.var_store().trainable_variables();
+    stats.grad_norm = clip_grad_norm(&params, cfg.max_grad_norm);
+    stats.lr = optimizer.schedule.lr_at(optimizer.steps);
+    optimizer.opt.set_lr(stats.lr);
+    optimizer.opt.step();
+    optimizer.steps += 1;
+    Ok(stats)
+}
+
+/// Forward + backward of every micro-batch of `packing`, adding into the
+/// parameters' `.grad` (not zeroed here). Any packing gives the same sum.
+pub fn accumulate_gradients(
+    model: &Model,
+    batch: &UpdateBatch,
+    packing: &Packing,
+    cfg: &StepConfig,
+) -> Result<StepStats, RlError> {
+    run(model, batch, packing, cfg, true)
+}
+
+/// The loss and statistics of `batch` under the current weights, without
+/// gradients.
+pub fn evaluate(
+    model: &Model,
+    batch: &UpdateBatch,
+    cfg: &StepConfig,
+) -> Result<StepStats, RlError> {
+    let packing = pack_ffd(&lengths(batch), cfg.token_budget);
+    tch::no_grad(|| run(model, batch, &packing, cfg, false))
+}
+
+/// Stores the current trainer logprobs as every sample's `old_logprobs`.
+pub fn score_old_logprobs(
+    model: &Model,
+    batch: &mut UpdateBatch,
+    cfg: &StepConfig,
+) -> Result<(), RlError> {
+    let packing = pack_ffd(&lengths(batch), cfg.token_budget);
+    tch::no_grad(|| {
+        for mb in &packing.micro_batches {
+            let (tokens, mask) = padded_tokens(batch, mb, model.device());
+            let logits = forward(model, &tokens, &mask, cfg)?;
+            let lp = token_logprobs(&logits, &tokens, cfg.temperature).to_device(Device::Cpu);
+            for (row, &i) in mb.indices.iter().enumerate() {
+                let s = &mut batch.samples[i];
+                let n = s.len() - s.prompt_len;
+                let start = (s.prompt_len - 1) as i64;
+                let row = lp.get(row as i64).narrow(0, start, n as i64);
+                s.old_logprobs = Some(Vec::<f32>::try_from(row)?);
+            }
+        }
+        Ok(())
+    })
+}
+
+pub fn lengths(batch: &UpdateBatch) -> Vec<usize> {
+    batch.samples.iter().map(|s| s.len()).collect()
+}
+
+fn forward(
+    model: &Model,
+    tokens: &Tensor,
+    mask: &Tensor,
+    cfg: &StepConfig,
+) -> Result<Tensor, RlError> {
+    let autocast = cfg.bf16_autocast && model.device().is_cuda();
+    Ok(tch::autocast(autocast, || {
+        model.forward(tokens, Some(mask))
+    })?)
+}
+
+/// `[rows, max_len]` right-padded tokens (pad id 0) and attention mask.
+fn padded_tokens(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> (Tensor, Tensor) {
+    let (rows, len) = (mb.indices.len(), mb.max_len);
+    let mut tokens = vec![0i64; rows * len];
+    let mut mask = vec![0i64; rows * len];
+    for (r, &i) in mb.indices.iter().enumerate() {
+        let s = &batch.samples[i].tokens;
+        tokens[r * len..r * len + s.len()].copy_from_slice(s);
+        mask[r * len..r * len + s.len()].fill(1);
+    }
+    let shape = [rows as i64, len as i64];
+    (
+        Tensor::from_slice(&tokens).view(shape).to_device(device),
+        Tensor::from_slice(&mask).view(shape).to_device(device),
+    )
+}
+
+/// Per-token inputs laid out on the `[rows, max_len - 1]` logprob grid:
+/// response token `k` of a sample with prompt length `p` is column `p + k - 1`.
+struct Grid {
+    weight: Tensor,
+    advantage: Tensor,
+    trainable: Tensor,
+    old: Tensor,
+    has_old: Tensor,
+    engine: Tensor,
+    reference: Tensor,
+    has_ref: Tensor,
+}
+
+fn grid(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> Grid {
+    let (rows, cols) = (mb.indices.len(), mb.max_len - 1);
+    let mut g: [Vec<f32>; 8] = std::array::from_fn(|_| vec![0f32; rows * cols]);
+    let [
+        weight,
+        adv,
+        trainable,
+        old,
+        has_old,
+        engine,
+        reference,
+        has_ref,
+    ] = &mut g;
+    for (r, &i) in mb.indices.iter().enumerate() {
+        let s = &batch.samples[i];
+        let base = r * cols + s.prompt_len - 1;
+        for (k, &w) in s.weights.iter().enumerate() {
+            let c = base + k;
+            weight[c] = w;
+            adv[c] = s.advantage;
+            trainable[c] = if w > 0.0 { 1.0 } else { 0.0 };
+            engine[c] = s.engine_logprobs[k];
+            if let Some(o) = &s.old_logprobs {
+                old[c] = o[k];
+                has_old[c] = 1.0;
+            }
+            if let Some(rl) = &s.ref_logprobs {
+                reference[c] = rl[k];
+                has_ref[c] = 1.0;
+            }
+        }
+    }
+    let [
+        weight,
+        advantage,
+        trainable,
+        old,
+        has_old,
+        engine,
+        reference,
+        has_ref,
+    ] = g.map(|v| {
+        Tensor::from_slice(&v)
+            .view([rows as i64, cols as i64])
+            .to_device(device)
+    });
+    Grid {
+        weight,
+        advantage,
+        trainable,
+        old,
+        has_old,
+        engine,
+        reference,
+        has_ref,
+    }
+}
+
+fn scalar(t: &Tensor) -> Result<f64, RlError> {
+    Ok(f64::try_from(t.to_kind(Kind::Double).sum(Kind::Double))?)
+}
+
+fn run(
+    model: &Model,
+    batch: &UpdateBatch,
+    packing: &Packing,
+    cfg: &StepConfig,
+    backward: bool,
+) -> Result<StepStats, RlError> {
+    let device = model.device();
+    let mut stats = StepStats {
+        samples: batch.samples.len(),
+        micro_batches: packing.micro_batches.len(),
+        padding_waste: packing.padding_waste(),
+        ..StepStats::default()
+    };
+    let (mut tokens_sum, mut clipped, mut truncated, mut kl) = (0.0, 0.0, 0.0, 0.0);
+    let (mut ref_kl, mut ref_tokens, mut entropy) = (0.0, 0.0, 0.0);
+    for mb in &packing.micro_batches {
+        let (tokens, mask) = padded_tokens(batch, mb, device);
+        let logits = forward(model, &tokens, &mask, cfg)?;
+        let new = token_logprobs(&logits, &tokens, cfg.temperature);
+        let g = grid(batch, mb, device);
+        let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
+        let out = token_loss(
+            &TokenInputs {
+                new: &new,
+                old: &old,
+                engine: &g.engine,
+                advantage: &g.advantage,
+                weight: &g.weight,
+                trainable: &g.trainable,
+                reference: Some((&g.reference, &g.has_ref)),
+            },
+            &cfg.loss,
+        );
+        if backward {
+            out.loss.backward();
+        }
+        stats.loss += scalar(&out.loss.detach())?;
+        stats.mean_advantage += scalar(&(&g.weight * &g.advantage))?;
+        tokens_sum += scalar(&g.trainable)?;
+        clipped += out.clipped_tokens;
+        truncated += out.truncated_tokens;
+        kl += out.approx_kl_sum;
+        ref_kl += out.ref_kl_sum;
+        ref_tokens += out.ref_tokens;
+        if cfg.entropy {
+            entropy += tch::no_grad(|| entropy_sum(&logits, &g.trainable, cfg.temperature))?;
+        }
+    }
+    let per_token = |x: f64| {
+        if tokens_sum > 0.0 {
+            x / tokens_sum
+        } else {
+            0.0
+        }
+    };
+    stats.trainable_tokens = tokens_sum as usize;
+    stats.clip_fraction = per_token(clipped);
+    stats.tis_truncated_fraction = per_token(truncated);
+    stats.approx_kl = per_token(kl);
+    stats.ref_kl = (ref_tokens > 0.0).then(|| ref_kl / ref_tokens);
+    stats.entropy = if cfg.entropy {
+        per_token(entropy)
+    } else {
+        f64::NAN
+    };
+    Ok(stats)
+}
+
+/// Sum of the policy entropy at the trainable positions.
+fn entropy_sum(logits: &Tensor, trainable: &Tensor, temperature: f64) -> Result<f64, RlError> {
+    let (rows, cols) = (trainable.size()[0], trainable.size()[1]);
+    let vocab = logits.size()[2];
+    let at = trainable
+        .view([rows * cols])
+        .gt(0.5)
+        .nonzero()
+        .squeeze_dim(1);
+    let picked = logits
+        .detach()
+        .narrow(1, 0, cols)
+        .reshape([rows * cols, vocab])
+        .index_select(0, &at)
+        .to_kind(Kind::Float)
+        / temperature;
+    let logp = picked.log_softmax(-1, None);
+    scalar(&-(logp.exp() * &logp))
+}
+
+/// Global L2 norm of the gradients, scaled down to `max` when above it.
+fn clip_grad_norm(params: &[Tensor], max: Option<f64>) -> f64 {
+    tch::no_grad(|| {
+        let norms: Vec<Tensor> = params
+            .iter()
+            .map(|p| p.grad())
+            .filter(|g| g.defined())
+            .map(|g| g.to_kind(Kind::Float).norm())
+            .collect();
+        if norms.is_empty() {
+            return 0.0;
+        }
+        let total = f64::try_from(Tensor::stack(&norms, 0).norm()).unwrap_or(f64::NAN);
+        if let Some(max) = max
+            && total > max
+        {
+            let scale = max / (total + 1e-6);
+            for p in params {
+                let mut g = p.grad();
+                if g.defined() {
+                    let _ = g.g_mul_scalar_(scale);
+                }
+            }
+        }
+        total
+    })
+}
