@@ -317,3 +317,56 @@ fn fetch_cli_reuses_a_finished_import() {
         "weights readable by engines running as other users"
     );
 }
+
+/// agl's own tch model on the imported folder against transformers loading
+/// the same GGUF: logits on fixed chat prompts (f32), top-1 agreement at
+/// every position and the largest absolute difference, both printed.
+#[test]
+fn imported_smollm2_logits_match_transformers() {
+    use agl_trainer::model::Model;
+    use tch::{Device, Kind, Tensor};
+
+    let dir = imported();
+    let tok = Tokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
+    let prompts: Vec<Vec<u32>> = [
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is 7+5?<|im_end|>\n<|im_start|>assistant\n",
+        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n# 東京 is the capital of Japan 🙂",
+    ]
+    .iter()
+    .map(|p| tok.encode(p, false).unwrap())
+    .collect();
+    let scratch = scratch("logits");
+    let ids_path = scratch.join("ids.json");
+    std::fs::write(&ids_path, serde_json::to_vec(&prompts).unwrap()).unwrap();
+    let out_path = scratch.join("logits.safetensors");
+    python(&[&"logits", &smollm2_gguf(), &ids_path, &out_path]);
+    let theirs = Tensor::read_safetensors(&out_path).unwrap();
+
+    let model = Model::load(dir, Kind::Float, Device::Cpu).unwrap();
+    let (mut worst, mut agree, mut positions) = (0f64, 0i64, 0i64);
+    for (i, ids) in prompts.iter().enumerate() {
+        let input =
+            Tensor::from_slice(&ids.iter().map(|&t| i64::from(t)).collect::<Vec<_>>()).unsqueeze(0);
+        let ours = tch::no_grad(|| model.forward(&input, None)).unwrap().get(0);
+        let (_, reference) = theirs
+            .iter()
+            .find(|(name, _)| *name == format!("p{i}"))
+            .unwrap();
+        assert_eq!(ours.size(), reference.size());
+        let diff = (&ours - reference).abs().max().double_value(&[]);
+        worst = worst.max(diff);
+        let same = ours
+            .argmax(-1, false)
+            .eq_tensor(&reference.argmax(-1, false))
+            .sum(Kind::Int64)
+            .int64_value(&[]);
+        agree += same;
+        positions += ids.len() as i64;
+    }
+    println!(
+        "SmolLM2 logits vs transformers (GGUF): top-1 agreement {agree}/{positions}, max abs diff {worst:.3e}"
+    );
+    assert_eq!(agree, positions, "top-1 token differs somewhere");
+    assert!(worst < 1e-3, "max abs logit diff {worst}");
+}

@@ -164,9 +164,30 @@ def weights(gguf_path, out_dir):
     }
 
 
+def logits(gguf_path, ids_path, out_path):
+    """transformers' logits for each prompt in IDS_PATH (JSON list of id
+    lists), loaded straight from the GGUF, saved as safetensors `p0`, `p1`..."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path), dtype=torch.float32
+    )
+    prompts = json.load(open(ids_path))
+    out = {}
+    with torch.no_grad():
+        for i, ids in enumerate(prompts):
+            out[f"p{i}"] = model(torch.tensor([ids])).logits[0].float().contiguous()
+    save_file(out, out_path)
+    return {"prompts": len(prompts)}
+
+
 def main():
     command, args = sys.argv[1], sys.argv[2:]
-    result = {"synthetic": synthetic, "dequant": dequant, "reference": reference, "weights": weights}[command](*args)
+    commands = {"synthetic": synthetic, "dequant": dequant, "reference": reference,
+                "weights": weights, "logits": logits}
+    result = commands[command](*args)
     json.dump(result, sys.stdout, ensure_ascii=False, default=str)
 
 
