@@ -1,47 +1,20 @@
 //! `agl serve` and `agl rollouts` as a user runs them: the real binary, a
 //! free port, the admin key from the environment, SIGTERM to stop.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod support;
+
+use std::process::Command;
 
 use serde_json::{Value, json};
 
-const AGL: &str = env!("CARGO_BIN_EXE_agl");
-
-/// The port from the "listening" log line (which may carry ANSI colours).
-fn port_from(line: &str) -> Option<u16> {
-    let rest = &line[line.find("http://127.0.0.1:")? + "http://127.0.0.1:".len()..];
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
+use support::{ADMIN, AGL, spawn_serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_then_read_back_with_the_rollouts_commands() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("agl.db");
-    let mut child = Command::new(AGL)
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(&db)
-        .env("AGL_ADMIN_KEY", "k3y")
-        .env_remove("AGL_CONFIG")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn agl serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let port = loop {
-        let line = lines
-            .next()
-            .expect("agl serve exited before listening")
-            .expect("read stderr");
-        if let Some(p) = port_from(&line) {
-            break p;
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-
-    let base = format!("http://127.0.0.1:{port}");
+    let mut served = spawn_serve(&db);
+    let base = served.base.clone();
     let http = reqwest::Client::new();
     let unauth = http
         .get(format!("{base}/v1/rollouts"))
@@ -51,7 +24,7 @@ async fn serve_then_read_back_with_the_rollouts_commands() {
     assert_eq!(unauth.status(), 401);
     let created: Value = http
         .post(format!("{base}/v1/rollouts"))
-        .bearer_auth("k3y")
+        .bearer_auth(ADMIN)
         .json(&json!({"rollouts": [{"rollout_id": "cli-1", "mode": "val", "input": {"q": 1}}]}))
         .send()
         .await
@@ -65,11 +38,11 @@ async fn serve_then_read_back_with_the_rollouts_commands() {
     );
 
     let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &served.child.id().to_string()])
         .status()
         .expect("kill");
     assert!(kill.success());
-    let status = child.wait().expect("wait");
+    let status = served.child.wait().expect("wait");
     assert!(status.success(), "agl serve exited with {status}");
 
     let run = |args: &[&str]| {
