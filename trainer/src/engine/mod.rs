@@ -207,14 +207,7 @@ impl EngineHandle {
         tensors: Vec<(String, Tensor)>,
         version: u64,
     ) -> Result<(), EngineError> {
-        let (done, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Update {
-                tensors,
-                version,
-                done,
-            })
-            .map_err(|_| EngineError::Stopped)?;
+        let rx = self.send_update(tensors, version)?;
         Ok(rx.await.map_err(|_| EngineError::Stopped)??)
     }
 
@@ -224,6 +217,16 @@ impl EngineHandle {
         tensors: Vec<(String, Tensor)>,
         version: u64,
     ) -> Result<(), EngineError> {
+        let rx = self.send_update(tensors, version)?;
+        Ok(rx.blocking_recv().map_err(|_| EngineError::Stopped)??)
+    }
+
+    /// Queues a weight update; the receiver answers once it is applied.
+    fn send_update(
+        &self,
+        tensors: Vec<(String, Tensor)>,
+        version: u64,
+    ) -> Result<oneshot::Receiver<Result<(), ModelError>>, EngineError> {
         let (done, rx) = oneshot::channel();
         self.commands
             .send(Command::Update {
@@ -232,7 +235,7 @@ impl EngineHandle {
                 done,
             })
             .map_err(|_| EngineError::Stopped)?;
-        Ok(rx.blocking_recv().map_err(|_| EngineError::Stopped)??)
+        Ok(rx)
     }
 
     /// The version of the weights the engine is sampling with now.
