@@ -3,26 +3,21 @@
 //! `deploy/setup.sh`). A missing interpreter or `openai` package fails the
 //! test rather than skipping it.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agl::config::GatewayConfig;
-use agl::gateway::{Gateway, Metrics, ProxyControl};
-use agl::rollout::{ApiKind, Rollout, RolloutStatus};
-use agl::store::{Mode, NewRollout, Store};
-use agl::testengine::{Endpoint, EngineConfig, Reply, TestEngine, tokens};
+use agl::rollout::{ApiKind, Rollout};
+use agl::testengine::{Endpoint, EngineConfig, Reply, tokens};
 use serde_json::{Value, json};
 
 struct Env {
-    store: Store,
-    control: Arc<ProxyControl>,
-    metrics: Arc<Metrics>,
+    local: support::Local,
     base_url: String,
     token: String,
-    _engine: TestEngine,
-    _dir: tempfile::TempDir,
 }
 
 fn tool_reply() -> Reply {
@@ -40,47 +35,12 @@ fn reply_for(endpoint: Endpoint, body: &Value) -> Reply {
 
 async fn start() -> Env {
     let config = EngineConfig::default().with_script(|r| reply_for(r.endpoint, &r.body));
-    let engine = TestEngine::start(config).await.expect("engine");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(dir.path().join("agl.db")).expect("open store");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let config = GatewayConfig {
-        listen: addr.to_string(),
-        admin_key: Some("admin-key".into()),
-        ..GatewayConfig::default()
-    };
-    let gateway = Gateway::new(store.clone(), config);
-    let token = gateway.state().auth.rollout_token("r1");
-    let control = gateway.control();
-    let metrics = gateway.state().metrics.clone();
-    tokio::spawn(gateway.serve(listener, std::future::pending()));
-    let rollout = NewRollout {
-        id: Some("r1".into()),
-        group_id: "g".into(),
-        mode: Mode::Train,
-        input: Default::default(),
-        config: Default::default(),
-    };
-    store.create_rollouts(vec![rollout]).await.expect("create");
-    store
-        .set_status("r1", 1, RolloutStatus::Running, None)
-        .await
-        .expect("run");
-    store
-        .register_engine("e1", &engine.base_url(), "served-model")
-        .await
-        .expect("engine");
+    let local = support::start_local(config, GatewayConfig::default()).await;
+    local.running(&["r1".into()]).await;
     Env {
-        store,
-        control,
-        metrics,
-        base_url: format!("http://{addr}/proxy/r1/1/train/openai/v1"),
-        token,
-        _engine: engine,
-        _dir: dir,
+        base_url: format!("{}/proxy/r1/1/train/openai/v1", local.base),
+        token: local.auth.rollout_token("r1"),
+        local,
     }
 }
 
@@ -150,7 +110,7 @@ async fn sdk_chat_stream_tools_and_completions() {
     assert_eq!(tool["arguments"], r#"{"city":"Paris"}"#);
     assert_eq!(got["completion"], "world");
 
-    let rollout = env.store.export_rollout("r1").await.expect("export");
+    let rollout = env.local.store.export_rollout("r1").await.expect("export");
     assert_eq!(rollout.calls.len(), 4, "{:?}", rollout.calls);
     let tools_sent: Value = {
         let req: Value = rollout.calls[2].request.parse().expect("request");
@@ -189,11 +149,16 @@ async fn sdk_chat_stream_tools_and_completions() {
 #[tokio::test]
 async fn sdk_retries_the_paused_proxy_429_into_one_call() {
     let env = start().await;
-    env.control.pause();
+    env.local.control.pause();
     let client = run_client(&env, &["retry", "10"]);
     // Python's start-up is slow and varies: wait for the first 429, then
     // resume about a second later so the SDK has to retry it.
-    let answered_429 = || env.metrics.render(&env.control).contains("status=\"429\"");
+    let answered_429 = || {
+        env.local
+            .metrics
+            .render(&env.local.control)
+            .contains("status=\"429\"")
+    };
     for _ in 0..200 {
         if answered_429() {
             break;
@@ -202,11 +167,11 @@ async fn sdk_retries_the_paused_proxy_429_into_one_call() {
     }
     assert!(answered_429(), "the client never reached the paused proxy");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    env.control.resume();
+    env.local.control.resume();
     let got = client.await.expect("client");
     assert_eq!(got["chat"], "hello there");
     assert!(got["retry_count"].as_u64() >= Some(1), "{got}");
-    let rollout = env.store.export_rollout("r1").await.expect("export");
+    let rollout = env.local.store.export_rollout("r1").await.expect("export");
     assert_eq!(rollout.calls.len(), 1, "{:?}", rollout.calls);
     let prompt = chat_prompt("retry me", None);
     assert_eq!(calls_for(&rollout, &prompt).len(), 1);

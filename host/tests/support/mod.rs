@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use agl::config::GatewayConfig;
-use agl::gateway::{Auth, Gateway, ProxyControl};
+use agl::gateway::{Auth, Gateway, Metrics, ProxyControl};
 use agl::rollout::RolloutStatus;
 use agl::store::{Mode, NewRollout, Store};
 use agl::testengine::{EngineConfig, TestEngine};
@@ -73,6 +73,7 @@ pub struct Local {
     pub store: Store,
     pub auth: Arc<Auth>,
     pub control: Arc<ProxyControl>,
+    pub metrics: Arc<Metrics>,
     pub engine: TestEngine,
     pub dir: tempfile::TempDir,
 }
@@ -93,6 +94,7 @@ pub async fn start_local(engine: EngineConfig, config: GatewayConfig) -> Local {
     let gateway = Gateway::new(store.clone(), config);
     let auth = gateway.state().auth.clone();
     let control = gateway.control();
+    let metrics = gateway.state().metrics.clone();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     store
         .register_engine("e1", &engine.base_url(), "served-model")
@@ -103,6 +105,7 @@ pub async fn start_local(engine: EngineConfig, config: GatewayConfig) -> Local {
         store,
         auth,
         control,
+        metrics,
         engine,
         dir,
     }
