@@ -8,6 +8,7 @@ pub mod inference;
 pub mod model;
 pub mod plugin;
 pub mod rollout;
+pub mod run;
 pub mod scaffold;
 pub mod store;
 pub mod testengine;

@@ -26,6 +26,13 @@ struct Histogram {
     sum: f64,
 }
 
+/// Metrics owned by something else in the process (the training loop),
+/// rendered after the gateway's own on every scrape.
+pub trait MetricsSource: Send + Sync {
+    /// Appends Prometheus text lines to `out`.
+    fn render(&self, out: &mut String);
+}
+
 #[derive(Default)]
 pub struct Metrics {
     /// (route, method, status) -> count.

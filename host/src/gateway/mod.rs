@@ -31,7 +31,7 @@ use tokio::net::TcpListener;
 pub use auth::{Auth, Principal};
 pub use control::{CallGuard, InFlightCall, ProxyControl};
 pub use error::ApiError;
-pub use metrics::Metrics;
+pub use metrics::{Metrics, MetricsSource};
 
 use crate::config::GatewayConfig;
 use crate::store::Store;
@@ -54,6 +54,8 @@ pub struct AppState {
     pub upstream: proxy::Upstream,
     /// Spots client retries so only the last copy of a call is exported.
     pub retries: proxy::RetryIndex,
+    /// Extra metrics `/metrics` appends (see [`Gateway::with_metrics_source`]).
+    pub extra_metrics: Option<Arc<dyn MetricsSource>>,
 }
 
 pub struct Gateway {
@@ -88,9 +90,17 @@ impl Gateway {
                 public_base: public_base.trim_end_matches('/').into(),
                 upstream: proxy::Upstream::default(),
                 retries: proxy::RetryIndex::default(),
+                extra_metrics: None,
                 config: Arc::new(config),
             },
         }
+    }
+
+    /// Makes `/metrics` also render `source` (e.g. the trainer's gauges when
+    /// `agl run` hosts the gateway). Call before [`Gateway::router`].
+    pub fn with_metrics_source(mut self, source: Arc<dyn MetricsSource>) -> Gateway {
+        self.state.extra_metrics = Some(source);
+        self
     }
 
     pub fn state(&self) -> &AppState {
@@ -161,5 +171,9 @@ async fn healthz() -> Json<Value> {
 }
 
 async fn metrics_text(State(st): State<AppState>) -> String {
-    st.metrics.render(&st.control)
+    let mut text = st.metrics.render(&st.control);
+    if let Some(extra) = &st.extra_metrics {
+        extra.render(&mut text);
+    }
+    text
 }

@@ -1,0 +1,111 @@
+//! `metrics.jsonl`: one JSON line per [`StepRecord`], appended as it happens.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{ReportError, StepRecord};
+
+/// Appends step records to a JSONL file, one `write` per line so a crash
+/// tears at most the last line.
+pub struct MetricsLog {
+    path: PathBuf,
+    file: File,
+}
+
+impl MetricsLog {
+    /// Opens the log at `path`. `None` starts a new run: an existing file is
+    /// replaced. `Some(step)` resumes from the checkpoint of `step`: records
+    /// past it (logged by a run that crashed before its next checkpoint) and
+    /// a torn last line are dropped, by writing the kept records to a
+    /// temporary file and renaming it over `path`.
+    pub fn open(path: &Path, resume_after_step: Option<u64>) -> Result<MetricsLog, ReportError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir).map_err(ReportError::io(dir))?;
+        }
+        let file = match resume_after_step {
+            None => File::create(path).map_err(ReportError::io(path))?,
+            Some(step) => {
+                let kept: Vec<StepRecord> = match read_records(path) {
+                    Ok(records) => records.into_iter().filter(|r| r.step <= step).collect(),
+                    Err(ReportError::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e),
+                };
+                rewrite(path, &kept)?;
+                OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .map_err(ReportError::io(path))?
+            }
+        };
+        Ok(MetricsLog {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `record` as one line and flushes it to the OS.
+    pub fn append(&mut self, record: &StepRecord) -> Result<(), ReportError> {
+        let mut line = serde_json::to_string(record)?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.flush())
+            .map_err(ReportError::io(&self.path))
+    }
+}
+
+/// Writes `records` to `path` atomically (temporary file, fsync, rename).
+fn rewrite(path: &Path, records: &[StepRecord]) -> Result<(), ReportError> {
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    let tmp = PathBuf::from(tmp_name);
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&serde_json::to_string(r)?);
+        text.push('\n');
+    }
+    let mut file = File::create(&tmp).map_err(ReportError::io(&tmp))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(ReportError::io(&tmp))?;
+    fs::rename(&tmp, path).map_err(ReportError::io(path))
+}
+
+/// Reads every record of a `metrics.jsonl`. An unreadable last line is a
+/// write torn by a crash and is skipped; a bad line before it is an error.
+pub fn read_records(path: &Path) -> Result<Vec<StepRecord>, ReportError> {
+    let text = fs::read(path).map_err(ReportError::io(path))?;
+    // A torn write may cut a multi-byte character; only the last line can.
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    let mut records = Vec::with_capacity(lines.len());
+    for (i, (n, line)) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(r) => records.push(r),
+            Err(_) if i + 1 == lines.len() => {
+                tracing::warn!(path = %path.display(), line = n + 1, "skipping a torn last line");
+            }
+            Err(source) => {
+                return Err(ReportError::Parse {
+                    path: path.to_path_buf(),
+                    line: n + 1,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(records)
+}
