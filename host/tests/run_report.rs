@@ -202,8 +202,14 @@ fn summary_table_sums_the_run() {
         .unwrap();
     let final_val = train.iter().rev().find_map(|r| r.val_reward).unwrap();
     let expected = [
-        format!("steps                5 of 5 (weight version 5)"),
-        format!("wall time            2m 35s"),
+        format!(
+            "steps                {} of {} (weight version {})",
+            train.len(),
+            train[4].total_steps,
+            train[4].weight_version
+        ),
+        // The last record's elapsed_s, 154.5 s, rounded.
+        "wall time            2m 35s".to_string(),
         format!(
             "baseline {:.3} -> final {:.3} (best {:.3} at step {})",
             records[0].val_reward.unwrap(),
