@@ -14,11 +14,16 @@
 //! - loss ([`loss`]): `L = (1/N) sum_i (1/T_i) sum_{s in S_i} sum_t m_{s,t}
 //!   l_{s,t}`, computed as `sum w_{s,t} l_{s,t}` with `w = m / (N T_i)` fixed
 //!   before micro-batching, so every packing gives the same gradient.
+//!
+//! Which groups go into an update is [`schedule::GroupScheduler`]'s job
+//! (collocated async, staleness bound); [`schedule_sim`] simulates that loop.
 
 pub mod advantage;
 pub mod batch;
 pub mod loss;
 pub mod pack;
+pub mod schedule;
+pub mod schedule_sim;
 pub mod step;
 
 pub use advantage::{Estimator, group_advantages};
@@ -28,6 +33,8 @@ pub use batch::{
 };
 pub use loss::LossConfig;
 pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};
+pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
+pub use schedule_sim::{SimConfig, SimResult, simulate};
 pub use step::{
     AdamWConfig, LrDecay, LrSchedule, RlOptimizer, StepConfig, StepStats, accumulate_gradients,
     evaluate, score_old_logprobs, train_step,
