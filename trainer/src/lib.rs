@@ -2,6 +2,11 @@
 //! See `trainer/README.md` for the API, the KV-cache design and the logprob
 //! convention.
 
+pub mod checkpoint;
 pub mod engine;
 pub mod model;
 pub mod rl;
+
+pub use checkpoint::{
+    CheckpointError, CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint,
+};

@@ -4,7 +4,7 @@
 //! Pipeline: [`batch::build_update`] (exclude system failures and unrewarded
 //! rollouts, group, cap whole groups, advantages, fixed token weights) ->
 //! [`step::train_step`] (FFD micro-batches, forward/backward with gradient
-//! accumulation, grad-norm clip, AdamW with LR schedule).
+//! accumulation, grad-norm clip, [`adamw::AdamW`] with LR schedule).
 //!
 //! The contract, with group g, rollout i (reward `r_i`, samples `S_i`),
 //! response-token mask `m_{s,t}` and `T_i = sum_{s in S_i} sum_t m_{s,t}`:
@@ -14,13 +14,20 @@
 //! - loss ([`loss`]): `L = (1/N) sum_i (1/T_i) sum_{s in S_i} sum_t m_{s,t}
 //!   l_{s,t}`, computed as `sum w_{s,t} l_{s,t}` with `w = m / (N T_i)` fixed
 //!   before micro-batching, so every packing gives the same gradient.
+//!
+//! Which groups go into an update is [`schedule::GroupScheduler`]'s job
+//! (collocated async, staleness bound); [`schedule_sim`] simulates that loop.
 
+pub mod adamw;
 pub mod advantage;
 pub mod batch;
 pub mod loss;
 pub mod pack;
+pub mod schedule;
+pub mod schedule_sim;
 pub mod step;
 
+pub use adamw::{AdamW, AdamWConfig, AdamWError};
 pub use advantage::{Estimator, group_advantages};
 pub use batch::{
     BatchConfig, BatchStats, Outcome, Prepared, Rollout, Sample, TrainSample, UpdateBatch,
@@ -28,9 +35,11 @@ pub use batch::{
 };
 pub use loss::LossConfig;
 pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};
+pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
+pub use schedule_sim::{SimConfig, SimResult, simulate};
 pub use step::{
-    AdamWConfig, LrDecay, LrSchedule, RlOptimizer, StepConfig, StepStats, accumulate_gradients,
-    evaluate, score_old_logprobs, train_step,
+    LrDecay, LrSchedule, RlOptimizer, StepConfig, StepStats, accumulate_gradients, evaluate,
+    score_old_logprobs, train_step,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +48,8 @@ pub enum RlError {
     Input(String),
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Optimizer(#[from] adamw::AdamWError),
     #[error(transparent)]
     Torch(#[from] tch::TchError),
 }

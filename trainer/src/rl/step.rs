@@ -15,10 +15,10 @@
 //! CPU the model runs in its own dtype (f32 for training). Logprobs are
 //! always computed in f32.
 
-use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
 use super::RlError;
+use super::adamw::{AdamW, AdamWConfig, AdamWError};
 use super::batch::UpdateBatch;
 use super::loss::{LossConfig, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack_ffd};
@@ -91,52 +91,72 @@ impl LrSchedule {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamWConfig {
-    pub beta1: f64,
-    pub beta2: f64,
-    pub weight_decay: f64,
-    pub eps: f64,
-}
-
-impl Default for AdamWConfig {
-    fn default() -> Self {
-        AdamWConfig {
-            beta1: 0.9,
-            beta2: 0.999,
-            weight_decay: 0.0,
-            eps: 1e-8,
-        }
-    }
-}
-
 /// AdamW over the model's trainable parameters with an LR schedule.
+#[derive(Debug)]
 pub struct RlOptimizer {
-    opt: nn::Optimizer,
+    adamw: AdamW,
     schedule: LrSchedule,
     steps: u64,
 }
 
+/// The [`RlOptimizer::state_tensors`] key of the update count.
+const STEPS_KEY: &str = "rl.steps";
+
 impl RlOptimizer {
     pub fn new(model: &Model, adamw: AdamWConfig, schedule: LrSchedule) -> Result<Self, RlError> {
-        let opt = nn::AdamW {
-            beta1: adamw.beta1,
-            beta2: adamw.beta2,
-            wd: adamw.weight_decay,
-            eps: adamw.eps,
-            amsgrad: false,
-        }
-        .build(model.var_store(), schedule.lr_at(0))?;
+        let mut params: Vec<(String, Tensor)> = model
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(_, t)| t.requires_grad())
+            .collect();
+        params.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(RlOptimizer {
-            opt,
+            adamw: AdamW::new(params, adamw)?,
             schedule,
             steps: 0,
         })
     }
 
-    /// Updates done so far.
+    /// Updates done so far (the LR schedule's position).
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    pub fn schedule(&self) -> &LrSchedule {
+        &self.schedule
+    }
+
+    pub fn adamw(&self) -> &AdamW {
+        &self.adamw
+    }
+
+    /// Everything a resumed run needs besides the weights: the AdamW state
+    /// ([`AdamW::state_tensors`]) and the update count (`rl.steps`, i64).
+    /// The hyper-parameters are not state: the caller passes them to
+    /// [`RlOptimizer::new`] again.
+    pub fn state_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut out = self.adamw.state_tensors();
+        out.push((STEPS_KEY.to_string(), Tensor::from(self.steps as i64)));
+        out
+    }
+
+    /// Restores [`RlOptimizer::state_tensors`] output; an error changes
+    /// nothing.
+    pub fn load_state_tensors(
+        &mut self,
+        mut tensors: Vec<(String, Tensor)>,
+    ) -> Result<(), RlError> {
+        let at = tensors
+            .iter()
+            .position(|(n, _)| n == STEPS_KEY)
+            .ok_or_else(|| AdamWError::State(format!("missing {STEPS_KEY}")))?;
+        let steps = i64::try_from(&tensors.swap_remove(at).1)?;
+        let steps =
+            u64::try_from(steps).map_err(|_| AdamWError::State(format!("{STEPS_KEY}: {steps}")))?;
+        self.adamw.load_state_tensors(&tensors)?;
+        self.steps = steps;
+        Ok(())
     }
 }
 
@@ -172,14 +192,13 @@ pub fn train_step(
     batch: &UpdateBatch,
     cfg: &StepConfig,
 ) -> Result<StepStats, RlError> {
-    optimizer.opt.zero_grad();
+    optimizer.adamw.zero_grad();
     let packing = pack_ffd(&lengths(batch), cfg.token_budget);
     let mut stats = accumulate_gradients(model, batch, &packing, cfg)?;
     let params = model.var_store().trainable_variables();
     stats.grad_norm = clip_grad_norm(&params, cfg.max_grad_norm);
     stats.lr = optimizer.schedule.lr_at(optimizer.steps);
-    optimizer.opt.set_lr(stats.lr);
-    optimizer.opt.step();
+    optimizer.adamw.step(stats.lr)?;
     optimizer.steps += 1;
     Ok(stats)
 }
