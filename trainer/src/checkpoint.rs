@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 use crate::model::{Model, ModelError, read_safetensors_folder};
 use crate::rl::{RlError, RlOptimizer};
@@ -129,10 +129,12 @@ pub fn save_checkpoint(
             source,
         })?;
     let opt_path = tmp.join(OPTIMIZER_FILE);
+    // Left on their device: the writer copies one tensor at a time to the
+    // host, so a GPU run needs no second copy of the moments in RAM.
     let state = opt
         .state_tensors()
         .into_iter()
-        .map(|(name, t)| Ok((name, t.f_to_device(Device::Cpu)?.f_contiguous()?)))
+        .map(|(name, t)| Ok((name, t.f_contiguous()?)))
         .collect::<Result<Vec<_>, tch::TchError>>()
         .map_err(torch_err(&opt_path))?;
     Tensor::write_safetensors(&state, &opt_path).map_err(torch_err(&opt_path))?;
@@ -284,7 +286,12 @@ fn prune(dir: &Path, keep_last: usize) -> Result<(), CheckpointError> {
         let entry = entry.map_err(io_err(dir))?;
         if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
             let path = entry.path();
-            fs::remove_dir_all(&path).map_err(io_err(&path))?;
+            let removed = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            removed.map_err(io_err(&path))?;
         }
     }
     if keep_last == 0 {

@@ -156,9 +156,11 @@ fn sorted_vars(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
 #[test]
 fn close_to_tch_adamw_and_about_as_fast() {
     // About 4M parameters, so the step time is the kernels', not overhead.
-    let rng = &mut Rng(5);
+    // Both optimizers see the same tensors, so tch's (global) RNG will do.
+    let uniform =
+        |s: &[i64], scale: f64| (Tensor::rand(s, (Kind::Float, Device::Cpu)) * 2.0 - 1.0) * scale;
     let shapes: [&[i64]; 4] = [&[1024, 1024], &[1024, 1024], &[2048, 1024], &[1000]];
-    let init: Vec<Tensor> = shapes.iter().map(|s| rng.tensor(s, 0.5)).collect();
+    let init: Vec<Tensor> = shapes.iter().map(|s| uniform(s, 0.5)).collect();
     let (vs_tch, vs_agl) = (var_store(&init), var_store(&init));
     let c = CONFIG;
     let mut tch_opt = nn::AdamW {
@@ -174,7 +176,7 @@ fn close_to_tch_adamw_and_about_as_fast() {
     let (mut t_tch, mut t_agl) = (0.0, 0.0);
     for &lr in &LRS {
         // In name order, as the sorted variables w0..w3.
-        let grads: Vec<Tensor> = shapes.iter().map(|s| rng.tensor(s, 1.0)).collect();
+        let grads: Vec<Tensor> = shapes.iter().map(|s| uniform(s, 1.0)).collect();
         for (g, ((_, a), (_, b))) in grads
             .iter()
             .zip(sorted_vars(&vs_tch).iter().zip(sorted_vars(&vs_agl)))
@@ -206,4 +208,84 @@ fn close_to_tch_adamw_and_about_as_fast() {
     // tch's C++ AdamW updates m as `m * b1 + (1 - b1) * g` where PyTorch
     // (and agl) lerp: rounding-level differences on updates of about lr.
     assert!(worst < 1e-6, "agl vs tch AdamW: {worst:e}");
+}
+
+#[test]
+fn bf16_parameters_are_updated_in_f32_and_rounded() {
+    let rng = &mut Rng(9);
+    let init = rng
+        .tensor(&[64, 33], 0.5)
+        .to_kind(Kind::BFloat16)
+        .to_kind(Kind::Float);
+    let p32 = init.copy().set_requires_grad(true);
+    let p16 = init.to_kind(Kind::BFloat16).set_requires_grad(true);
+    let mut opt32 = AdamW::new(vec![("p".into(), p32.shallow_clone())], CONFIG).unwrap();
+    let mut opt16 = AdamW::new(vec![("p".into(), p16.shallow_clone())], CONFIG).unwrap();
+    // One step from the same bf16-representable start and gradient: the
+    // bf16 result is the f32 result rounded to bf16.
+    let g = rng
+        .tensor(&[64, 33], 1.0)
+        .to_kind(Kind::BFloat16)
+        .to_kind(Kind::Float);
+    set_grad(&p32, &g);
+    set_grad(&p16, &g.to_kind(Kind::BFloat16));
+    opt32.step(1e-2).unwrap();
+    opt16.step(1e-2).unwrap();
+    assert_eq!(p16.kind(), Kind::BFloat16);
+    let expected = p32.detach().to_kind(Kind::BFloat16).to_kind(Kind::Float);
+    assert_eq!(
+        max_abs_diff(&p16.detach().to_kind(Kind::Float), &expected),
+        0.0
+    );
+    assert!(max_abs_diff(&p16.detach().to_kind(Kind::Float), &init) > 1e-3);
+    assert_eq!(get(&opt16.state_tensors(), "exp_avg.p").kind(), Kind::Float);
+}
+
+#[test]
+fn a_wrong_state_is_refused_and_changes_nothing() {
+    let rng = &mut Rng(3);
+    let p = rng.tensor(&[4, 3], 1.0).set_requires_grad(true);
+    let mut opt = AdamW::new(vec![("p".into(), p.shallow_clone())], CONFIG).unwrap();
+    set_grad(&p, &rng.tensor(&[4, 3], 1.0));
+    opt.step(1e-3).unwrap();
+    let before = opt
+        .state_tensors()
+        .iter()
+        .map(|(n, t)| (n.clone(), t.copy()))
+        .collect::<Vec<_>>();
+    let bad_shape = vec![
+        (
+            "exp_avg.p".to_string(),
+            Tensor::zeros([3, 4], (Kind::Float, Device::Cpu)),
+        ),
+        (
+            "exp_avg_sq.p".to_string(),
+            Tensor::zeros([4, 3], (Kind::Float, Device::Cpu)),
+        ),
+        ("step.p".to_string(), Tensor::from(7i64)),
+    ];
+    let missing = vec![(
+        "exp_avg.p".to_string(),
+        Tensor::zeros([4, 3], (Kind::Float, Device::Cpu)),
+    )];
+    let mut extra: Vec<(String, Tensor)> =
+        before.iter().map(|(n, t)| (n.clone(), t.copy())).collect();
+    extra.push((
+        "exp_avg.q".into(),
+        Tensor::zeros([1], (Kind::Float, Device::Cpu)),
+    ));
+    for (state, expect) in [
+        (bad_shape, "shape [3, 4]"),
+        (missing, "missing exp_avg_sq.p"),
+        (extra, "4 tensors"),
+    ] {
+        let err = opt.load_state_tensors(&state).unwrap_err().to_string();
+        assert!(err.contains(expect), "{err}");
+        for ((_, a), (_, b)) in opt.state_tensors().iter().zip(&before) {
+            assert_eq!(
+                max_abs_diff(&a.to_kind(Kind::Double), &b.to_kind(Kind::Double)),
+                0.0
+            );
+        }
+    }
 }
