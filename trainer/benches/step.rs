@@ -1,17 +1,19 @@
 //! One RL training step in agl vs the same step in PyTorch eager
-//! (`step_torch.py`, transformers, identical weights and batch), and the
-//! padding waste of FFD packing on a heavy-tailed length distribution.
+//! (`step_torch.py`, transformers, identical weights and batch), the
+//! padding waste of FFD packing on a heavy-tailed length distribution, and
+//! collocated async vs sync scheduling on simulated heavy-tailed rollouts.
 //!
 //! `cargo bench -p agl-trainer --bench step` (needs `$AGL_VENV` with torch
-//! and transformers). Prints a table; asserts nothing about speed.
+//! and transformers); `-- --sim-only` prints just the async/sync table.
+//! Prints tables; asserts nothing about speed.
 
 use std::process::Command;
 use std::time::Instant;
 
 use agl_trainer::model::{Model, ModelConfig};
 use agl_trainer::rl::{
-    BatchConfig, Outcome, Packing, Rollout, Sample, StepConfig, UpdateBatch, accumulate_gradients,
-    build_update, pack_ffd, pack_in_order,
+    BatchConfig, Outcome, Packing, Rollout, Sample, ScheduleConfig, SimConfig, SimResult,
+    StepConfig, UpdateBatch, accumulate_gradients, build_update, pack_ffd, pack_in_order, simulate,
 };
 use serde_json::json;
 use tch::{Device, Kind};
@@ -118,6 +120,13 @@ fn zero_grads(model: &Model) {
 }
 
 fn main() -> anyhow::Result<()> {
+    if !std::env::args().any(|a| a == "--sim-only") {
+        step_and_packing()?;
+    }
+    async_vs_sync()
+}
+
+fn step_and_packing() -> anyhow::Result<()> {
     let rng = &mut Rng(42);
     tch::manual_seed(0);
     let model = Model::new(config(), Kind::Float, Device::Cpu)?;
@@ -193,6 +202,113 @@ fn main() -> anyhow::Result<()> {
             100.0 * naive.padding_waste(),
             naive.micro_batches.len()
         );
+    }
+    Ok(())
+}
+
+const SIM_SEEDS: u64 = 20;
+const SIM_GROUP: usize = 4;
+const SIM_TRAIN: usize = 8;
+/// Sync's concurrency (n * B_train): async gets no extra engine slots.
+const SIM_CAP: usize = SIM_GROUP * SIM_TRAIN;
+
+/// Means over seeds (max for the max staleness); the same seeds, hence the
+/// same rollout durations per group, for every schedule.
+struct SimMean {
+    wall_secs: f64,
+    mean_staleness: f64,
+    max_staleness: u64,
+    /// Complete groups dropped plus in-flight groups cancelled, per run.
+    discarded_groups: f64,
+    trainer_idle_fraction: f64,
+}
+
+fn sim_mean(cfg: &SimConfig) -> anyhow::Result<SimMean> {
+    let runs = (0..SIM_SEEDS)
+        .map(|seed| {
+            simulate(&SimConfig {
+                seed,
+                ..cfg.clone()
+            })
+        })
+        .collect::<Result<Vec<SimResult>, _>>()?;
+    let mean = |f: &dyn Fn(&SimResult) -> f64| runs.iter().map(f).sum::<f64>() / runs.len() as f64;
+    Ok(SimMean {
+        wall_secs: mean(&|r| r.wall_secs),
+        mean_staleness: mean(&|r| r.mean_staleness),
+        max_staleness: runs.iter().map(|r| r.max_staleness).max().unwrap_or(0),
+        discarded_groups: mean(&|r| (r.dropped_groups + r.cancelled_groups) as f64),
+        trainer_idle_fraction: mean(&|r| r.trainer_idle_fraction),
+    })
+}
+
+/// The simulated collocated loop (`agl_trainer::rl::simulate`, driving the
+/// real `GroupScheduler`) on log-normal rollout durations.
+fn async_vs_sync() -> anyhow::Result<()> {
+    let base = SimConfig {
+        schedule: ScheduleConfig::sync(SIM_TRAIN),
+        group_size: SIM_GROUP,
+        updates: 20,
+        rollout_median_secs: 60.0,
+        rollout_sigma: 1.0,
+        train_step_secs: 15.0,
+        update_pause_secs: 5.0,
+        max_concurrent_rollouts: Some(SIM_CAP),
+        cancel_stale_in_flight: false,
+        seed: 0,
+    };
+    // (B_async, max staleness, cancel stale in-flight groups)
+    let rows: [(usize, Option<u64>, bool); 8] = [
+        (SIM_TRAIN, Some(0), false),
+        (12, Some(2), true),
+        (16, Some(2), false),
+        (16, Some(2), true),
+        (24, Some(2), true),
+        (16, Some(4), true),
+        (24, Some(4), true),
+        (16, None, false),
+    ];
+    println!(
+        "\nasync vs sync, simulated: {} updates of B_train {SIM_TRAIN} groups x n {SIM_GROUP}, rollouts log-normal (median {} s), train step {} s, update pause {} s, at most {SIM_CAP} rollouts running; mean of {SIM_SEEDS} seeds (max staleness: max)",
+        base.updates, base.rollout_median_secs, base.train_step_secs, base.update_pause_secs
+    );
+    println!(
+        "| sigma | B_async | bound | cancel | wall s | speed-up | no cap: speed-up | mean stale | max stale | dropped+cancelled / run | trainer idle |"
+    );
+    println!(
+        "|-------|---------|-------|--------|--------|----------|------------------|------------|-----------|-------------------------|--------------|"
+    );
+    for sigma in [1.0, 1.5] {
+        let with = |(b, bound, cancel): (usize, Option<u64>, bool), cap: Option<usize>| SimConfig {
+            schedule: ScheduleConfig {
+                groups_in_flight: b,
+                groups_per_update: SIM_TRAIN,
+                max_staleness: bound,
+            },
+            rollout_sigma: sigma,
+            max_concurrent_rollouts: cap,
+            cancel_stale_in_flight: cancel,
+            ..base.clone()
+        };
+        let sync = sim_mean(&with(rows[0], Some(SIM_CAP)))?.wall_secs;
+        let sync_uncapped = sim_mean(&with(rows[0], None))?.wall_secs;
+        for row in rows {
+            let r = sim_mean(&with(row, Some(SIM_CAP)))?;
+            let uncapped = sim_mean(&with(row, None))?.wall_secs;
+            let (b, bound, cancel) = row;
+            let bound = bound.map_or("none".to_string(), |s| s.to_string());
+            println!(
+                "| {sigma:5.1} | {b:7} | {bound:>5} | {:>6} | {:6.0} | {:7.2}x | {:15.2}x | {:10.2} | {:9} | {:23.1} | {:11.0}% |",
+                if cancel { "yes" } else { "no" },
+                r.wall_secs,
+                sync / r.wall_secs,
+                sync_uncapped / uncapped,
+                r.mean_staleness,
+                r.max_staleness,
+                r.discarded_groups,
+                100.0 * r.trainer_idle_fraction,
+            );
+        }
     }
     Ok(())
 }
