@@ -34,6 +34,15 @@ pub struct Config {
     pub store: StoreConfig,
     #[serde(default)]
     pub controller: crate::controller::ControllerConfig,
+    /// `agl run`: data, loop shape, validation, checkpoints.
+    #[serde(default)]
+    pub run: crate::run::RunConfig,
+    /// `agl run`: the update (estimator, optimizer, loss).
+    #[serde(default)]
+    pub train: crate::run::TrainConfig,
+    /// `agl run`: the engine serving the policy.
+    #[serde(default)]
+    pub engine: crate::run::EngineConfig,
     /// Each plugin's own table, keyed by the plugin file's stem
     /// (`[plugin.exact-match]` configures `exact-match.wasm`).
     #[serde(default)]
@@ -43,9 +52,34 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
+    /// The policy: a Hugging Face folder (config.json, safetensors,
+    /// tokenizer.json, tokenizer_config.json), e.g. what `agl model fetch
+    /// smollm2` prints.
+    pub path: Option<PathBuf>,
+    /// The engine's dtype for the policy (`f32` | `bf16`); the trainer
+    /// always keeps f32 master weights.
+    #[serde(default)]
+    pub dtype: Dtype,
     /// A Hugging Face `tokenizer.json`; its chat template is read from the
     /// `tokenizer_config.json` or `chat_template.jinja` beside it.
     pub tokenizer: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    #[default]
+    F32,
+    Bf16,
+}
+
+impl ModelConfig {
+    pub fn kind(&self) -> tch::Kind {
+        match self.dtype {
+            Dtype::F32 => tch::Kind::Float,
+            Dtype::Bf16 => tch::Kind::BFloat16,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -164,14 +198,19 @@ impl Config {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
         let fix = |p: &mut Option<PathBuf>| {
-            if let Some(path) = p
-                && path.is_relative()
-            {
+            let Some(path) = p else { return };
+            if let (Ok(rest), Some(home)) = (path.strip_prefix("~"), &home) {
+                *path = home.join(rest);
+            } else if path.is_relative() {
                 *path = base.join(&*path);
             }
         };
         fix(&mut self.model.tokenizer);
+        fix(&mut self.model.path);
+        fix(&mut self.run.data);
+        fix(&mut self.run.out_dir);
         fix(&mut self.plugins.adapter);
         fix(&mut self.plugins.reward);
         fix(&mut self.plugins.cache_dir);

@@ -42,6 +42,9 @@ enum Command {
     /// List, show and export rollouts from the store.
     #[command(subcommand)]
     Rollouts(cli::rollouts::RolloutsCommand),
+    /// Train the policy on a harness: gateway, engine, controller, plugins
+    /// and trainer in one process.
+    Run(cli::run::RunArgs),
     /// Fetch known models and import GGUF files as Hugging Face folders.
     #[command(subcommand)]
     Model(cli::model::ModelCommand),
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
             Command::Controller(args) => cli::controller::run(args, config),
             Command::Rollouts(cmd) => cli::rollouts::run(cmd),
             Command::Model(cmd) => cli::model::run(cmd),
+            Command::Run(args) => cli::run::run(args, config),
         });
     match result {
         Ok(code) => code,

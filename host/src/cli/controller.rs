@@ -7,8 +7,7 @@ use anyhow::Context;
 use clap::Args;
 
 use agl::config::Config;
-use agl::controller::kube::KubeRunner;
-use agl::controller::{Controller, GatewayClient, K8sRunner, LocalRunner, RunnerKind};
+use agl::controller::{GatewayClient, RunnerKind, run_controller};
 
 #[derive(Args)]
 pub struct ControllerArgs {
@@ -33,27 +32,6 @@ pub fn run(args: ControllerArgs, mut config: Config) -> anyhow::Result<ExitCode>
     let client =
         GatewayClient::new(&args.gateway, admin_key).context("building the HTTP client")?;
     let shutdown = super::serve::shutdown_signal();
-    super::runtime()?.block_on(async move {
-        match config.controller.runner {
-            RunnerKind::Local => {
-                let runner = LocalRunner::new(&config.controller)?;
-                Controller::new(client, runner, config.controller)
-                    .run(shutdown)
-                    .await;
-            }
-            RunnerKind::K8s => {
-                // kubeconfig, or the pod's service account in a cluster.
-                let kube = kube::Client::try_default()
-                    .await
-                    .context("connecting to the Kubernetes API")?;
-                let jobs = KubeRunner::new(kube, config.controller.kube.clone()).await?;
-                let runner = K8sRunner::new(jobs, config.controller.timeout_secs);
-                Controller::new(client, runner, config.controller)
-                    .run(shutdown)
-                    .await;
-            }
-        }
-        anyhow::Ok(())
-    })?;
+    super::runtime()?.block_on(run_controller(client, config.controller, shutdown))?;
     Ok(ExitCode::SUCCESS)
 }

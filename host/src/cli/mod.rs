@@ -6,6 +6,7 @@ pub mod model;
 pub mod plugin;
 mod render;
 pub mod rollouts;
+pub mod run;
 pub mod serve;
 
 use anyhow::Context;

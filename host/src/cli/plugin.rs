@@ -9,9 +9,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Subcommand;
 
-use agl::config::{Config, plugin_name};
-use agl::plugin::{HostConfig, Plugin, PluginHost, PluginSpec, World};
+use agl::config::Config;
 use agl::rollout::BreakKind;
+use agl::run::collect::{Plugins, plugin_host};
 use agl::tokenizer::Tokenizer;
 
 use super::render::{self, Style};
@@ -101,36 +101,6 @@ pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn host(config: &Config) -> anyhow::Result<PluginHost> {
-    let mut host_config = HostConfig::default();
-    if let Some(dir) = &config.plugins.cache_dir {
-        host_config.cache_dir = Some(dir.clone());
-    }
-    Ok(PluginHost::new(host_config)?)
-}
-
-async fn load(
-    host: &PluginHost,
-    config: &Config,
-    path: &Path,
-    tokenizer: Option<Arc<Tokenizer>>,
-    want: World,
-) -> anyhow::Result<Plugin> {
-    let mut spec = PluginSpec::new(plugin_name(path), path);
-    spec.config = config.plugin_table(path);
-    spec.limits = config.plugins.limits;
-    spec.tokenizer = tokenizer;
-    let plugin = host.load(spec).await?;
-    anyhow::ensure!(
-        plugin.world() == want,
-        "{} is a {} plugin, expected {}",
-        path.display(),
-        plugin.world().as_str(),
-        want.as_str()
-    );
-    Ok(plugin)
-}
-
 struct TestOptions {
     adapter: PathBuf,
     reward: Option<PathBuf>,
@@ -146,19 +116,13 @@ async fn test(opts: TestOptions, config: &Config) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let rollouts = agl::rollout::read_jsonl(&opts.rollouts)?;
-    let host = host(config)?;
-    let adapter = load(
-        &host,
+    let Plugins { adapter, reward } = Plugins::load(
         config,
         &opts.adapter,
+        opts.reward.as_deref(),
         tokenizer.clone(),
-        World::SampleAdapter,
     )
     .await?;
-    let reward = match &opts.reward {
-        Some(p) => Some(load(&host, config, p, tokenizer.clone(), World::Reward).await?),
-        None => None,
-    };
     let style = Style::for_stdout(opts.full);
     let mut out = std::io::stdout().lock();
     let mut totals = Totals::default();
@@ -273,7 +237,7 @@ impl Totals {
 }
 
 async fn inspect(path: &Path, json: bool, config: &Config) -> anyhow::Result<ExitCode> {
-    let host = host(config)?;
+    let host = plugin_host(config)?;
     let info = host.inspect(path).await?;
     let mut out = std::io::stdout().lock();
     if json {

@@ -21,6 +21,7 @@ mod pgroup;
 mod reconcile;
 mod recover;
 mod runner;
+mod start;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub use k8s::K8sRunner;
 pub use local::{LocalRunner, NoCommand, TAIL_BYTES};
 pub use recover::EXECUTION;
 pub use runner::{ExecKey, LaunchSpec, Outcome, Recovered, Runner, Update, Verdict};
+pub use start::run_controller;
 
 use reconcile::{Reconciler, Recorded, cancel_check_every};
 

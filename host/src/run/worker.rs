@@ -1,0 +1,140 @@
+//! The trainer thread: owns the policy model and its optimizer (tch tensors
+//! stay on one thread) and runs what the loop asks, one command at a time.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc as std_mpsc;
+
+use anyhow::Context;
+use tch::{Device, Kind, Tensor};
+use tokio::sync::oneshot;
+
+use agl_trainer::checkpoint::{self, CheckpointMeta};
+use agl_trainer::model::Model;
+use agl_trainer::rl::{
+    AdamWConfig, LrSchedule, RlOptimizer, StepConfig, StepStats, UpdateBatch, train_step,
+};
+
+type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
+
+enum Command {
+    Train(Box<UpdateBatch>, StepConfig, Reply<StepStats>),
+    /// Copies of every parameter under its Hugging Face name.
+    Weights(Reply<Vec<(String, Tensor)>>),
+    /// A loadable Hugging Face folder of the current weights.
+    SaveModel(PathBuf, Reply<()>),
+    Checkpoint(PathBuf, CheckpointMeta, usize, Reply<PathBuf>),
+    Restore(PathBuf, Reply<CheckpointMeta>),
+}
+
+/// Handle to the trainer thread; dropping it stops the thread.
+pub struct Trainer {
+    commands: std_mpsc::Sender<Command>,
+}
+
+pub struct TrainerSpec {
+    pub model_dir: PathBuf,
+    pub kind: Kind,
+    pub device: Device,
+    pub adamw: AdamWConfig,
+    pub schedule: LrSchedule,
+}
+
+impl Trainer {
+    /// Loads the model on its own thread; returns once it is ready.
+    pub async fn start(spec: TrainerSpec) -> anyhow::Result<Trainer> {
+        let (commands, rx) = std_mpsc::channel();
+        let (ready, ready_rx) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("agl-trainer".into())
+            .spawn(move || {
+                let loaded = Model::load(&spec.model_dir, spec.kind, spec.device)
+                    .with_context(|| {
+                        format!("loading the policy from {}", spec.model_dir.display())
+                    })
+                    .and_then(|model| {
+                        let opt = RlOptimizer::new(&model, spec.adamw, spec.schedule)?;
+                        Ok((model, opt))
+                    });
+                match loaded {
+                    Ok((model, opt)) => {
+                        let _ = ready.send(Ok(()));
+                        serve(model, opt, rx);
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                    }
+                }
+            })
+            .context("cannot start the trainer thread")?;
+        ready_rx.await.context("the trainer thread died")??;
+        Ok(Trainer { commands })
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> anyhow::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(make(tx))
+            .map_err(|_| anyhow::anyhow!("the trainer thread stopped"))?;
+        rx.await.context("the trainer thread stopped")?
+    }
+
+    pub async fn train(&self, batch: UpdateBatch, cfg: StepConfig) -> anyhow::Result<StepStats> {
+        self.ask(|r| Command::Train(Box::new(batch), cfg, r)).await
+    }
+
+    pub async fn weights(&self) -> anyhow::Result<Vec<(String, Tensor)>> {
+        self.ask(Command::Weights).await
+    }
+
+    pub async fn save_model(&self, dir: &Path) -> anyhow::Result<()> {
+        self.ask(|r| Command::SaveModel(dir.to_path_buf(), r)).await
+    }
+
+    pub async fn checkpoint(
+        &self,
+        root: &Path,
+        meta: CheckpointMeta,
+        keep: usize,
+    ) -> anyhow::Result<PathBuf> {
+        self.ask(|r| Command::Checkpoint(root.to_path_buf(), meta, keep, r))
+            .await
+    }
+
+    pub async fn restore(&self, path: &Path) -> anyhow::Result<CheckpointMeta> {
+        self.ask(|r| Command::Restore(path.to_path_buf(), r)).await
+    }
+}
+
+fn serve(model: Model, mut opt: RlOptimizer, rx: std_mpsc::Receiver<Command>) {
+    while let Ok(command) = rx.recv() {
+        match command {
+            Command::Train(batch, cfg, reply) => {
+                let out = train_step(&model, &mut opt, &batch, &cfg).map_err(Into::into);
+                let _ = reply.send(out);
+            }
+            Command::Weights(reply) => {
+                let out = tch::no_grad(|| {
+                    model
+                        .var_store()
+                        .variables()
+                        .into_iter()
+                        .map(|(name, t)| (name, t.copy()))
+                        .collect()
+                });
+                let _ = reply.send(Ok(out));
+            }
+            Command::SaveModel(dir, reply) => {
+                let _ = reply.send(model.save(&dir).map_err(Into::into));
+            }
+            Command::Checkpoint(root, meta, keep, reply) => {
+                let out = checkpoint::save_checkpoint(&root, &model, &opt, &meta, keep)
+                    .map_err(Into::into);
+                let _ = reply.send(out);
+            }
+            Command::Restore(path, reply) => {
+                let out = checkpoint::load_checkpoint(&path, &model, &mut opt).map_err(Into::into);
+                let _ = reply.send(out);
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! `agl run` end to end: the real binary, the calc harness (real Python
+//! agent processes through the gateway), a scripted test engine that takes
+//! SGLang-style weight reloads, and a tiny random policy trained for real.
+//! Two sync steps; then an async run killed with SIGKILL after its second
+//! checkpoint and resumed to step four.
+
+#[allow(dead_code)] // this test uses the helpers, not the Stack
+mod controller_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use agl::store::Store;
+use agl::testengine::{EngineConfig, EngineRequest, Reply, TestEngine};
+use agl_trainer::model::{Model, ModelConfig};
+use controller_support::{python, repo_root};
+use serde_json::{Value, json};
+
+const AGL: &str = env!("CARGO_BIN_EXE_agl");
+
+/// Calc model: a calculator call, then the answer; every third final
+/// answer is off by one, so groups have reward variance.
+fn calc_script(count: Arc<AtomicUsize>) -> impl Fn(&EngineRequest) -> Reply {
+    move |r| {
+        let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().cloned().unwrap_or(Value::Null);
+        if last["role"] == "tool" {
+            let result = last["content"].as_str().unwrap_or("0");
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let answer = match result.parse::<i64>() {
+                Ok(v) if n % 3 == 2 => (v + 1).to_string(),
+                _ => result.to_string(),
+            };
+            return Reply::text(format!("Answer: {answer}"));
+        }
+        let q = last["content"].as_str().unwrap_or("");
+        let expr = q.trim_start_matches("What is ").trim_end_matches('?');
+        Reply::default().with_tool_call("calculator", json!({ "expression": expr }).to_string())
+    }
+}
+
+/// A 2-layer llama with random weights over the test engine's byte ids.
+fn tiny_model(dir: &Path) {
+    let config = ModelConfig::from_json(json!({
+        "model_type": "llama", "vocab_size": 1280, "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "max_position_embeddings": 4096, "tie_word_embeddings": true,
+    }))
+    .unwrap();
+    tch::manual_seed(7);
+    Model::new(config, tch::Kind::Float, tch::Device::Cpu)
+        .unwrap()
+        .save(dir)
+        .unwrap();
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    engine: TestEngine,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        tiny_model(&dir.path().join("model"));
+        let rows = std::fs::read_to_string(repo_root().join("examples/calc/data.jsonl")).unwrap();
+        let rows: Vec<Value> = rows
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let train = rows.iter().filter(|r| r["split"] == "train").take(12);
+        let val = rows.iter().filter(|r| r["split"] == "val").take(2);
+        let data: String = train.chain(val).map(|r| format!("{r}\n")).collect();
+        std::fs::write(dir.path().join("data.jsonl"), data).unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let engine = TestEngine::start(EngineConfig::default().with_script(calc_script(count)))
+            .await
+            .unwrap();
+        Setup { dir, engine }
+    }
+
+    /// An agl.toml for `out` with `extra` [run] lines.
+    fn config(&self, out: &str, run: &str) -> PathBuf {
+        let repo = repo_root().canonicalize().unwrap();
+        let plugins = repo.join("build/plugins");
+        let python = python();
+        let text = format!(
+            r#"
+[model]
+path = "model"
+[engine]
+kind = "external"
+base_url = "http://{addr}"
+model_name = "tiny"
+reload = "sglang"
+[plugins]
+adapter = "{adapter}"
+reward = "{reward}"
+[gateway]
+listen = "127.0.0.1:0"
+[controller]
+workdir = "{repo}"
+command = ["{python}", "examples/calc/agent.py"]
+concurrency = 6
+timeout_secs = 60
+kill_grace_secs = 1
+max_system_retries = 2
+poll_interval_ms = 50
+shutdown_wait_secs = 2
+logs_dir = "{out}-logs"
+env_map = {{ QUESTION = "input.question" }}
+[train]
+lr = 1e-3
+token_budget = 4096
+[run]
+data = "data.jsonl"
+out_dir = "{out}"
+group_size = 2
+groups_per_step = 2
+val_every = 2
+val_size = 2
+checkpoint_every = 1
+keep_checkpoints = 3
+progress = false
+{run}
+"#,
+            addr = self.engine.addr(),
+            adapter = plugins.join("trajectory.wasm").display(),
+            reward = plugins.join("reported.wasm").display(),
+            repo = repo.display(),
+            python = python.display(),
+        );
+        let path = self.dir.path().join(format!("{out}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn spawn(&self, config: &Path, resume: bool) -> Child {
+        let mut cmd = Command::new(AGL);
+        cmd.arg("--config").arg(config).arg("run");
+        if resume {
+            cmd.arg("--resume");
+        }
+        cmd.current_dir(self.dir.path())
+            .env_remove("AGL_CONFIG")
+            .env_remove("AGL_ADMIN_KEY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn agl run")
+    }
+
+    fn out(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Weight versions the engine was asked to load, in order.
+    fn reloads(&self) -> Vec<String> {
+        self.engine
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/update_weights_from_disk")
+            .map(|r| {
+                r.body.as_ref().unwrap()["weight_version"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    }
+}
+
+fn finish(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "agl run failed:\n{text}");
+    text
+}
+
+/// The first agent's stderr, for failure messages.
+fn agent_stderr(logs: &Path) -> String {
+    let Some(first) = std::fs::read_dir(logs).ok().and_then(|mut d| d.next()) else {
+        return "no agent logs".into();
+    };
+    let path = first.unwrap().path().join("1/stderr");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| format!("{}: {e}", path.display()))
+}
+
+fn metrics(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Per rollout: the weight versions of its current attempt's calls.
+async fn call_versions(out: &Path) -> BTreeMap<String, Vec<u64>> {
+    let store = Store::open(out.join("agl.db")).unwrap();
+    let mut by_rollout = BTreeMap::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_rollouts(None, cursor.as_deref(), 500)
+            .await
+            .unwrap();
+        for r in &page.rollouts {
+            let exported = store.export_rollout(&r.id).await.unwrap();
+            let versions: Vec<u64> = exported.calls.iter().map(|c| c.weight_version).collect();
+            by_rollout.insert(r.id.clone(), versions);
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    by_rollout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_sync_steps_train_reload_and_version_every_call() {
+    let setup = Setup::new().await;
+    let config = setup.config("sync", "steps = 2\nmode = \"sync\"");
+    let log = finish(setup.spawn(&config, false));
+    let out = setup.out("sync");
+
+    assert_eq!(
+        setup.reloads(),
+        ["1", "2"],
+        "one engine reload per update:\n{log}\n{}",
+        agent_stderr(&setup.out("sync-logs"))
+    );
+    let records = metrics(&out);
+    let steps: Vec<u64> = records
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        [0, 1, 2],
+        "baseline validation, then two steps:\n{log}"
+    );
+    for r in &records[1..] {
+        assert_eq!(r["groups"], 2, "{r}");
+        assert_eq!(r["rollouts"], 4, "{r}");
+        assert!(r["samples"].as_u64().unwrap() >= 4, "{r}");
+        assert!(r["tokens"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["loss"].as_f64().unwrap().is_finite(), "{r}");
+        assert!(
+            r["grad_norm"].as_f64().unwrap() > 0.0,
+            "reward variance gives a gradient: {r}"
+        );
+        assert!(r["drain_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(records[0]["val_reward"].is_number(), "{}", records[0]);
+    assert!(records[2]["val_reward"].is_number(), "{}", records[2]);
+
+    // Sync: step 1 trains groups g0, g1 sampled by version 0; g2, g3 are
+    // launched after the first update and sampled by version 1.
+    let versions = call_versions(&out).await;
+    for (id, v) in &versions {
+        assert!(!v.is_empty(), "{id} made no model call");
+        let expected = match &id[..] {
+            x if x.starts_with("g000000") || x.starts_with("g000001") => 0,
+            x if x.starts_with("g000002") || x.starts_with("g000003") => 1,
+            x if x.starts_with("val0000") => 0,
+            x if x.starts_with("val0002") => 2,
+            other => panic!("unexpected rollout {other}"),
+        };
+        assert!(v.iter().all(|&x| x == expected), "{id}: {v:?}");
+    }
+    let store = Store::open(out.join("agl.db")).unwrap();
+    assert_eq!(
+        store
+            .latest_weight_version()
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        2
+    );
+    assert!(out.join("checkpoints/step-000002/meta.json").is_file());
+    assert!(out.join("training.png").is_file());
+    assert!(log.contains("run finished after 2 steps"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn async_run_survives_sigkill_and_resumes_from_its_checkpoint() {
+    let setup = Setup::new().await;
+    let config = setup.config(
+        "async",
+        "steps = 4\nmode = \"async\"\ngroups_in_flight = 3\nmax_staleness = 2",
+    );
+    let out = setup.out("async");
+    let mut child = setup.spawn(&config, false);
+    let second = out.join("checkpoints/step-000002/meta.json");
+    let t = Instant::now();
+    while !second.is_file() {
+        assert!(child.try_wait().unwrap().is_none(), "agl run exited early");
+        assert!(
+            t.elapsed() < Duration::from_secs(240),
+            "no second checkpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = setup.reloads().len();
+    assert!(before >= 2, "{:?}", setup.reloads());
+
+    let log = finish(setup.spawn(&config, true));
+    let reloads = setup.reloads();
+    // Versions are never reused: the resume hands the engine the
+    // checkpoint's weights under a new number if the killed run published
+    // past its checkpoint, then one version per update.
+    let numbers: Vec<u64> = reloads.iter().map(|v| v.parse().unwrap()).collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{reloads:?}");
+    let store = Store::open(out.join("agl.db")).unwrap();
+    let last = store.latest_weight_version().await.unwrap().unwrap();
+    assert_eq!(Some(&last.version), numbers.last(), "{reloads:?}");
+    assert_eq!(last.meta.parse().unwrap()["step"], 4, "{}", last.meta);
+    let records = metrics(&out);
+    let steps: Vec<u64> = records
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    let mut sorted = steps.clone();
+    sorted.dedup();
+    assert_eq!(sorted, [0, 1, 2, 3, 4], "each step logged once:\n{log}");
+    assert_eq!(steps, sorted, "no step logged twice");
+    for r in &records[1..] {
+        assert!(r["mean_staleness"].as_f64().unwrap() <= 2.0, "{r}");
+        assert_eq!(r["groups"], 2, "{r}");
+    }
+    let versions = call_versions(&out).await;
+    for (id, v) in &versions {
+        // Within an attempt versions only move forward (an attempt cut by
+        // the SIGKILL is retried after the resume), never past the last.
+        if let Some(w) = v.windows(2).find(|w| w[0] > w[1]) {
+            panic!("{id}: versions go backwards {w:?}");
+        }
+        assert!(v.iter().all(|&x| x <= last.version), "{id}: {v:?}");
+    }
+    assert!(out.join("checkpoints/step-000004/meta.json").is_file());
+}
