@@ -163,7 +163,8 @@ def main():
             f"gnorm {gnorm:.2f} gen {t_gen:.0f}s train {time.time() - t0 - t_gen:.0f}s"
         )
         if step % args.val_every == 0 or step == args.steps:
-            v, vlen = evaluate(model, tok, val, args.system, args.max_tokens, show=3 if step == args.steps else 0)
+            show = 3 if step == args.steps else 0
+            v, vlen = evaluate(model, tok, val, args.system, args.max_tokens, show=show)
             line += f" | val {v:.3f} (len {vlen:.1f})"
         print(line, flush=True)
 
