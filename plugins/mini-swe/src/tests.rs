@@ -405,3 +405,29 @@ fn config_errors_are_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn format_error_text_after_the_echoed_reply_is_not_a_format_error_drop() {
+    // Text mode: observations are user messages after the reply. Output
+    // that happens to contain a marker, with the reply re-rendered.
+    let reply = json!({"role": "assistant", "content": "```mswea_bash_command\ngrep -r 'Format error:' .\n```"});
+    let observation = json!({"role": "user",
+        "content": "<returncode>0</returncode>\n<output>\nlog.txt: Format error: bad line\n</output>"});
+    let prev = turn(
+        0,
+        &[system(), task()],
+        reply.clone(),
+        &[1, 2, 9],
+        &[10, 11, 8],
+    );
+    let next = turn(
+        1,
+        &[system(), task(), reply, observation],
+        bash("c1", "ls"),
+        &[1, 2, 9, 12, 8, 40, 9],
+        &[13, 8],
+    );
+    let b = classify(&prev, &next, &Markers::new(&[]));
+    assert_eq!(b.kind, BreakKind::Template);
+    assert!(b.detail.starts_with("template: "), "{}", b.detail);
+}
