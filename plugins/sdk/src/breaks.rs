@@ -133,8 +133,9 @@ fn retokenized(prev: &ModelCall, next: &ModelCall) -> Option<bool> {
     }
 }
 
-/// Where the next prompt first differs from the previous prompt + response.
-struct Divergence {
+/// Where the next prompt first differs from the previous prompt + response;
+/// its `Display` is the `ids first differ at ...` part of a break detail.
+pub struct Divergence {
     at: usize,
     prompt_len: usize,
     previous: Option<u32>,
@@ -142,7 +143,7 @@ struct Divergence {
 }
 
 impl Divergence {
-    fn locate(prev: &ModelCall, next: &ModelCall) -> Self {
+    pub fn locate(prev: &ModelCall, next: &ModelCall) -> Self {
         let prompt_len = prev.prompt_ids.len();
         let in_prompt = common_prefix_len(&prev.prompt_ids, &next.prompt_ids);
         let at = if in_prompt < prompt_len {
@@ -164,7 +165,9 @@ impl Divergence {
         }
     }
 
-    fn in_previous_response(&self) -> bool {
+    /// Whether the ids first differ inside (the re-rendering of) the
+    /// previous response rather than in its prompt.
+    pub fn in_previous_response(&self) -> bool {
         self.at >= self.prompt_len
     }
 }

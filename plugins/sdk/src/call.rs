@@ -116,7 +116,7 @@ pub fn completion_prompt(call: &ModelCall) -> Option<String> {
 }
 
 /// A message `content`: a string, or an array of parts whose text is joined.
-pub(crate) fn content_text(content: &Value) -> Option<String> {
+pub fn content_text(content: &Value) -> Option<String> {
     match content {
         Value::String(text) => Some(text.clone()),
         Value::Array(parts) => join_texts(parts.iter()),

@@ -25,6 +25,7 @@
 //!   [`assistant_text`], [`tag`] / [`agent`], [`input`], [`last_reward`];
 //! - building samples: [`SampleBuilder`] (one chain of calls),
 //!   [`merge_chains`] (a whole rollout, one chain per agent),
+//!   [`merge_chains_with`] (the same with a harness's own break classifier),
 //!   [`classify_break`] (why a chain broke; see [`breaks`]),
 //!   [`messages::same_message`] (turn comparison tolerant of echo noise),
 //!   [`starts_with_ids`] / [`common_prefix_len`] (vectorised id compare);
@@ -55,7 +56,7 @@ pub use breaks::classify_break;
 pub use builder::SampleBuilder;
 pub use call::{agent, assistant_message, assistant_text, request_messages, tag};
 pub use config::{config, config_json};
-pub use merge::{MergeOptions, merge_chains};
+pub use merge::{MergeOptions, merge_chains, merge_chains_with};
 pub use prefix::{common_prefix_len, starts_with_ids};
 pub use rollout::{input, last_reward};
 

@@ -2,7 +2,7 @@
 //! allow, one chain per agent.
 
 use crate::builder::SampleBuilder;
-use crate::{ModelCall, Rollout, Sample, breaks, call, log};
+use crate::{ChainBreak, ModelCall, Rollout, Sample, breaks, call, log};
 
 /// How [`merge_chains`] groups calls.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +38,18 @@ struct Chain<'a> {
 /// and starts a new one whose `break_before` says why. Samples come out
 /// ordered by their first call.
 pub fn merge_chains(rollout: &Rollout, options: &MergeOptions) -> Vec<Sample> {
+    merge_chains_with(rollout, options, breaks::classify_break)
+}
+
+/// [`merge_chains`] with a harness-specific break classifier: `classify`
+/// gets the last call of the chain and the call that did not continue it
+/// (a harness adapter can name breaks the generic classifier only calls
+/// `other`, then fall back to [`breaks::classify_break`]).
+pub fn merge_chains_with(
+    rollout: &Rollout,
+    options: &MergeOptions,
+    classify: impl Fn(&ModelCall, &ModelCall) -> ChainBreak,
+) -> Vec<Sample> {
     let mut open: Vec<Chain> = Vec::new();
     let mut done: Vec<Sample> = Vec::new();
     for next in &rollout.calls {
@@ -59,7 +71,7 @@ pub fn merge_chains(rollout: &Rollout, options: &MergeOptions) -> Vec<Sample> {
             continue;
         };
         if chain.builder.extend(next).is_err() {
-            let chain_break = breaks::classify_break(chain.last, next);
+            let chain_break = classify(chain.last, next);
             let kind = breaks::kind_name(chain_break.kind);
             log::debug(format!(
                 "call {}: new sample, {kind} break: {}",

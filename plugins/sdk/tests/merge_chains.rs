@@ -262,3 +262,25 @@ fn with_a_tokenizer_a_changed_earlier_prompt_is_an_other_break() {
         "the earlier prompt changed; ids first differ at 1 (prompt position 1): previous 2, next 9"
     );
 }
+
+#[test]
+fn merge_chains_with_uses_the_given_classifier() {
+    let calls = vec![
+        call(0, &[1], &[2]),
+        call(1, &[1, 2, 3], &[4]),
+        call(2, &[7], &[8]),
+    ];
+    let samples =
+        agl_plugin::merge_chains_with(&rollout(calls), &MergeOptions::default(), |prev, next| {
+            agl_plugin::ChainBreak {
+                kind: BreakKind::Template,
+                call_index: next.index,
+                detail: format!("custom after call {}", prev.index),
+            }
+        });
+    let calls: Vec<&[u32]> = samples.iter().map(|s| s.source_calls.as_slice()).collect();
+    assert_eq!(calls, [&[0, 1][..], &[2][..]]);
+    let b = samples[1].break_before.as_ref().expect("a break");
+    assert_eq!((b.kind, b.call_index), (BreakKind::Template, 2));
+    assert_eq!(b.detail, "custom after call 1");
+}
