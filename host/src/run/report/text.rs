@@ -9,7 +9,10 @@ use super::record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE};
 /// One line per step, fields always in the same order, e.g.
 /// `step 3/20 v3 | reward 0.420 | val 0.550 | 32 rollouts 41 samples 3.1k tok
 /// | breaks retok 1 tmpl 0 other 2 | excl sys 1 noreward 0 | drain 0.4s
-/// | step 38.2s (wait 20.1 train 17.5) | loss 0.0123`.
+/// | step 38.2s (wait 20.1 train 17.5) | loss 0.0123 grad 3.10 ent 1.52`.
+/// (With one optimizer step per batch the loss is ~0 by construction: the
+/// ratio is 1 and GRPO advantages are zero-mean; the gradient norm shows
+/// how hard the update pushed.)
 /// `val` appears on validation steps only; plugin failures, stale drops and
 /// carried groups only when non-zero. Step 0 is the baseline line.
 pub fn summary_line(r: &StepRecord) -> String {
@@ -56,12 +59,14 @@ pub fn summary_line(r: &StepRecord) -> String {
     }
     let _ = write!(
         s,
-        " | drain {:.1}s | step {:.1}s (wait {:.1} train {:.1}) | loss {}",
+        " | drain {:.1}s | step {:.1}s (wait {:.1} train {:.1}) | loss {} grad {} ent {}",
         r.drain_s,
         r.step_s,
         r.wait_s,
         r.train_s,
-        opt(r.loss, 4)
+        opt(r.loss, 4),
+        opt(r.grad_norm, 2),
+        opt(r.entropy, 2)
     );
     s
 }
