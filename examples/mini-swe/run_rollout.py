@@ -172,7 +172,7 @@ def main():
     if not task["repo"].is_dir():
         log(f"no repo snapshot at {task['repo']} (run examples/mini-swe/gen_tasks.py)")
         return 2
-    work = Path(tempfile.mkdtemp(prefix=f"mswe-{task['instance_id']}-"))
+    work = Path(tempfile.mkdtemp(prefix="mswe-"))  # no "=": mini reads "-c a=b" as a key
     try:
         repo = work / "repo"
         shutil.copytree(task["repo"], repo, ignore=shutil.ignore_patterns(".git"), symlinks=True)
