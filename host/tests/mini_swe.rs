@@ -78,6 +78,12 @@ fn tiny_model(dir: &Path) {
 
 /// Generates the tasks into `dir/repos` and keeps rows A, B, C as the data.
 fn tasks(dir: &Path) {
+    let mini = python().with_file_name("mini");
+    assert!(
+        mini.is_file(),
+        "{} missing: run deploy/setup.sh (mini-swe-agent)",
+        mini.display()
+    );
     let script = repo_root().join("examples/mini-swe/gen_tasks.py");
     let out = Command::new(python())
         .arg(script)
