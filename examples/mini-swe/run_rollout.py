@@ -27,8 +27,9 @@ Environment (all optional): MSWE_TASKS_ROOT (repo snapshots),
 MSWE_STEP_LIMIT (20), MSWE_WALL_TIME (600 s), MSWE_CMD_TIMEOUT (60 s per
 command), MSWE_TEST_TIMEOUT (120 s), MSWE_TASK_PYTHON (the task's
 interpreter; default this one), MSWE_MINI (the mini binary; default next to
-this interpreter, else on PATH), MSWE_MODEL (policy), MSWE_TEMPERATURE
-(unset: the engine's default), MSWE_KEEP_WORKDIR=1 (keep the temp dir).
+this interpreter, else on PATH), MSWE_MODEL (policy), MSWE_TEMPERATURE and
+MSWE_MAX_TOKENS (per model call; unset: the engine's default),
+MSWE_KEEP_WORKDIR=1 (keep the temp dir).
 """
 
 import json
@@ -72,6 +73,8 @@ def mini_config(path, base_url, api_key):
     kwargs = {"api_base": base_url, "api_key": api_key}
     if os.environ.get("MSWE_TEMPERATURE"):
         kwargs["temperature"] = float(os.environ["MSWE_TEMPERATURE"])
+    if os.environ.get("MSWE_MAX_TOKENS"):
+        kwargs["max_tokens"] = int(os.environ["MSWE_MAX_TOKENS"])
     config = {
         "agent": {
             "step_limit": env_int("MSWE_STEP_LIMIT", 20),
@@ -121,7 +124,7 @@ def run_mini(work, repo, task):
 def restore_tests(task, repo):
     """Puts the snapshot's test files back (and removes ones the agent made up)."""
     for rel in task["test_files"]:
-        src, dst = task["repo"] / rel, repo / rel
+        src, dst = task["repo_dir"] / rel, repo / rel
         if dst.is_dir() and not dst.is_symlink():
             shutil.rmtree(dst)
         elif dst.exists() or dst.is_symlink():
@@ -169,13 +172,13 @@ def main():
     except (ValueError, tasks.TaskError) as e:
         log(f"bad task row: {e}")
         return 2
-    if not task["repo"].is_dir():
-        log(f"no repo snapshot at {task['repo']} (run examples/mini-swe/gen_tasks.py)")
+    if not task["repo_dir"].is_dir():
+        log(f"no repo snapshot at {task['repo_dir']} (run examples/mini-swe/gen_tasks.py)")
         return 2
     work = Path(tempfile.mkdtemp(prefix="mswe-"))  # no "=": mini reads "-c a=b" as a key
     try:
         repo = work / "repo"
-        shutil.copytree(task["repo"], repo, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+        shutil.copytree(task["repo_dir"], repo, ignore=shutil.ignore_patterns(".git"), symlinks=True)
         rc, status = run_mini(work, repo, task)
         if status not in AGENT_STATUSES and status not in AGENT_ERRORS:
             log(f"mini failed (rc {rc}, exit_status {status}): system failure, not scored")

@@ -20,6 +20,7 @@ SWE-smith export converted to local repo snapshots):
   test_patch         str   optional: a diff applied (git apply) after the
                            restore, e.g. SWE-bench's hidden tests
 
+Convert a dataset file: `python3 tasks.py IN.jsonl --out tasks.jsonl [--val N]`.
 SWE-bench stores FAIL_TO_PASS / PASS_TO_PASS as JSON-encoded strings; they
 are decoded here. Extra fields (repo, base_commit, patch, ...) are kept and
 ignored.
@@ -71,7 +72,7 @@ def _test_files(ids, runner):
 
 
 def normalize(row, root=None):
-    """A validated task with defaults filled in and `repo` an absolute Path."""
+    """A validated task with defaults filled in and `repo_dir` the absolute snapshot path (`repo`, a dataset field, is left alone)."""
     missing = [k for k in REQUIRED if k not in row]
     if missing:
         raise TaskError(f"missing fields: {', '.join(missing)}")
@@ -88,7 +89,7 @@ def normalize(row, root=None):
     task["test_files"] = list(row.get("test_files") or _test_files(ids, runner))
     task["split"] = row.get("split", "train")
     repo = Path(row["repo_path"]).expanduser()
-    task["repo"] = repo if repo.is_absolute() else (root or default_root()) / repo
+    task["repo_dir"] = repo if repo.is_absolute() else (root or default_root()) / repo
     return task
 
 
@@ -103,3 +104,31 @@ def load(path, root=None):
         except (json.JSONDecodeError, TaskError) as e:
             raise TaskError(f"{path}:{n}: {e}") from e
     return tasks
+
+
+def main():
+    """Converts a SWE-bench / SWE-smith style JSONL file into agl data rows:
+    test id lists decoded, defaults filled in, a split on every row."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("rows", type=Path, help="input JSONL (instance rows)")
+    ap.add_argument("--out", type=Path, required=True, help="agl run data file to write")
+    ap.add_argument("--root", type=Path, default=None, help="tasks root (default $MSWE_TASKS_ROOT)")
+    ap.add_argument("--val", type=int, default=0, help="rows without a split: the last N are val")
+    args = ap.parse_args()
+    raw = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, task in enumerate(load(args.rows, args.root)):
+        if not task["repo_dir"].is_dir():
+            print(f"warning: {task['instance_id']}: no repo snapshot at {task['repo_dir']}")
+        row = {k: v for k, v in task.items() if k != "repo_dir"}
+        if "split" not in raw[i]:
+            row["split"] = "val" if i >= len(raw) - args.val else "train"
+        rows.append(row)
+    args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"wrote {len(rows)} rows to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
