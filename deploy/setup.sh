@@ -4,7 +4,7 @@
 # links against plus the openai SDK (for the proxy's SDK tests), and the
 # built-in plugins (build/plugins/*.wasm), and the Python references the
 # GGUF import and trainer parity tests compare against (transformers, gguf,
-# jinja2, accelerate).
+# jinja2, accelerate), and mini-swe-agent (the harness of examples/mini-swe).
 #
 # Environment:
 #   AGL_VENV          venv location (default: .venv in the repo)
@@ -19,6 +19,9 @@ TRANSFORMERS_VERSION=5.24.0
 GGUF_VERSION=0.19.0
 JINJA2_VERSION=3.1.6
 ACCELERATE_VERSION=1.15.0  # transformers needs it to load a model from a GGUF
+# The real harness examples/mini-swe runs and host/tests/mini_swe.rs drives
+# (pulls litellm; about 70 s to install on 2 cores with a warm pip cache).
+MINI_SWE_AGENT_VERSION=2.4.6
 VENV=${AGL_VENV:-.venv}
 
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
@@ -47,6 +50,15 @@ sys.exit([version(p) for p in ('transformers', 'gguf', 'jinja2', 'accelerate')]
     echo "setup: installing transformers, gguf, jinja2, accelerate into $VENV"
     "$VENV/bin/pip" install --quiet "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION" \
         "jinja2==$JINJA2_VERSION" "accelerate==$ACCELERATE_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit(version('mini-swe-agent') != '$MINI_SWE_AGENT_VERSION')
+" 2>/dev/null; then
+    echo "setup: installing mini-swe-agent==$MINI_SWE_AGENT_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet "mini-swe-agent==$MINI_SWE_AGENT_VERSION"
 fi
 
 plugins/build.sh
