@@ -117,7 +117,7 @@ base_url = "http://{addr}"
 model_name = "tiny"
 reload = "sglang"
 [plugins]
-adapter = "{plugins}/trajectory.wasm"
+adapter = "{plugins}/mini-swe.wasm"
 reward = "{plugins}/reported.wasm"
 [gateway]
 listen = "127.0.0.1:0"
@@ -311,7 +311,7 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
             "test",
             "--plugin",
             &repo_root()
-                .join("build/plugins/trajectory.wasm")
+                .join("build/plugins/mini-swe.wasm")
                 .display()
                 .to_string(),
             "--reward",

@@ -77,6 +77,10 @@ pub async fn run(
         );
     }
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    // Absolute: an external engine loads new weights from paths under it.
+    let out_dir = out_dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", out_dir.display()))?;
     let model_dir = config
         .model
         .path
