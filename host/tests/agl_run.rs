@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use agl::store::Store;
 use agl::testengine::{EngineConfig, EngineRequest, Reply, TestEngine};
-use agl_trainer::model::{Model, ModelConfig};
-use controller_support::{python, repo_root};
+use controller_support::{python, repo_root, tiny_model};
 use serde_json::{Value, json};
 
 const AGL: &str = env!("CARGO_BIN_EXE_agl");
@@ -43,22 +42,6 @@ fn calc_script(count: Arc<AtomicUsize>) -> impl Fn(&EngineRequest) -> Reply {
     }
 }
 
-/// A 2-layer llama with random weights over the test engine's byte ids.
-fn tiny_model(dir: &Path) {
-    let config = ModelConfig::from_json(json!({
-        "model_type": "llama", "vocab_size": 1280, "hidden_size": 32,
-        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "max_position_embeddings": 4096, "tie_word_embeddings": true,
-    }))
-    .unwrap();
-    tch::manual_seed(7);
-    Model::new(config, tch::Kind::Float, tch::Device::Cpu)
-        .unwrap()
-        .save(dir)
-        .unwrap();
-}
-
 struct Setup {
     dir: tempfile::TempDir,
     engine: TestEngine,
@@ -67,7 +50,7 @@ struct Setup {
 impl Setup {
     async fn new() -> Setup {
         let dir = tempfile::tempdir().unwrap();
-        tiny_model(&dir.path().join("model"));
+        tiny_model(&dir.path().join("model"), 4096);
         let rows = std::fs::read_to_string(repo_root().join("examples/calc/data.jsonl")).unwrap();
         let rows: Vec<Value> = rows
             .lines()

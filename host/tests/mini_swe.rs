@@ -18,8 +18,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use agl::testengine::{EngineConfig, EngineRequest, Reply, TestEngine};
-use agl_trainer::model::{Model, ModelConfig};
-use controller_support::{python, repo_root};
+use controller_support::{python, repo_root, tiny_model};
 use serde_json::{Value, json};
 
 const AGL: &str = env!("CARGO_BIN_EXE_agl");
@@ -57,23 +56,6 @@ fn policy(r: &EngineRequest) -> Reply {
     let command = commands(task).get(turn).copied().unwrap_or(SUBMIT);
     Reply::text(format!("Step {turn}."))
         .with_tool_call("bash", json!({ "command": command }).to_string())
-}
-
-/// A 2-layer llama with random weights over the test engine's byte ids
-/// (mini's prompts are ~5k bytes).
-fn tiny_model(dir: &Path) {
-    let config = ModelConfig::from_json(json!({
-        "model_type": "llama", "vocab_size": 1280, "hidden_size": 32,
-        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "max_position_embeddings": 32768, "tie_word_embeddings": true,
-    }))
-    .unwrap();
-    tch::manual_seed(7);
-    Model::new(config, tch::Kind::Float, tch::Device::Cpu)
-        .unwrap()
-        .save(dir)
-        .unwrap();
 }
 
 /// Generates the tasks into `dir/repos` and keeps rows A, B, C as the data.
@@ -224,7 +206,7 @@ fn decode(ids: &[Value]) -> String {
 async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    tiny_model(&dir.join("model"));
+    tiny_model(&dir.join("model"), 32768);
     tasks(dir);
     let engine = TestEngine::start(EngineConfig::default().with_script(policy))
         .await

@@ -181,3 +181,22 @@ pub fn python() -> PathBuf {
     );
     python
 }
+
+/// A 2-layer llama with random weights over the test engine's byte ids
+/// (vocab 1280), saved as a Hugging Face folder: the policy `agl run`
+/// trains in tests. `max_positions` must cover the harness's prompts.
+#[allow(dead_code)] // used by the `agl run` tests only
+pub fn tiny_model(dir: &Path, max_positions: usize) {
+    let config = agl_trainer::model::ModelConfig::from_json(serde_json::json!({
+        "model_type": "llama", "vocab_size": 1280, "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "max_position_embeddings": max_positions, "tie_word_embeddings": true,
+    }))
+    .unwrap();
+    tch::manual_seed(7);
+    agl_trainer::model::Model::new(config, tch::Kind::Float, tch::Device::Cpu)
+        .unwrap()
+        .save(dir)
+        .unwrap();
+}
