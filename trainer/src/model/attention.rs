@@ -69,22 +69,14 @@ impl Attention {
     }
 
     /// Attends `q` `[B, heads, T, d]` over `k`/`v` `[B, kv_heads, L, d]`;
-    /// `mask` `[B, 1, T, L]` is true where a query may see a key. Every query
-    /// row must see at least one key. Returns `[B, T, hidden]`.
-    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
-        let groups = self.num_heads / self.num_kv_heads;
-        let (k, v) = if groups > 1 {
-            // kv head j serves query heads j*groups .. (j+1)*groups, as in
-            // transformers' repeat_kv.
-            (
-                k.repeat_interleave_self_int(groups, 1, None),
-                v.repeat_interleave_self_int(groups, 1, None),
-            )
-        } else {
-            (k.shallow_clone(), v.shallow_clone())
-        };
-        let out =
-            Tensor::scaled_dot_product_attention(q, &k, &v, Some(mask), 0.0, false, None, false);
+    /// `mask` `[B, 1, T, L]` is true where a query may see a key (`None`:
+    /// every query sees every key). Every query row must see at least one
+    /// key. Returns `[B, T, hidden]`.
+    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
+        // enable_gqa: kv head j serves query heads j*groups .. (j+1)*groups,
+        // as transformers' repeat_kv, without materialising the repeat.
+        let gqa = self.num_heads != self.num_kv_heads;
+        let out = Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, false, None, gqa);
         let (b, t) = (q.size()[0], q.size()[2]);
         let out = out
             .transpose(1, 2)
@@ -123,7 +115,7 @@ impl DecoderLayer {
         &self,
         x: &Tensor,
         rope: &RopeTables,
-        mask: &Tensor,
+        mask: Option<&Tensor>,
         kv: impl FnOnce(Tensor, Tensor) -> (Tensor, Tensor),
     ) -> Tensor {
         let (q, k, v) = self

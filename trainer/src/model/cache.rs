@@ -187,16 +187,19 @@ impl Model {
         let query_pos = &start + col.minimum(&(&count - 1));
         let key_pos =
             Tensor::arange(plan.key_len, (Kind::Int64, device)).view([1, 1, plan.key_len]);
-        let mask = self
-            .visible(&query_pos.unsqueeze(-1), &key_pos)
-            .unsqueeze(1);
+        // One sequence decoding one token sees every cached key: no mask,
+        // which lets SDPA take its unmasked kernel (the common agent case).
+        let mask = (n > 1 || t_new > 1 || self.config.sliding_window.is_some()).then(|| {
+            self.visible(&query_pos.unsqueeze(-1), &key_pos)
+                .unsqueeze(1)
+        });
 
         let logits = tch::no_grad(|| {
             let tables = self.rope.tables(&positions, self.kind);
             let mut x = Tensor::embedding(&self.embed_tokens, &tokens, -1, false, false);
             for (l, layer) in self.layers.iter().enumerate() {
                 let (keys, values) = (&mut cache.keys[l], &mut cache.values[l]);
-                x = layer.forward(&x, &tables, &mask, |k, v| {
+                x = layer.forward(&x, &tables, mask.as_ref(), |k, v| {
                     (
                         plan.write_and_read(keys, &k),
                         plan.write_and_read(values, &v),

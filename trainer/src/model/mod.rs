@@ -195,7 +195,7 @@ impl Model {
             false,
         );
         for layer in &self.layers {
-            x = layer.forward(&x, &tables, &mask, |k, v| (k, v));
+            x = layer.forward(&x, &tables, Some(&mask), |k, v| (k, v));
         }
         Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
     }
