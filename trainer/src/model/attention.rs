@@ -12,6 +12,19 @@ use super::config::ModelConfig;
 use super::layers::{Linear, Mlp, RmsNorm};
 use super::rope::RopeTables;
 
+/// Which keys a query may see.
+#[derive(Clone, Copy)]
+pub enum Visibility<'a> {
+    /// Every key (one new token per sequence, nothing to hide).
+    All,
+    /// Query `i` sees keys `0..=i` (queries and keys start at position 0).
+    /// Lets SDPA take its flash kernel, which never materialises the
+    /// `T x T` weights: long training sequences fit in memory.
+    Causal,
+    /// `[B, 1, T, L]`, true where a query may see a key.
+    Mask(&'a Tensor),
+}
+
 #[derive(Debug)]
 pub struct Attention {
     q_proj: Linear,
@@ -69,14 +82,18 @@ impl Attention {
     }
 
     /// Attends `q` `[B, heads, T, d]` over `k`/`v` `[B, kv_heads, L, d]`;
-    /// `mask` `[B, 1, T, L]` is true where a query may see a key (`None`:
-    /// every query sees every key). Every query row must see at least one
-    /// key. Returns `[B, T, hidden]`.
-    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
+    /// `mask` says which keys each query sees. Every query row must see at
+    /// least one key. Returns `[B, T, hidden]`.
+    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Visibility) -> Tensor {
         // enable_gqa: kv head j serves query heads j*groups .. (j+1)*groups,
         // as transformers' repeat_kv, without materialising the repeat.
         let gqa = self.num_heads != self.num_kv_heads;
-        let out = Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, false, None, gqa);
+        let (explicit, causal) = match mask {
+            Visibility::All => (None, false),
+            Visibility::Causal => (None, true),
+            Visibility::Mask(m) => (Some(m), false),
+        };
+        let out = Tensor::scaled_dot_product_attention(q, k, v, explicit, 0.0, causal, None, gqa);
         let (b, t) = (q.size()[0], q.size()[2]);
         let out = out
             .transpose(1, 2)
@@ -115,7 +132,7 @@ impl DecoderLayer {
         &self,
         x: &Tensor,
         rope: &RopeTables,
-        mask: Option<&Tensor>,
+        mask: Visibility,
         kv: impl FnOnce(Tensor, Tensor) -> (Tensor, Tensor),
     ) -> Tensor {
         let (q, k, v) = self

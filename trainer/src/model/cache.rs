@@ -20,6 +20,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::attention::Visibility;
 use super::{Model, ModelError};
 
 /// A sequence's place in a [`KvCache`].
@@ -187,19 +188,26 @@ impl Model {
         let query_pos = &start + col.minimum(&(&count - 1));
         let key_pos =
             Tensor::arange(plan.key_len, (Kind::Int64, device)).view([1, 1, plan.key_len]);
-        // One sequence decoding one token sees every cached key: no mask,
-        // which lets SDPA take its unmasked kernel (the common agent case).
-        let mask = (n > 1 || t_new > 1 || self.config.sliding_window.is_some()).then(|| {
+        // Without a sliding window, two common steps need no mask (and so
+        // let SDPA pick its fused kernels): one sequence decoding one token
+        // sees every key; one sequence prefilled from position 0 is plainly
+        // causal.
+        let window = self.config.sliding_window.is_some();
+        let explicit = (window || n > 1 || (t_new > 1 && starts[0] > 0)).then(|| {
             self.visible(&query_pos.unsqueeze(-1), &key_pos)
                 .unsqueeze(1)
         });
-
+        let mask = match &explicit {
+            Some(m) => Visibility::Mask(m),
+            None if t_new > 1 => Visibility::Causal,
+            None => Visibility::All,
+        };
         let logits = tch::no_grad(|| {
             let tables = self.rope.tables(&positions, self.kind);
             let mut x = Tensor::embedding(&self.embed_tokens, &tokens, -1, false, false);
             for (l, layer) in self.layers.iter().enumerate() {
                 let (keys, values) = (&mut cache.keys[l], &mut cache.values[l]);
-                x = layer.forward(&x, &tables, mask.as_ref(), |k, v| {
+                x = layer.forward(&x, &tables, mask, |k, v| {
                     (
                         plan.write_and_read(keys, &k),
                         plan.write_and_read(values, &v),

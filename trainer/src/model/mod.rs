@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use tch::nn::{Init, VarStore};
 use tch::{Device, Kind, Tensor};
 
-use attention::DecoderLayer;
+use attention::{DecoderLayer, Visibility};
 use layers::RmsNorm;
 use rope::Rope;
 
@@ -167,9 +167,6 @@ impl Model {
         self.check_token_ids(tokens)?;
         let device = self.device();
         let pos = Tensor::arange(t, (Kind::Int64, device));
-        let mut mask = self
-            .visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
-            .view([1, 1, t, t]);
         if let Some(am) = attention_mask {
             if am.size() != [b, t] {
                 return Err(ModelError::Input(format!(
@@ -184,8 +181,18 @@ impl Model {
                     "attention_mask: padding must be on the right".into(),
                 ));
             }
-            mask = mask.logical_and(&am.view([b, 1, 1, t]));
         }
+        // Padding is on the right, so causality alone keeps every real
+        // query away from padded keys; padded queries' outputs are
+        // meaningless either way. A sliding window needs the explicit mask.
+        let window_mask = self.config.sliding_window.map(|_| {
+            self.visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
+                .view([1, 1, t, t])
+        });
+        let mask = match &window_mask {
+            Some(m) => Visibility::Mask(m),
+            None => Visibility::Causal,
+        };
         let tables = self.rope.tables(&pos.unsqueeze(0), self.kind);
         let mut x = Tensor::embedding(
             &self.embed_tokens,
@@ -195,7 +202,7 @@ impl Model {
             false,
         );
         for layer in &self.layers {
-            x = layer.forward(&x, &tables, Some(&mask), |k, v| (k, v));
+            x = layer.forward(&x, &tables, mask, |k, v| (k, v));
         }
         Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
     }
