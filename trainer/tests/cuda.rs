@@ -203,18 +203,23 @@ fn rl_step_on_cuda_matches_cpu() {
     let bf16_model = copy_to(&cpu, Kind::Float, gpu);
     let (want, want_w) = one_step(&cpu, false);
     let (got, got_w) = one_step(&gpu_model, false);
-    let worst = got_w
-        .iter()
-        .zip(&want_w)
-        .map(|(g, w)| max_abs_diff(&g.1.to_device(Device::Cpu), &w.1))
-        .fold(0f64, f64::max);
+    // AdamW's first step moves each weight by about lr * sign(grad), so a
+    // gradient that is ~0 on both devices may move a weight differently:
+    // count the weights that differ rather than bound the worst one.
+    let (mut worst, mut off, mut total) = (0f64, 0i64, 0i64);
+    for (g, w) in got_w.iter().zip(&want_w) {
+        let d = (g.1.to_device(Device::Cpu) - &w.1).abs();
+        worst = worst.max(f64::try_from(d.max()).unwrap());
+        off += i64::try_from(d.gt(1e-5).sum(Kind::Int64)).unwrap();
+        total += w.1.numel() as i64;
+    }
     println!(
-        "rl step f32: loss cpu {:.6} cuda {:.6}; grad norm cpu {:.6} cuda {:.6}; weights max abs diff {worst:.2e}",
+        "rl step f32: loss cpu {:.6} cuda {:.6}; grad norm cpu {:.6} cuda {:.6}; weights max abs diff {worst:.2e}, {off}/{total} differ > 1e-5",
         want.loss, got.loss, want.grad_norm, got.grad_norm
     );
     assert!((got.loss - want.loss).abs() < 1e-4 * (1.0 + want.loss.abs()));
     assert!((got.grad_norm - want.grad_norm).abs() < 1e-3 * want.grad_norm);
-    assert!(worst < 1e-4, "{worst}");
+    assert!(off * 1000 < total, "{off}/{total}");
 
     let (bf16, _) = one_step(&bf16_model, true);
     println!(
