@@ -231,6 +231,18 @@ fn rl_step_on_cuda_matches_cpu() {
     assert!((bf16.grad_norm - want.grad_norm).abs() < 0.1 * want.grad_norm);
 }
 
+/// `StepConfig::bf16_autocast` runs the forward under `tch::autocast`, which
+/// enables CUDA autocast in its default dtype: that is f16 unless set.
+#[test]
+fn bf16_autocast_computes_in_bf16() {
+    let Some(gpu) = cuda() else { return };
+    let model = copy_to(&cpu_model(6), Kind::Float, gpu);
+    let tokens = random_tokens(1, 8, 300).to_device(gpu);
+    let logits = tch::autocast(true, || model.forward(&tokens, None).unwrap());
+    println!("logits dtype under autocast: {:?}", logits.kind());
+    assert_eq!(logits.kind(), Kind::BFloat16);
+}
+
 #[test]
 fn weights_saved_on_cuda_reload_on_cpu() {
     let Some(gpu) = cuda() else { return };
