@@ -1,18 +1,24 @@
 //! Decode throughput of agl's engine vs transformers `generate` on
-//! SmolLM2-135M-Instruct (f32, CPU, same thread count), at 1 and 8
-//! concurrent requests, plus peak RSS. Prints a table.
+//! SmolLM2-135M-Instruct, plus peak memory. Prints a table.
 //!
-//! `cargo bench -p agl-trainer --bench engine` with `AGL_VENV` set; the
-//! model folder is `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct`
+//! `cargo bench -p agl-trainer --bench engine` with `AGL_VENV` set: f32 on
+//! CPU (same thread count for both) at 1 and 8 concurrent requests; the model
+//! folder is `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct`
 //! (built by `host/tests/engine_server.rs`'s `smollm2_dir`).
+//!
+//! `AGL_DEVICE=cuda`: f32 and bf16 on the GPU at 1, 8 and 32 concurrent
+//! requests. `AGL_RANDOM_MODEL=1` (or no model folder): a randomly
+//! initialised model of SmolLM2-135M's shape and a fixed synthetic prompt
+//! (decode speed does not depend on the weight values). `AGL_SKIP_HF=1`:
+//! no transformers comparison; `AGL_HF_SCRIPT`: where hf_generate.py is.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use agl_trainer::engine::{EngineConfig, EngineHandle, Event, Request, SamplingParams};
-use agl_trainer::model::Model;
-use serde_json::Value;
+use agl_trainer::model::{Model, ModelConfig};
+use serde_json::{Value, json};
 use tch::{Device, Kind};
 
 const NEW_TOKENS: usize = 64;
@@ -25,6 +31,34 @@ fn model_dir() -> PathBuf {
         },
         PathBuf::from,
     )
+}
+
+/// SmolLM2-135M-Instruct's config.json, minus the token ids: without an
+/// `eos_token_id` nothing stops a random model's greedy decode early.
+fn smollm2_config() -> Value {
+    json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0,
+        "max_position_embeddings": 8192,
+        "vocab_size": 49152,
+        "tie_word_embeddings": true,
+        "attention_bias": false,
+        "mlp_bias": false,
+    })
+}
+
+/// A fixed 40-token prompt for the random model.
+fn synthetic_prompt() -> Vec<u32> {
+    (0..40u32).map(|i| (i * 7919 + 17) % 49152).collect()
 }
 
 /// `n` concurrent greedy requests of `NEW_TOKENS` each; aggregate tokens/s.
@@ -66,16 +100,39 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn main() {
-    let dir = model_dir();
-    let threads = tch::get_num_threads();
+/// GPU memory in use now (all processes) per nvidia-smi; NaN without it.
+fn gpu_used_mb() -> f64 {
+    Command::new("nvidia-smi")
+        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(f64::NAN)
+}
+
+/// transformers `generate` figures from hf_generate.py, or None when skipped.
+fn hf(folder: &Path, args: &[String]) -> Option<Value> {
+    if std::env::var_os("AGL_SKIP_HF").is_some() {
+        println!("transformers comparison skipped (AGL_SKIP_HF set)");
+        return None;
+    }
     let venv = std::env::var_os("AGL_VENV").map_or_else(|| PathBuf::from(".venv"), PathBuf::from);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/hf_generate.py");
+    // AGL_HF_SCRIPT: for a bench binary run away from its source tree.
+    let script = std::env::var_os("AGL_HF_SCRIPT").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/hf_generate.py"),
+        PathBuf::from,
+    );
     let out = Command::new(venv.join("bin/python"))
         .arg(script)
-        .arg(&dir)
-        .arg(NEW_TOKENS.to_string())
-        .arg(threads.to_string())
+        .arg(folder)
+        .args(args)
         .output()
         .expect("run python");
     assert!(
@@ -83,25 +140,35 @@ fn main() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let hf: Value = serde_json::from_slice(&out.stdout).expect("hf JSON");
-    let prompt: Vec<u32> = hf["prompt_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    Some(serde_json::from_slice(&out.stdout).expect("hf JSON"))
+}
 
-    let model = Model::load(&dir, Kind::Float, Device::Cpu).expect("load model");
+fn ids(v: &Value) -> Vec<u32> {
+    let list = v.as_array().expect("prompt_ids");
+    list.iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn spawn(model: Model, max_seqs: usize) -> EngineHandle {
     let config = EngineConfig {
-        max_seqs: 8,
+        max_seqs,
         max_len: 1024,
         weight_version: 0,
     };
-    let engine = EngineHandle::spawn(model, config).unwrap();
+    EngineHandle::spawn(model, config).unwrap()
+}
+
+fn cpu_bench(dir: &Path) {
+    let threads = tch::get_num_threads();
+    let args = [NEW_TOKENS.to_string(), threads.to_string()];
+    let hf = hf(dir, &args);
+    let prompt = hf
+        .as_ref()
+        .map_or_else(synthetic_prompt, |h| ids(&h["prompt_ids"]));
+    let model = Model::load(dir, Kind::Float, Device::Cpu).expect("load model");
+    let engine = spawn(model, 8);
     run(&engine, &prompt, 1); // warm-up
     let single = run(&engine, &prompt, 1);
     let batch8 = run(&engine, &prompt, 8);
-    let f = |k: &str| hf[k].as_f64().unwrap_or(0.0);
     println!(
         "SmolLM2-135M-Instruct f32, CPU, {threads} threads, {NEW_TOKENS} new tokens, prompt {} tokens",
         prompt.len()
@@ -110,23 +177,134 @@ fn main() {
         "{:<24} {:>12} {:>16} {:>14}",
         "", "1 req tok/s", "8 conc. tok/s", "peak RSS MB"
     );
+    let row = |name: &str, a: f64, b: f64, c: f64| {
+        println!("{name:<24} {a:>12.1} {b:>16.1} {c:>14.0}");
+    };
+    row("agl engine", single, batch8, peak_rss_mb());
+    if let Some(hf) = hf {
+        let f = |k: &str| hf[k].as_f64().unwrap_or(0.0);
+        row(
+            "transformers generate",
+            f("single_tok_s"),
+            f("batch8_tok_s"),
+            f("peak_rss_mb"),
+        );
+        println!(
+            "ratio agl/transformers: 1 req {:.2}x, 8 conc. {:.2}x",
+            single / f("single_tok_s"),
+            batch8 / f("single_tok_s")
+        );
+    }
+}
+
+fn cuda_bench(dir: &Path, random: bool) {
+    const CONC: [usize; 3] = [1, 8, 32];
+    let config_dir = tempfile_dir();
+    let folder = if random {
+        std::fs::write(config_dir.join("config.json"), smollm2_config().to_string()).unwrap();
+        config_dir.as_path()
+    } else {
+        dir
+    };
+    let what = if random { "random init" } else { "weights" };
     println!(
-        "{:<24} {:>12.1} {:>16.1} {:>14.0}",
-        "agl engine",
-        single,
-        batch8,
-        peak_rss_mb()
+        "SmolLM2-135M-Instruct shape ({what}), CUDA, {NEW_TOKENS} new tokens, greedy; tok/s at 1/8/32 concurrent requests"
     );
     println!(
-        "{:<24} {:>12.1} {:>16.1} {:>14.0}",
-        "transformers generate",
-        f("single_tok_s"),
-        f("batch8_tok_s"),
-        f("peak_rss_mb")
+        "{:<30} {:>10} {:>10} {:>10} {:>14}",
+        "", "1 req", "8 conc.", "32 conc.", "GPU MB"
     );
+    for (name, kind) in [("f32", Kind::Float), ("bf16", Kind::BFloat16)] {
+        let model = if random {
+            let config = ModelConfig::from_json(smollm2_config()).unwrap();
+            Model::new(config, kind, Device::Cuda(0)).unwrap()
+        } else {
+            Model::load(dir, kind, Device::Cuda(0)).expect("load model")
+        };
+        let prompt = synthetic_prompt();
+        let engine = spawn(model, 32);
+        run(&engine, &prompt, 2); // warm-up
+        let tok_s: Vec<f64> = CONC.iter().map(|&n| run(&engine, &prompt, n)).collect();
+        let used = gpu_used_mb();
+        drop(engine);
+        println!(
+            "{:<30} {:>10.1} {:>10.1} {:>10.1} {:>14.0}",
+            format!("agl engine {name}"),
+            tok_s[0],
+            tok_s[1],
+            tok_s[2],
+            used
+        );
+        let prompt_arg = prompt
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let args = [
+            NEW_TOKENS.to_string(),
+            "1".into(),
+            "--device=cuda".into(),
+            format!("--dtype={name}"),
+            "--batches=1,8,32".into(),
+            format!("--prompt={prompt_arg}"),
+        ];
+        if let Some(h) = hf(folder, &args) {
+            let f = |k: &str| h["tok_s"][k].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "{:<30} {:>10.1} {:>10.1} {:>10.1} {:>14.0}",
+                format!("transformers generate {name}"),
+                f("1"),
+                f("8"),
+                f("32"),
+                h["peak_gpu_mb"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
     println!(
-        "ratio agl/transformers: 1 req {:.2}x, 8 conc. {:.2}x",
-        single / f("single_tok_s"),
-        batch8 / f("single_tok_s")
+        "GPU MB: agl = nvidia-smi memory.used after the runs (whole GPU); transformers = torch.cuda.max_memory_allocated"
+    );
+}
+
+/// A fresh folder for the random model's config.json (transformers reads it).
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("agl-engine-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn main() {
+    let dir = model_dir();
+    let random =
+        std::env::var_os("AGL_RANDOM_MODEL").is_some() || !dir.join("config.json").exists();
+    match std::env::var("AGL_DEVICE").as_deref() {
+        Ok("cuda") => {
+            assert!(
+                tch::Cuda::is_available(),
+                "AGL_DEVICE=cuda but no CUDA device"
+            );
+            cuda_bench(&dir, random);
+        }
+        _ if random => {
+            // The CPU comparison needs the real model and its tokenizer.
+            println!(
+                "no model folder at {} (or AGL_RANDOM_MODEL set): random model, no transformers comparison",
+                dir.display()
+            );
+            cpu_random();
+        }
+        _ => cpu_bench(&dir),
+    }
+}
+
+/// f32 on CPU without the real model (e.g. a GPU machine forced to CPU).
+fn cpu_random() {
+    let config = ModelConfig::from_json(smollm2_config()).unwrap();
+    let engine = spawn(Model::new(config, Kind::Float, Device::Cpu).unwrap(), 8);
+    let prompt = synthetic_prompt();
+    run(&engine, &prompt, 1);
+    println!(
+        "agl engine f32 CPU random init: 1 req {:.1} tok/s, 8 conc. {:.1} tok/s",
+        run(&engine, &prompt, 1),
+        run(&engine, &prompt, 8)
     );
 }
