@@ -2,6 +2,7 @@
 //! See `trainer/README.md` for the API, the KV-cache design and the logprob
 //! convention.
 
+pub mod autocast;
 pub mod checkpoint;
 pub mod engine;
 pub mod model;

@@ -5,6 +5,7 @@
 
 mod common;
 
+use agl_trainer::autocast::with_bf16_autocast;
 use agl_trainer::engine::{EngineConfig, EngineHandle, Event, Finished, Request, SamplingParams};
 use agl_trainer::model::{KvCache, Model};
 use agl_trainer::rl::{
@@ -231,14 +232,14 @@ fn rl_step_on_cuda_matches_cpu() {
     assert!((bf16.grad_norm - want.grad_norm).abs() < 0.1 * want.grad_norm);
 }
 
-/// `StepConfig::bf16_autocast` runs the forward under `tch::autocast`, which
-/// enables CUDA autocast in its default dtype: that is f16 unless set.
+/// `StepConfig::bf16_autocast` runs the forward under `with_bf16_autocast`;
+/// plain `tch::autocast` would compute in CUDA autocast's default, f16.
 #[test]
 fn bf16_autocast_computes_in_bf16() {
     let Some(gpu) = cuda() else { return };
     let model = copy_to(&cpu_model(6), Kind::Float, gpu);
     let tokens = random_tokens(1, 8, 300).to_device(gpu);
-    let logits = tch::autocast(true, || model.forward(&tokens, None).unwrap());
+    let logits = with_bf16_autocast(true, || model.forward(&tokens, None).unwrap());
     println!("logits dtype under autocast: {:?}", logits.kind());
     assert_eq!(logits.kind(), Kind::BFloat16);
 }

@@ -11,7 +11,8 @@
 //! To take several optimizer steps on one batch (PPO epochs), call
 //! [`score_old_logprobs`] once first so every step uses the same `old`.
 //!
-//! Mixed precision: bf16 autocast on CUDA when `bf16_autocast` is set; on
+//! Mixed precision: bf16 autocast on CUDA when `bf16_autocast` is set
+//! ([`with_bf16_autocast`]: plain `tch::autocast` would compute in f16); on
 //! CPU the model runs in its own dtype (f32 for training). Logprobs are
 //! always computed in f32.
 
@@ -22,6 +23,7 @@ use super::adamw::{AdamW, AdamWConfig, AdamWError};
 use super::batch::UpdateBatch;
 use super::loss::{LossConfig, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack_ffd};
+use crate::autocast::with_bf16_autocast;
 use crate::model::{Model, token_logprobs};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -260,7 +262,7 @@ fn forward(
     cfg: &StepConfig,
 ) -> Result<Tensor, RlError> {
     let autocast = cfg.bf16_autocast && model.device().is_cuda();
-    Ok(tch::autocast(autocast, || {
+    Ok(with_bf16_autocast(autocast, || {
         model.forward(tokens, Some(mask))
     })?)
 }
