@@ -12,9 +12,17 @@
 //! before the answer). The engine waits `--engine-ms` before answering, a
 //! stand-in for generation time (0 = measure pure overhead; everything then
 //! competes for the same CPU cores). "added" = gateway minus direct, per
-//! percentile. Both store durability levels are measured.
+//! percentile. "cpu/call" = the whole process's CPU time per direct call
+//! (client + engine), "+gw cpu" = what the gateway adds per call; on a
+//! machine where all of it shares few cores, that extra CPU is what turns
+//! into queueing delay and lost throughput at high concurrency. Both store
+//! durability levels are measured.
 
 use std::time::{Duration, Instant};
+
+// The same allocator as the `agl` binary (host/src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use agl::config::GatewayConfig;
 use std::sync::Arc;
@@ -70,9 +78,26 @@ fn opts() -> Opts {
 struct Run {
     latencies: Vec<u64>,
     elapsed: Duration,
+    /// Process CPU time (user + system) over the measured window, µs.
+    cpu_us: f64,
+}
+
+/// User + system CPU time of this whole process (client, gateway, engine,
+/// store writer), µs.
+fn process_cpu_us() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(u.ru_utime) + us(u.ru_stime)
 }
 
 impl Run {
+    /// CPU µs per completed call, everything in the process counted.
+    fn cpu_per_call(&self) -> f64 {
+        self.cpu_us / self.latencies.len().max(1) as f64
+    }
+
     fn throughput(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64()
     }
@@ -98,6 +123,10 @@ async fn drive(targets: Vec<Target>, secs: f64) -> Run {
         .expect("client");
     let warm_end = Instant::now() + Duration::from_millis(500);
     let end = warm_end + Duration::from_secs_f64(secs);
+    let cpu_start = tokio::spawn(async move {
+        tokio::time::sleep_until(warm_end.into()).await;
+        process_cpu_us()
+    });
     let tasks: Vec<_> = targets
         .into_iter()
         .map(|(url, token, body)| {
@@ -128,6 +157,9 @@ async fn drive(targets: Vec<Target>, secs: f64) -> Run {
             })
         })
         .collect();
+    let cpu_start = cpu_start.await.expect("cpu probe");
+    tokio::time::sleep_until(end.into()).await;
+    let cpu_us = process_cpu_us() - cpu_start;
     let mut latencies = Vec::new();
     for t in tasks {
         latencies.extend(t.await.expect("client task"));
@@ -135,6 +167,7 @@ async fn drive(targets: Vec<Target>, secs: f64) -> Run {
     Run {
         latencies,
         elapsed: Duration::from_secs_f64(secs),
+        cpu_us,
     }
 }
 
@@ -260,7 +293,7 @@ fn main() {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         );
         println!(
-            "{:<10} {:>6} | {:>9} {:>9} {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>9} {:>9}",
+            "{:<10} {:>6} | {:>9} {:>9} {:>6} | {:>8} {:>8} | {:>8} {:>8} | {:>9} {:>9} | {:>8} {:>8}",
             "durability",
             "conns",
             "direct/s",
@@ -271,7 +304,9 @@ fn main() {
             "gw p50",
             "gw p99",
             "added p50",
-            "added p99"
+            "added p99",
+            "cpu/call",
+            "+gw cpu"
         );
         for &durability in &o.durability {
             let s = setup(o.engine_ms, durability).await;
@@ -279,7 +314,7 @@ fn main() {
                 let direct = drive(s.direct_targets(n).await, o.secs).await;
                 let gw = drive(s.gateway_targets(&format!("c{n}"), n).await, o.secs).await;
                 println!(
-                    "{:<10} {:>6} | {:>9.0} {:>9.0} {:>5.0}% | {:>6.2}ms {:>6.2}ms | {:>6.2}ms {:>6.2}ms | {:>7.3}ms {:>7.3}ms",
+                    "{:<10} {:>6} | {:>9.0} {:>9.0} {:>5.0}% | {:>6.2}ms {:>6.2}ms | {:>6.2}ms {:>6.2}ms | {:>7.3}ms {:>7.3}ms | {:>6.0}us {:>6.0}us",
                     format!("{durability:?}").to_lowercase(),
                     n,
                     direct.throughput(),
@@ -291,6 +326,8 @@ fn main() {
                     gw.pct(0.99),
                     gw.pct(0.5) - direct.pct(0.5),
                     gw.pct(0.99) - direct.pct(0.99),
+                    direct.cpu_per_call(),
+                    gw.cpu_per_call() - direct.cpu_per_call(),
                 );
             }
         }
