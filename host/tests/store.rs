@@ -319,6 +319,42 @@ async fn concurrent_appends_are_all_acknowledged_and_present() {
     assert_eq!(stored, acked);
 }
 
+/// The writer never checkpoints inside a commit (that would stall every
+/// queued write); a background checkpointer copies the log into the
+/// database, so the log is reused instead of growing with every write.
+#[tokio::test]
+async fn a_background_checkpointer_keeps_the_log_bounded() {
+    let (dir, store) = open();
+    one(&store, "r").await;
+    let wal = dir.path().join("agl.db-wal");
+    let db = dir.path().join("agl.db");
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let blob = "x".repeat(20_000);
+    // 4 bursts of 2 MB of events (~3 MB of log each: a commit also rewrites
+    // the table's last leaf and its index), pausing longer than the
+    // checkpoint interval in between; unchecked, the log would reach ~13 MB.
+    let mut wal_max = 0;
+    for burst in 0..4 {
+        for n in 0..100 {
+            let p = text(json!({"burst": burst, "n": n, "blob": blob}));
+            store.append_event("r", 1, "log", p).await.expect("append");
+        }
+        wal_max = wal_max.max(size(&wal));
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    wal_max = wal_max.max(size(&wal));
+    assert!(
+        wal_max < 6_000_000,
+        "the log grew to {wal_max} bytes for 8 MB of events"
+    );
+    assert!(
+        size(&db) > 6_000_000,
+        "events were copied into the database"
+    );
+    let n = store.list_events("r", 0, 1000).await.expect("list").len();
+    assert_eq!(n, 400);
+}
+
 #[tokio::test]
 async fn engines_and_weight_versions() {
     let (_d, store) = open();

@@ -25,6 +25,7 @@
 //! other events become [`crate::rollout::Event`]s.
 
 mod cache;
+mod checkpoint;
 mod error;
 mod export;
 mod reads;
@@ -84,7 +85,11 @@ impl Store {
     pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
         let conn = schema::open_writer(&path, durability)?;
-        let queue = writer::spawn(conn).map_err(|e| StoreError::Commit(e.to_string()))?;
+        let checkpoints = checkpoint::spawn(&path)?;
+        // The checkpointer now does what SQLite would do inside a commit.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let queue =
+            writer::spawn(conn, checkpoints).map_err(|e| StoreError::Commit(e.to_string()))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 path,

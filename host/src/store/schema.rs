@@ -102,7 +102,17 @@ pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, St
     };
     conn.pragma_update(None, "synchronous", synchronous)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Room for every write statement plus the batch's transaction control.
+    conn.set_prepared_statement_cache_capacity(64);
     migrate(&mut conn)?;
+    Ok(conn)
+}
+
+/// The checkpointer's connection (see `checkpoint.rs`).
+pub fn open_checkpointer(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .map_err(open_err(path))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     Ok(conn)
 }
 
