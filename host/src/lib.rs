@@ -9,6 +9,7 @@ pub mod model;
 pub mod plugin;
 pub mod rollout;
 pub mod run;
+pub mod runtime;
 pub mod scaffold;
 pub mod store;
 pub mod testengine;

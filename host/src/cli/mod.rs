@@ -13,8 +13,5 @@ use anyhow::Context;
 
 /// The async runtime every subcommand that does I/O runs on.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    agl::runtime::build().context("cannot start the async runtime")
 }
