@@ -12,7 +12,12 @@
 //! before the answer). The engine waits `--engine-ms` before answering, a
 //! stand-in for generation time (0 = measure pure overhead; everything then
 //! competes for the same CPU cores). "added" = gateway minus direct, per
-//! percentile. "cpu/call" = the whole process's CPU time per direct call
+//! percentile. Each call's user message carries its turn number, as an
+//! agent's next call differs from its last: the same body again on a rollout
+//! would be taken for a client retry of that call (recorded, and the earlier
+//! one marked superseded), which is not the traffic this measures. The
+//! process runs on `agl::runtime::build()`, the runtime of `agl serve`.
+//! "cpu/call" = the whole process's CPU time per direct call
 //! (client + engine), "+gw cpu" = what the gateway adds per call; on a
 //! machine where all of it shares few cores, that extra CPU is what turns
 //! into queueing delay and lost throughput at high concurrency. Both store
@@ -131,19 +136,21 @@ async fn drive(targets: Vec<Target>, secs: f64) -> Run {
         .into_iter()
         .map(|(url, token, body)| {
             let client = client.clone();
-            let body = serde_json::to_vec(&body).expect("body");
+            let text = serde_json::to_string(&body).expect("body");
+            let (head, tail) = text.split_once(TURN).expect("turn marker");
+            let (head, tail) = (head.to_string(), tail.to_string());
             tokio::spawn(async move {
                 let mut lat = Vec::new();
-                loop {
+                for turn in 0u64.. {
                     let t = Instant::now();
                     if t >= end {
-                        return lat;
+                        break;
                     }
                     let resp = client
                         .post(&url)
                         .bearer_auth(&token)
                         .header("content-type", "application/json")
-                        .body(body.clone())
+                        .body(format!("{head}{turn}{tail}"))
                         .send()
                         .await
                         .expect("send");
@@ -154,6 +161,7 @@ async fn drive(targets: Vec<Target>, secs: f64) -> Run {
                         lat.push(t.elapsed().as_micros() as u64);
                     }
                 }
+                lat
             })
         })
         .collect();
@@ -171,12 +179,15 @@ async fn drive(targets: Vec<Target>, secs: f64) -> Run {
     }
 }
 
+/// Replaced by the call's turn number in each body sent.
+const TURN: &str = "@TURN@";
+
 fn harness_body() -> Value {
     json!({
         "model": "anything",
         "messages": [
             {"role": "system", "content": "You are a calculator agent."},
-            {"role": "user", "content": "What is 17 * 23? Use the tool."}
+            {"role": "user", "content": format!("Turn {TURN}: what is 17 * 23? Use the tool.")}
         ],
         "max_tokens": 16
     })
@@ -281,10 +292,7 @@ impl Setup {
 
 fn main() {
     let o = opts();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = agl::runtime::build().expect("runtime");
     rt.block_on(async {
         println!(
             "gateway vs direct: non-streamed chat completions, engine time {} ms, {} s per point, {} cores",
