@@ -6,7 +6,9 @@
 //! acknowledged write; [`Durability::Power`] adds an fsync per commit for
 //! power loss (`[store] durability`). Writes go through one writer thread
 //! that commits whatever has queued up as one transaction (group commit, see
-//! `writer.rs`), so a commit's cost is shared under load. Reads use separate
+//! `writer.rs`), so a commit's cost is shared under load; the log is copied
+//! into the database by a background checkpointer, never inside a commit
+//! (`checkpoint.rs`). Reads use separate
 //! read-only connections and never wait for the writer; what the proxy reads
 //! on every call is memoised (`cache.rs`).
 //!
