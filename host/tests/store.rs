@@ -214,24 +214,21 @@ async fn export_skips_superseded_calls_and_round_trips() {
         .await
         .expect("running");
     let first = store
-        .append_event("r", 1, "model_request", call(&[1, 2], &[9]))
+        .append_call("r", 1, call(&[1, 2], &[9]), |_| None)
         .await
         .expect("call 0");
-    let retry = store
-        .append_event("r", 1, "model_request", call(&[1, 2], &[8]))
+    store
+        .append_call("r", 1, call(&[1, 2], &[8]), move |seq| Some((first, seq)))
         .await
         .expect("retry of call 0");
-    store.supersede(first, retry).await.expect("supersede");
-    assert!(store.supersede(first, retry).await.is_err(), "only once");
     store
         .append_event("r", 1, "reward", text(json!({"value": 1.0})))
         .await
         .expect("reward");
-    let reward_seq = store
-        .append_event("r", 1, "model_request", call(&[1, 2, 8, 3], &[4, 5]))
+    store
+        .append_call("r", 1, call(&[1, 2, 8, 3], &[4, 5]), |_| None)
         .await
         .expect("call 1");
-    assert!(store.supersede(reward_seq - 1, reward_seq).await.is_err());
     store
         .set_status("r", 1, RolloutStatus::Succeeded, None)
         .await
@@ -260,6 +257,49 @@ async fn export_skips_superseded_calls_and_round_trips() {
     std::fs::write(&path, format!("{line}\n")).expect("write");
     let back: Vec<Rollout> = agl::rollout::read_jsonl(&path).expect("read_jsonl");
     assert_eq!(back, vec![exported]);
+}
+
+/// The proxy's path: a client retry supersedes the call it repeats in the
+/// transaction that records it; a supersede that cannot apply does not cost
+/// the call its record.
+#[tokio::test]
+async fn append_call_supersedes_a_retried_call_in_the_same_commit() {
+    let (_d, store) = open();
+    one(&store, "r").await;
+    let first = store
+        .append_call("r", 1, call(&[1, 2], &[9]), |_| None)
+        .await
+        .expect("call");
+    let retry = store
+        .append_call("r", 1, call(&[1, 2], &[8]), move |seq| Some((first, seq)))
+        .await
+        .expect("retry");
+    // Superseded once only: a second claim on the same call is refused.
+    store
+        .append_call("r", 1, call(&[1, 2], &[7]), move |seq| Some((first, seq)))
+        .await
+        .expect("a third copy");
+    let events = store.list_events("r", 0, 10).await.expect("list");
+    assert_eq!(events[0].superseded_by, Some(retry));
+    let reward = store
+        .append_event("r", 1, "reward", text(json!({"value": 1.0})))
+        .await
+        .expect("reward");
+    let last = store
+        .append_call("r", 1, call(&[1, 2, 8], &[4]), move |seq| {
+            Some((reward, seq))
+        })
+        .await
+        .expect("a failed supersede keeps the call");
+    let exported = store.export_rollout("r").await.expect("export");
+    let ids: Vec<_> = exported
+        .calls
+        .iter()
+        .map(|c| c.response_ids.clone())
+        .collect();
+    assert_eq!(ids, vec![vec![8], vec![7], vec![4]]);
+    assert_eq!(exported.events.len(), 1, "the reward is still an event");
+    assert!(last > reward);
 }
 
 #[tokio::test]

@@ -236,6 +236,30 @@ impl Store {
             .await
     }
 
+    /// Appends a `model_request` event. `retry_of(seq)` runs on the writer
+    /// once the event has its seq; the `(old, new)` it returns (a client
+    /// retry) is superseded in the same transaction. A supersede that fails
+    /// is logged: the call itself still commits.
+    pub async fn append_call(
+        &self,
+        rollout_id: &str,
+        attempt: u32,
+        payload: JsonText,
+        retry_of: impl FnOnce(u64) -> Option<(u64, u64)> + Send + 'static,
+    ) -> Result<u64, StoreError> {
+        let id = rollout_id.to_string();
+        self.write(move |c| {
+            let seq = writes::append_event(c, &id, attempt, MODEL_REQUEST, &payload)?;
+            if let Some((old, new)) = retry_of(seq)
+                && let Err(e) = writes::supersede(c, old, new)
+            {
+                tracing::warn!("superseding retried call {old} by {new}: {e}");
+            }
+            Ok(seq)
+        })
+        .await
+    }
+
     /// Events of a rollout with `seq > after_seq`, in sequence order.
     pub async fn list_events(
         &self,
@@ -245,13 +269,6 @@ impl Store {
     ) -> Result<Vec<EventRecord>, StoreError> {
         let id = rollout_id.to_string();
         self.read(move |c| reads::list_events(c, &id, after_seq, limit))
-            .await
-    }
-
-    /// Marks `model_request` event `old_seq` superseded by `new_seq` (a client
-    /// retry of the same call), so only the retry is exported.
-    pub async fn supersede(&self, old_seq: u64, new_seq: u64) -> Result<(), StoreError> {
-        self.write(move |c| writes::supersede(c, old_seq, new_seq))
             .await
     }
 

@@ -6,11 +6,12 @@ use std::time::Instant;
 
 use serde_json::value::RawValue;
 
+use super::dedup::retry_key;
 use super::record::{CallRecord, Tokens};
 use crate::gateway::control::now_ms;
 use crate::gateway::{ApiError, AppState, CallGuard};
 use crate::rollout::{ApiKind, JsonText};
-use crate::store::{Engine, MODEL_REQUEST};
+use crate::store::Engine;
 
 /// How a call ended, for its record.
 pub struct Outcome {
@@ -72,29 +73,21 @@ impl Call {
             error: out.error,
             upstream_status: out.upstream_status,
         };
+        // A client retry of an earlier call supersedes it in the same
+        // transaction, so a crash cannot leave both exported.
+        let retry = retry_key(self.attempt, &record.prompt_ids).filter(|_| ok);
+        let (retries, rollout_id) = (self.st.retries.clone(), self.rollout_id.clone());
         let seq = self
             .st
             .store
-            .append_event(
+            .append_call(
                 &self.rollout_id,
                 self.attempt,
-                MODEL_REQUEST,
                 record.to_payload(),
+                move |seq| retry.and_then(|key| retries.observe(&rollout_id, key, seq)),
             )
             .await?;
         self.st.metrics.event_written();
-        if ok
-            && let Some((old, new)) =
-                self.st
-                    .retries
-                    .observe(&self.rollout_id, self.attempt, &record.prompt_ids, seq)
-        {
-            // The call itself is recorded; failing it now would only make
-            // the client retry again, so a failed supersede is just logged.
-            if let Err(e) = self.st.store.supersede(old, new).await {
-                tracing::warn!("superseding retried call {old} by {new}: {e}");
-            }
-        }
         Ok(seq)
     }
 }
