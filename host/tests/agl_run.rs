@@ -7,11 +7,10 @@
 #[allow(dead_code)] // this test uses the helpers, not the Stack
 mod controller_support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agl::store::Store;
@@ -21,17 +20,27 @@ use serde_json::{Value, json};
 
 const AGL: &str = env!("CARGO_BIN_EXE_agl");
 
-/// Calc model: a calculator call, then the answer; every third final
-/// answer is off by one, so groups have reward variance.
-fn calc_script(count: Arc<AtomicUsize>) -> impl Fn(&EngineRequest) -> Reply {
+/// Calc model: a calculator call, then the answer; every second final
+/// answer to the same question is off by one, so each group (one question,
+/// two rollouts) has reward variance whatever order its rollouts finish in.
+fn calc_script(answers: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineRequest) -> Reply {
     move |r| {
         let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
         let last = messages.last().cloned().unwrap_or(Value::Null);
         if last["role"] == "tool" {
             let result = last["content"].as_str().unwrap_or("0");
-            let n = count.fetch_add(1, Ordering::SeqCst);
+            let question = messages.iter().find(|m| m["role"] == "user");
+            let question = question
+                .map(|m| m["content"].to_string())
+                .unwrap_or_default();
+            let n = {
+                let mut answers = answers.lock().unwrap();
+                let n = answers.entry(question).or_insert(0);
+                *n += 1;
+                *n
+            };
             let answer = match result.parse::<i64>() {
-                Ok(v) if n % 3 == 2 => (v + 1).to_string(),
+                Ok(v) if n % 2 == 0 => (v + 1).to_string(),
                 _ => result.to_string(),
             };
             return Reply::text(format!("Answer: {answer}"));
@@ -60,8 +69,8 @@ impl Setup {
         let val = rows.iter().filter(|r| r["split"] == "val").take(2);
         let data: String = train.chain(val).map(|r| format!("{r}\n")).collect();
         std::fs::write(dir.path().join("data.jsonl"), data).unwrap();
-        let count = Arc::new(AtomicUsize::new(0));
-        let engine = TestEngine::start(EngineConfig::default().with_script(calc_script(count)))
+        let answers = Arc::default();
+        let engine = TestEngine::start(EngineConfig::default().with_script(calc_script(answers)))
             .await
             .unwrap();
         Setup { dir, engine }
