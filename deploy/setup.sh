@@ -13,13 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
-OPENAI_VERSION=3.57.0  # the SDK host/tests/openai_sdk.rs drives the proxy with
-# host/tests/model_import.rs and trainer/tests/hf_parity.rs compare against these.
+OPENAI_VERSION=3.57.0  # the SDK host/gateway/tests/gateway/openai_sdk.rs drives the proxy with
+# host/agl/tests/e2e/model_import.rs and trainer/tests/hf_parity.rs compare against these.
 TRANSFORMERS_VERSION=5.24.0
 GGUF_VERSION=0.19.0
 JINJA2_VERSION=3.1.6
 ACCELERATE_VERSION=1.15.0  # transformers needs it to load a model from a GGUF
-# The real harness examples/mini-swe runs and host/tests/mini_swe.rs drives
+# The real harness examples/mini-swe runs and host/agl/tests/e2e/mini_swe.rs drives
 # (pulls litellm; about 70 s to install on 2 cores with a warm pip cache).
 MINI_SWE_AGENT_VERSION=2.4.6
 VENV=${AGL_VENV:-.venv}

@@ -1,5 +1,5 @@
 //! The RL loss and update on a tiny random model: the batched loss and
-//! gradient against a naive per-token implementation of the DESIGN.md
+//! gradient against a naive per-token implementation of the ARCHITECTURE.md
 //! formula, packing invariance, TIS truncation, and a real AdamW step.
 
 mod common;
@@ -227,7 +227,7 @@ fn max_grad_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> (f64, f64) {
     (diff, scale)
 }
 
-/// DESIGN.md section 4 written out literally: advantages from the rewards,
+/// ARCHITECTURE.md, Training, written out literally: advantages from the rewards,
 /// then `(1/N) sum_i (1/T_i) sum_s sum_t m * l`, one token at a time, with
 /// every sample run through the model on its own.
 fn naive_loss(model: &Model, batch: &UpdateBatch, c: &StepConfig) -> Tensor {

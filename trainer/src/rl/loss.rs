@@ -16,7 +16,7 @@
 //! TIS corrects for the engine sampling from a slightly different policy
 //! than the trainer's (other kernels, bf16, stale weights); it weights the
 //! policy-gradient term only. The batch loss is `sum_{s,t} w_{s,t} * l_{s,t}`
-//! with the weights fixed by [`super::batch`], which equals the DESIGN.md
+//! with the weights fixed by [`super::batch`], which equals the ARCHITECTURE.md
 //! per-rollout mean.
 
 use tch::{Kind, Tensor};

@@ -1,4 +1,4 @@
-//! The RL update of the trainer (DESIGN.md section 4), on plain structs the
+//! The RL update of the trainer (ARCHITECTURE.md, Training), on plain structs the
 //! host fills from plugin samples: no HTTP, no store.
 //!
 //! Pipeline: [`batch::build_update`] (exclude system failures and unrewarded

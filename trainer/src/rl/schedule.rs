@@ -1,4 +1,4 @@
-//! Collocated-async group scheduling (DESIGN.md section 4): keep
+//! Collocated-async group scheduling (ARCHITECTURE.md, Training): keep
 //! `groups_in_flight` (B_async) groups of rollouts launched, train on the
 //! first `groups_per_update` (B_train) complete groups, carry the rest, and
 //! drop groups whose weights are more than `max_staleness` versions old.

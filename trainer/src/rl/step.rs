@@ -165,7 +165,7 @@ impl RlOptimizer {
 /// What one update did (token statistics are means over trainable tokens).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepStats {
-    /// The batch loss `sum w * l` (the DESIGN.md per-rollout mean).
+    /// The batch loss `sum w * l` (the per-rollout mean of ARCHITECTURE.md, Training).
     pub loss: f64,
     /// `sum w * A` = the mean advantage over the batch's rollouts.
     pub mean_advantage: f64,

@@ -1,0 +1,228 @@
+//! Wasm vs native `build-samples`, and 1,000 rollouts end to end.
+//!
+//! `cargo bench -p agl --bench plugins` (needs `plugins/build.sh`).
+//! The rollout: 50 calls whose prompts grow from 1k to ~30k tokens (each
+//! call adds a 100-token response and a 480-token observation), with request
+//! JSON the size of that history, as a long agent run records it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agl_plugin::SampleAdapter;
+use agl_plugin_host::{HostConfig, PluginHost, PluginSpec};
+use agl_wire::rollout::{ApiKind, ModelCall, Rollout, RolloutStatus};
+use serde_json::json;
+
+const CALLS: usize = 50;
+const FIRST_PROMPT: usize = 1_000;
+const RESPONSE: usize = 100;
+const OBSERVATION: usize = 480;
+const VOCAB: u32 = 49_152;
+
+/// A deterministic pseudo-random id stream (no rand dependency needed).
+struct Ids(u64);
+
+impl Ids {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % u64::from(VOCAB)) as u32
+    }
+
+    fn take(&mut self, n: usize) -> Vec<u32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+fn long_rollout() -> Rollout {
+    let mut ids = Ids(0x9E37_79B9_7F4A_7C15);
+    let mut prompt = ids.take(FIRST_PROMPT);
+    let mut messages = vec![json!({"role": "user", "content": "x".repeat(FIRST_PROMPT * 4)})];
+    let mut calls = Vec::with_capacity(CALLS);
+    for index in 0..CALLS {
+        let response = ids.take(RESPONSE);
+        let reply = json!({"role": "assistant", "content": "y".repeat(RESPONSE * 4)});
+        calls.push(ModelCall {
+            index: index as u32,
+            api: ApiKind::ChatCompletions,
+            request: json!({"model": "policy", "messages": messages}).into(),
+            response: json!({"choices": [{"message": reply, "finish_reason": "stop"}]}).into(),
+            prompt_ids: prompt.clone(),
+            response_ids: response.clone(),
+            response_logprobs: vec![-0.5; RESPONSE],
+            weight_version: 0,
+            finish_reason: Some("stop".into()),
+            started_at_ms: 0,
+            finished_at_ms: 0,
+            tags: Default::default(),
+        });
+        prompt.extend(&response);
+        prompt.extend(ids.take(OBSERVATION));
+        messages.push(reply);
+        messages.push(json!({"role": "user", "content": "z".repeat(OBSERVATION * 4)}));
+    }
+    Rollout {
+        id: "bench".into(),
+        group_id: "g".into(),
+        attempt: 0,
+        input: json!({}).into(),
+        status: RolloutStatus::Succeeded,
+        calls,
+        events: vec![],
+    }
+}
+
+/// The host record as the SDK's (guest) types, for the native baseline.
+fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
+    agl_plugin::Rollout {
+        id: r.id.clone(),
+        group_id: r.group_id.clone(),
+        attempt: r.attempt,
+        input_json: r.input.as_str().to_owned(),
+        status: agl_plugin::RolloutStatus::Succeeded,
+        calls: r
+            .calls
+            .iter()
+            .map(|c| agl_plugin::ModelCall {
+                index: c.index,
+                api: agl_plugin::ApiKind::ChatCompletions,
+                request_json: c.request.as_str().to_owned(),
+                response_json: c.response.as_str().to_owned(),
+                prompt_ids: c.prompt_ids.clone(),
+                response_ids: c.response_ids.clone(),
+                response_logprobs: c.response_logprobs.clone(),
+                weight_version: c.weight_version,
+                finish_reason: c.finish_reason.clone(),
+                started_at_ms: c.started_at_ms,
+                finished_at_ms: c.finished_at_ms,
+                tags: vec![],
+            })
+            .collect(),
+        events: vec![],
+    }
+}
+
+struct Stats {
+    median: Duration,
+    p90: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    Stats {
+        median: samples[samples.len() / 2],
+        p90: samples[samples.len() * 9 / 10],
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+const ROUNDS: usize = 200;
+
+fn main() -> anyhow::Result<()> {
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build/plugins/trajectory.wasm");
+    anyhow::ensure!(
+        wasm.exists(),
+        "{} missing: run plugins/build.sh",
+        wasm.display()
+    );
+    let rollout = long_rollout();
+    let ids: usize = rollout.calls.iter().map(|c| c.prompt_ids.len()).sum();
+    let json_bytes: usize = rollout.calls.iter().map(|c| c.request.as_str().len()).sum();
+    let last_prompt = rollout.calls.last().map_or(0, |c| c.prompt_ids.len());
+
+    // Native: the same plugin code compiled for this machine.
+    let sdk_rollout = to_sdk(&rollout);
+    let mut native = Vec::with_capacity(ROUNDS);
+    let mut expect = 0;
+    for _ in 0..ROUNDS {
+        let input = sdk_rollout.clone();
+        let t = Instant::now();
+        let samples =
+            agl_trajectory::Trajectory::build_samples(input).map_err(anyhow::Error::msg)?;
+        native.push(t.elapsed());
+        expect = samples.len();
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (wasm_calls, e2e, e2e_samples, instances) = runtime.block_on(async {
+        let cache = tempfile::tempdir()?;
+        let host = PluginHost::new(HostConfig {
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..HostConfig::default()
+        })?;
+        let spec = PluginSpec::new("trajectory", &wasm);
+        let instances = spec.limits.instances;
+        let plugin = host.load(spec).await?;
+        // Warm up every instance's memory once.
+        for _ in 0..instances {
+            plugin.build_samples(&rollout).await?;
+        }
+        let mut calls = Vec::with_capacity(ROUNDS);
+        for _ in 0..ROUNDS {
+            let t = Instant::now();
+            let samples = plugin.build_samples(&rollout).await?;
+            calls.push(t.elapsed());
+            anyhow::ensure!(samples.len() == expect, "wasm and native disagree");
+        }
+        // 1,000 rollouts, as many in flight as the plugin has instances.
+        let shared = Arc::new(rollout.clone());
+        let t = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        let per_task = 1_000 / instances;
+        for _ in 0..instances {
+            let plugin = plugin.clone();
+            let r = shared.clone();
+            tasks.spawn(async move {
+                let mut n = 0usize;
+                for _ in 0..per_task {
+                    n += plugin.build_samples(&r).await?.len();
+                }
+                anyhow::Ok(n)
+            });
+        }
+        let mut samples = 0;
+        while let Some(done) = tasks.join_next().await {
+            samples += done??;
+        }
+        let e2e = t.elapsed();
+        anyhow::Ok((calls, e2e, samples, instances))
+    })?;
+
+    let native = stats(native);
+    let wasm_stats = stats(wasm_calls);
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "rollout: {CALLS} calls, prompts {FIRST_PROMPT} -> {last_prompt} tokens, \
+         {ids} prompt ids, {:.1} MB request JSON; {ROUNDS} rounds",
+        json_bytes as f64 / 1e6
+    );
+    println!(
+        "{:<58} {:>12} {:>12}",
+        "build-samples (trajectory)", "median", "p90"
+    );
+    let row = |name: &str, s: &Stats| println!("{name:<58} {:>12} {:>12}", ms(s.median), ms(s.p90));
+    row("native (same plugin code, rollout in memory)", &native);
+    row(
+        "wasm via PluginHost (copy in, call, copy out, validate)",
+        &wasm_stats,
+    );
+    println!(
+        "ratio wasm / native: {:.2}x   (target <= 3x)",
+        ratio(wasm_stats.median, native.median)
+    );
+    let n = (1_000 / instances) * instances;
+    println!(
+        "end to end: {n} rollouts in {:.2} s ({:.0} rollouts/s, {} samples, {instances} instances)",
+        e2e.as_secs_f64(),
+        n as f64 / e2e.as_secs_f64(),
+        e2e_samples
+    );
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! Gives agl's binaries (the CLI, tests, benches) an rpath to the libtorch
+//! that agl-trainer linked (see trainer/README.md), and keeps
+//! `libtorch_cuda.so` linked when that libtorch has it (see trainer/build.rs:
+//! otherwise `--as-needed` drops it and no GPU is ever seen).
+//!
+//! Also lists the guest SDK's sources and the WIT contract for
+//! `agl plugin new`, which writes them out wherever agl runs (see
+//! `src/scaffold.rs`).
+
+use std::path::{Path, PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_AGL_TRAINER_LIBTORCH_LIB");
+    if let Ok(dir) = std::env::var("DEP_AGL_TRAINER_LIBTORCH_LIB") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+        if Path::new(&dir).join("libtorch_cuda.so").exists() {
+            println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-L{dir},-ltorch_cuda,--as-needed");
+        }
+    }
+    embed_sdk();
+}
+
+/// Writes `$OUT_DIR/sdk_files.rs`: `SDK_FILES`, each file of
+/// `plugins/sdk/src` and `wit/` as (path from the repo root, contents).
+fn embed_sdk() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let repo = manifest.join("../..");
+    let mut files = Vec::new();
+    for dir in ["plugins/sdk/src", "wit"] {
+        println!("cargo:rerun-if-changed={}", repo.join(dir).display());
+        collect(&repo, &repo.join(dir), &mut files);
+    }
+    files.sort();
+    let mut out = String::from("pub const SDK_FILES: &[(&str, &str)] = &[\n");
+    for rel in files {
+        let abs = repo.join(&rel).canonicalize().expect("listed file exists");
+        out.push_str(&format!(
+            "    ({:?}, include_str!({:?})),\n",
+            rel,
+            abs.display().to_string()
+        ));
+    }
+    out.push_str("];\n");
+    let dest = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo")).join("sdk_files.rs");
+    std::fs::write(dest, out).expect("write sdk_files.rs");
+}
+
+fn collect(repo: &Path, dir: &Path, files: &mut Vec<String>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            println!("cargo:rerun-if-changed={}", path.display());
+            collect(repo, &path, files);
+        } else if path.extension().is_some_and(|e| e == "rs" || e == "wit") {
+            let rel = path.strip_prefix(repo).expect("under the repo");
+            files.push(rel.display().to_string().replace('\\', "/"));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! `agl engine serve`: a Hugging Face model folder behind agl's
+//! OpenAI-compatible inference server (`agl_inference`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agl_inference::InferenceServer;
+use agl_trainer::engine::EngineConfig;
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+
+#[derive(Subcommand)]
+pub enum EngineCommand {
+    /// Serve /v1/chat/completions, /v1/completions and /v1/models.
+    Serve(ServeArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Dtype {
+    F32,
+    Bf16,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Model folder: config.json, *.safetensors, tokenizer.json, tokenizer_config.json.
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: String,
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Dtype,
+    /// Concurrent sequences.
+    #[arg(long, default_value_t = EngineConfig::default().max_seqs)]
+    max_seqs: usize,
+    /// Longest sequence (prompt + response), in tokens.
+    #[arg(long, default_value_t = EngineConfig::default().max_len)]
+    max_len: usize,
+    /// The model name clients send (default: the folder's name).
+    #[arg(long)]
+    served_model_name: Option<String>,
+}
+
+pub fn run(cmd: EngineCommand) -> anyhow::Result<ExitCode> {
+    let EngineCommand::Serve(args) = cmd;
+    super::runtime()?.block_on(serve(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let name = args.served_model_name.clone().unwrap_or_else(|| {
+        args.model
+            .file_name()
+            .map_or("model".into(), |n| n.to_string_lossy().into_owned())
+    });
+    let kind = match args.dtype {
+        Dtype::F32 => tch::Kind::Float,
+        Dtype::Bf16 => tch::Kind::BFloat16,
+    };
+    let config = EngineConfig {
+        max_seqs: args.max_seqs,
+        max_len: args.max_len,
+        weight_version: 0,
+    };
+    let server = InferenceServer::load(&args.model, &name, kind, config)?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(url = %format!("http://{}/v1", listener.local_addr()?), model = %name, "agl engine listening");
+    axum::serve(listener, server.router())
+        .with_graceful_shutdown(super::serve::shutdown_signal())
+        .await
+        .context("engine server stopped")?;
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! `agl rollouts ls | show | export`: read rollouts straight from the store
+//! (safe beside a running `agl serve`: WAL readers never block the writer).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+
+use agl_store::{DEFAULT_FILE, MAX_PAGE, RolloutRecord, Store, state};
+
+#[derive(Subcommand)]
+pub enum RolloutsCommand {
+    /// List rollouts in creation order.
+    Ls {
+        #[arg(long, default_value = DEFAULT_FILE)]
+        db: PathBuf,
+        /// Only this status (queued, running, succeeded, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Print one rollout's record as JSON.
+    Show {
+        id: String,
+        #[arg(long, default_value = DEFAULT_FILE)]
+        db: PathBuf,
+    },
+    /// Write rollouts as rollout JSONL (what `agl plugin test` reads).
+    Export {
+        /// Rollout ids; none = every rollout (of `--status`, if given).
+        ids: Vec<String>,
+        #[arg(long, default_value = DEFAULT_FILE)]
+        db: PathBuf,
+        #[arg(long)]
+        status: Option<String>,
+        /// Output file (default: stdout). No `-o`: that is the global override.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+pub fn run(cmd: RolloutsCommand) -> anyhow::Result<ExitCode> {
+    let rt = super::runtime()?;
+    rt.block_on(dispatch(cmd))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn dispatch(cmd: RolloutsCommand) -> anyhow::Result<()> {
+    match cmd {
+        RolloutsCommand::Ls { db, status, limit } => {
+            let store = open(&db)?;
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "{:<36} {:<10} {:>7} {:<5} GROUP",
+                "ID", "STATUS", "ATTEMPT", "MODE"
+            )?;
+            for r in all(&store, status.as_deref(), limit).await? {
+                writeln!(
+                    out,
+                    "{:<36} {:<10} {:>7} {:<5} {}",
+                    r.id,
+                    state::status_str(r.status),
+                    r.attempt,
+                    r.mode.as_str(),
+                    r.group_id
+                )?;
+            }
+        }
+        RolloutsCommand::Show { id, db } => {
+            let rec = open(&db)?.get_rollout(&id).await?;
+            println!("{}", serde_json::to_string_pretty(&rec)?);
+        }
+        RolloutsCommand::Export {
+            ids,
+            db,
+            status,
+            out,
+        } => {
+            let store = open(&db)?;
+            let ids = if ids.is_empty() {
+                all(&store, status.as_deref(), usize::MAX)
+                    .await?
+                    .into_iter()
+                    .map(|r| r.id)
+                    .collect()
+            } else {
+                ids
+            };
+            let mut sink: Box<dyn Write> = match &out {
+                Some(p) => Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(p)
+                        .with_context(|| format!("creating {}", p.display()))?,
+                )),
+                None => Box::new(std::io::stdout().lock()),
+            };
+            for id in &ids {
+                let rollout = store.export_rollout(id).await?;
+                serde_json::to_writer(&mut sink, &rollout)?;
+                sink.write_all(b"\n")?;
+            }
+            sink.flush()?;
+            if let Some(p) = out {
+                eprintln!("wrote {} rollouts to {}", ids.len(), p.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn open(db: &std::path::Path) -> anyhow::Result<Store> {
+    // Opening would create an empty store; a typo in --db should not.
+    if !db.exists() {
+        bail!("no store at {}", db.display());
+    }
+    Store::open(db).with_context(|| format!("opening {}", db.display()))
+}
+
+/// Up to `limit` rollouts, following cursors across pages.
+async fn all(
+    store: &Store,
+    status: Option<&str>,
+    limit: usize,
+) -> anyhow::Result<Vec<RolloutRecord>> {
+    let status = match status {
+        Some(s) => Some(state::parse_status(s).with_context(|| format!("unknown status `{s}`"))?),
+        None => None,
+    };
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    while out.len() < limit {
+        let page = store
+            .list_rollouts(status, cursor.as_deref(), MAX_PAGE)
+            .await?;
+        out.extend(page.rollouts);
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    out.truncate(limit);
+    Ok(out)
+}

@@ -1,0 +1,82 @@
+//! The `agl` command line.
+
+mod cli;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "agl",
+    version,
+    about = "Train unmodified agent harnesses with RL"
+)]
+struct Args {
+    /// Config file (agl.toml); every key has a default.
+    #[arg(long, short, global = true, env = "AGL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Override a config key by its dotted path, e.g. -o plugins.limits.deadline_ms=500.
+    #[arg(short = 'o', long = "set", value_name = "KEY=VALUE", global = true)]
+    overrides: Vec<String>,
+    /// Log filter (tracing env-filter syntax), e.g. `debug` or `agl=trace`.
+    #[arg(long, global = true, env = "AGL_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write, inspect and test Wasm plugins offline; swap them in a running `agl run`.
+    #[command(subcommand, alias = "plugins")]
+    Plugin(cli::plugin::PluginCommand),
+    /// Run agents for queued rollouts against a gateway (`agl serve`).
+    Controller(cli::controller::ControllerArgs),
+    /// Serve a model with agl's own inference engine (OpenAI-compatible).
+    #[command(subcommand)]
+    Engine(cli::engine::EngineCommand),
+    /// Run the gateway (management API) over the store.
+    Serve(cli::serve::ServeArgs),
+    /// List, show and export rollouts from the store.
+    #[command(subcommand)]
+    Rollouts(cli::rollouts::RolloutsCommand),
+    /// Train the policy on a harness: gateway, engine, controller, plugins
+    /// and trainer in one process.
+    Run(cli::run::RunArgs),
+    /// Fetch known models and import GGUF files as Hugging Face folders.
+    #[command(subcommand)]
+    Model(cli::model::ModelCommand),
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = agl::config::Config::load(args.config.as_deref(), &args.overrides)
+        .map_err(anyhow::Error::from)
+        .and_then(|config| match args.command {
+            Command::Plugin(cmd) => cli::plugin::run(cmd, config),
+            Command::Engine(cmd) => cli::engine::run(cmd),
+            Command::Serve(args) => cli::serve::run(args, config),
+            Command::Controller(args) => cli::controller::run(args, config),
+            Command::Rollouts(cmd) => cli::rollouts::run(cmd),
+            Command::Model(cmd) => cli::model::run(cmd),
+            Command::Run(args) => cli::run::run(args, config),
+        });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

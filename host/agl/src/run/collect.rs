@@ -1,0 +1,147 @@
+//! A finished rollout, from the store through the plugins, to what the
+//! trainer takes: samples from the adapter plugin, a reward from the reward
+//! plugin, and how the rollout ended (system failures are never scored).
+
+use std::collections::BTreeMap;
+
+use agl_trainer::rl::{self, Outcome};
+
+use super::plugins::{Plugins, describe};
+use agl_plugin_host::Plugin;
+use agl_store::Store;
+use agl_wire::api::{LoadedPlugin, PluginRole};
+use agl_wire::record::{REWARD, RewardEvent};
+use agl_wire::rollout::{FailureKind, Rollout, RolloutStatus, Sample};
+
+/// One finished rollout as the trainer sees it, plus what the report counts.
+pub struct Collected {
+    pub rollout: rl::Rollout,
+    /// Chain breaks by class (`retokenize`, `template`, `other`).
+    pub breaks: BTreeMap<String, usize>,
+    /// The adapter or reward plugin failed: the rollout is excluded.
+    pub plugin_failed: bool,
+    /// The plugins that built and scored it.
+    pub plugins: Vec<LoadedPlugin>,
+}
+
+/// How the controller says the rollout ended (`status`, and whose failure).
+pub fn outcome(status: RolloutStatus, failure: Option<FailureKind>) -> Outcome {
+    match status {
+        RolloutStatus::Succeeded => Outcome::Succeeded,
+        RolloutStatus::Failed if failure == Some(FailureKind::Agent) => Outcome::AgentFailure,
+        // Cancelled, system-failed (or, defensively, not terminal).
+        _ => Outcome::SystemFailure,
+    }
+}
+
+/// Reads rollout `id` from the store and runs the plugins over it. Plugin
+/// errors exclude the rollout (logged), they never stop the run.
+pub async fn collect(store: &Store, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
+    let rec = store.get_rollout(id).await?;
+    let mut out = Collected {
+        rollout: rl::Rollout {
+            id: rec.id.clone(),
+            group_id: rec.group_id.clone(),
+            reward: None,
+            outcome: outcome(rec.status, rec.failure),
+            samples: Vec::new(),
+        },
+        breaks: BTreeMap::new(),
+        plugin_failed: false,
+        plugins: Vec::new(),
+    };
+    if out.rollout.outcome == Outcome::SystemFailure {
+        return Ok(out);
+    }
+    let exported = store.export_rollout(id).await?;
+    // One snapshot for the whole rollout: a swap landing meanwhile applies
+    // from the next rollout on.
+    let (adapter, reward) = (plugins.adapter(), plugins.reward());
+    out.plugins.push(describe(PluginRole::Adapter, &adapter));
+    out.plugins
+        .extend(reward.as_ref().map(|r| describe(PluginRole::Reward, r)));
+    match adapter.build_samples(&exported).await {
+        Ok(samples) => {
+            for s in &samples {
+                if let Some(b) = &s.break_before {
+                    *out.breaks.entry(b.kind.as_str().to_string()).or_default() += 1;
+                }
+            }
+            out.rollout.samples = samples.into_iter().map(to_trainer).collect();
+        }
+        Err(e) => {
+            tracing::warn!(rollout = id, error = %e, "sample adapter failed; rollout excluded");
+            out.plugin_failed = true;
+        }
+    }
+    match score(reward.as_ref(), &exported).await {
+        Ok(r) => out.rollout.reward = r,
+        Err(e) => {
+            tracing::warn!(rollout = id, error = %e, "reward plugin failed; rollout excluded");
+            out.plugin_failed = true;
+        }
+    }
+    if out.plugin_failed {
+        // Excluded like a system failure: not the policy's doing.
+        out.rollout.outcome = Outcome::SystemFailure;
+        out.rollout.samples.clear();
+    }
+    Ok(out)
+}
+
+/// The reward plugin's score; without a reward plugin, the harness's own
+/// last `reward` event.
+pub async fn score(reward: Option<&Plugin>, rollout: &Rollout) -> anyhow::Result<Option<f64>> {
+    match reward {
+        Some(p) => Ok(p.reward(rollout).await?),
+        None => reported_reward(rollout),
+    }
+}
+
+/// The harness's own reward: the last `reward` event of the attempt, read
+/// by the one contract ([`RewardEvent::read`], the SDK's `last_reward` reads
+/// the same). No event = no reward; a malformed last event is an error.
+pub fn reported_reward(rollout: &Rollout) -> anyhow::Result<Option<f64>> {
+    let Some(event) = rollout.events.iter().rev().find(|e| e.kind == REWARD) else {
+        return Ok(None);
+    };
+    RewardEvent::read(event.payload.as_str())
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("rollout {}: {e}", rollout.id))
+}
+
+fn to_trainer(s: Sample) -> rl::Sample {
+    let spans: Vec<std::ops::Range<usize>> = s
+        .trainable
+        .iter()
+        .map(|sp| sp.start as usize..sp.end as usize)
+        .collect();
+    rl::Sample {
+        mask: rl::Sample::mask_from_spans(s.response_ids.len(), &spans),
+        prompt_ids: s.prompt_ids.iter().map(|&t| i64::from(t)).collect(),
+        response_ids: s.response_ids.iter().map(|&t| i64::from(t)).collect(),
+        engine_logprobs: s.logprobs,
+        weight_version: s.weight_version,
+        ref_logprobs: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_failures_and_cancellations_are_not_scored() {
+        use RolloutStatus::*;
+        assert_eq!(outcome(Succeeded, None), Outcome::Succeeded);
+        assert_eq!(
+            outcome(Failed, Some(FailureKind::Agent)),
+            Outcome::AgentFailure
+        );
+        assert_eq!(
+            outcome(Failed, Some(FailureKind::System)),
+            Outcome::SystemFailure
+        );
+        assert_eq!(outcome(Cancelled, None), Outcome::SystemFailure);
+    }
+}

@@ -1,0 +1,285 @@
+//! `[run]`, `[train]` and `[engine]` in `agl.toml`: what `agl run` trains
+//! on, how, and which engine serves the policy.
+
+use std::path::PathBuf;
+
+use agl_trainer::engine::EngineConfig as TchEngineConfig;
+use serde::Deserialize;
+
+use agl_trainer::rl::{
+    AdamWConfig, BatchConfig, Estimator, LossConfig, LrDecay, LrSchedule, ScheduleConfig,
+    StepConfig, UpdateCap,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopMode {
+    /// Launch B groups, wait for all of them, train, repeat.
+    Sync,
+    /// Keep `groups_in_flight` groups running; train on the first
+    /// `groups_per_step` complete ones and carry the rest.
+    Async,
+}
+
+/// `[run]`: the data and the shape of the loop.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// JSONL, one input per line; a row's `"split"` (`"train"` | `"val"`,
+    /// default train) decides where it goes. The whole row is the rollout input.
+    pub data: Option<PathBuf>,
+    /// Run folder: store, checkpoints, metrics, plot (default `agl-runs/run`).
+    pub out_dir: Option<PathBuf>,
+    /// Optimizer updates to run.
+    pub steps: u64,
+    pub mode: LoopMode,
+    /// Rollouts per input (n).
+    pub group_size: usize,
+    /// Groups trained per update (B_train).
+    pub groups_per_step: usize,
+    /// Groups kept in flight in async mode (B_async >= B_train).
+    pub groups_in_flight: usize,
+    /// Async: a complete group launched more than this many weight versions
+    /// ago is dropped, not trained.
+    pub max_staleness: Option<u64>,
+    /// Validate before training and every this many steps (0 = never).
+    pub val_every: u64,
+    /// Validate on at most this many val rows.
+    pub val_size: usize,
+    /// Checkpoint every this many steps (0 = only at the end).
+    pub checkpoint_every: u64,
+    pub keep_checkpoints: usize,
+    /// How long the gateway waits for in-flight calls before a weight update.
+    pub drain_timeout_secs: u64,
+    /// Seeds the data order.
+    pub seed: u64,
+    /// Progress bars on stderr (off when it is not a terminal anyway).
+    pub progress: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            data: None,
+            out_dir: None,
+            steps: 10,
+            mode: LoopMode::Sync,
+            group_size: 4,
+            groups_per_step: 4,
+            groups_in_flight: 8,
+            max_staleness: Some(2),
+            val_every: 5,
+            val_size: 32,
+            checkpoint_every: 5,
+            keep_checkpoints: 2,
+            drain_timeout_secs: 60,
+            seed: 0,
+            progress: true,
+        }
+    }
+}
+
+impl RunConfig {
+    pub fn schedule(&self) -> ScheduleConfig {
+        match self.mode {
+            LoopMode::Sync => ScheduleConfig::sync(self.groups_per_step),
+            LoopMode::Async => ScheduleConfig {
+                groups_in_flight: self.groups_in_flight.max(self.groups_per_step),
+                groups_per_update: self.groups_per_step,
+                max_staleness: self.max_staleness,
+            },
+        }
+    }
+
+    pub fn out_dir(&self) -> PathBuf {
+        self.out_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("agl-runs/run"))
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.group_size == 0 || self.groups_per_step == 0 {
+            return Err("run.group_size and run.groups_per_step must be >= 1".into());
+        }
+        if self.data.is_none() {
+            return Err("run.data (a JSONL file of inputs) is required".into());
+        }
+        self.schedule().validate()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EstimatorKind {
+    /// (r - mean) / (std + eps).
+    Grpo,
+    /// r - mean.
+    GrpoNoStd,
+    Rloo,
+}
+
+/// `[train]`: the update.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub estimator: EstimatorKind,
+    pub lr: f64,
+    pub warmup_steps: u64,
+    /// Cosine decay to `min_lr` over the run instead of a constant LR.
+    pub cosine: bool,
+    pub min_lr: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub max_grad_norm: Option<f64>,
+    pub clip_eps_low: f64,
+    pub clip_eps_high: f64,
+    /// Token-level truncated importance sampling threshold (none = off).
+    pub tis_threshold: Option<f64>,
+    pub kl_coef: f64,
+    /// Slots (rows x padded length) per micro-batch.
+    pub token_budget: usize,
+    /// Update cap: whole groups beyond these are carried to the next step.
+    pub max_groups: Option<usize>,
+    pub max_samples: Option<usize>,
+    pub max_tokens: Option<usize>,
+    pub bf16: bool,
+    pub entropy: bool,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        let loss = LossConfig::default();
+        TrainConfig {
+            estimator: EstimatorKind::Grpo,
+            lr: 1e-6,
+            warmup_steps: 0,
+            cosine: false,
+            min_lr: 0.0,
+            weight_decay: 0.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            max_grad_norm: Some(1.0),
+            clip_eps_low: loss.eps_low,
+            clip_eps_high: loss.eps_high,
+            tis_threshold: loss.tis_threshold,
+            kl_coef: 0.0,
+            token_budget: 8192,
+            max_groups: None,
+            max_samples: None,
+            max_tokens: None,
+            bf16: true,
+            entropy: true,
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn batch(&self) -> BatchConfig {
+        let estimator = match self.estimator {
+            EstimatorKind::Grpo => Estimator::default(),
+            EstimatorKind::GrpoNoStd => Estimator::Grpo {
+                normalize_std: false,
+                eps: 1e-6,
+            },
+            EstimatorKind::Rloo => Estimator::Rloo,
+        };
+        BatchConfig {
+            estimator,
+            cap: UpdateCap {
+                max_groups: self.max_groups,
+                max_samples: self.max_samples,
+                max_tokens: self.max_tokens,
+            },
+        }
+    }
+
+    pub fn step(&self, temperature: f64) -> StepConfig {
+        StepConfig {
+            loss: LossConfig {
+                eps_low: self.clip_eps_low,
+                eps_high: self.clip_eps_high,
+                tis_threshold: self.tis_threshold,
+                kl_coef: self.kl_coef,
+            },
+            temperature,
+            token_budget: self.token_budget,
+            max_grad_norm: self.max_grad_norm,
+            bf16_autocast: self.bf16,
+            entropy: self.entropy,
+        }
+    }
+
+    pub fn adamw(&self) -> AdamWConfig {
+        AdamWConfig {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            weight_decay: self.weight_decay,
+            ..AdamWConfig::default()
+        }
+    }
+
+    pub fn schedule(&self, total_steps: u64) -> LrSchedule {
+        LrSchedule {
+            peak_lr: self.lr,
+            warmup_steps: self.warmup_steps,
+            decay: if self.cosine {
+                LrDecay::Cosine {
+                    total_steps,
+                    min_lr: self.min_lr,
+                }
+            } else {
+                LrDecay::Constant
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// agl's own tch engine on the policy weights, in this process.
+    Embedded,
+    /// An OpenAI-compatible server (vLLM, SGLang) at `base_url`.
+    External,
+}
+
+/// How an external engine gets new weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReloadKind {
+    /// SGLang's `POST /update_weights_from_disk {"model_path", "weight_version"}`.
+    Sglang,
+    /// No reload: the engine keeps its weights (evaluation-only runs).
+    None,
+}
+
+/// `[engine]`: which engine serves the policy during `agl run`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyEngineConfig {
+    pub kind: EngineKind,
+    /// External: the server's URL, its root or its `/v1` URL (either is
+    /// accepted: calls go under `/v1`, reloads to the root).
+    pub base_url: Option<String>,
+    /// External: the model name it serves (default: the model folder's name).
+    pub model_name: Option<String>,
+    pub reload: ReloadKind,
+    /// Embedded: concurrent sequences and the longest prompt + response;
+    /// defaults are the engine's own (`agl engine serve` uses the same).
+    pub max_seqs: usize,
+    pub max_len: usize,
+}
+
+impl Default for PolicyEngineConfig {
+    fn default() -> Self {
+        PolicyEngineConfig {
+            kind: EngineKind::Embedded,
+            base_url: None,
+            model_name: None,
+            reload: ReloadKind::Sglang,
+            max_seqs: TchEngineConfig::default().max_seqs,
+            max_len: TchEngineConfig::default().max_len,
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! `agl run` end to end: the real binary, the calc harness (real Python
+//! agent processes through the gateway), a scripted test engine that takes
+//! SGLang-style weight reloads, and a tiny random policy trained for real.
+//! Two sync steps; then an async run killed with SIGKILL after its second
+//! checkpoint and resumed to step four.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::{python, repo_root, tiny_model};
+use agl_store::Store;
+use agl_testengine::{EngineRequest, Reply, TestEngine, TestEngineConfig};
+use serde_json::{Value, json};
+
+const AGL: &str = env!("CARGO_BIN_EXE_agl");
+
+/// Calc model: a calculator call, then the answer; every second final
+/// answer to the same question is off by one, so each group (one question,
+/// two rollouts) has reward variance whatever order its rollouts finish in.
+fn calc_script(answers: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineRequest) -> Reply {
+    move |r| {
+        let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().cloned().unwrap_or(Value::Null);
+        if last["role"] == "tool" {
+            let result = last["content"].as_str().unwrap_or("0");
+            let question = messages.iter().find(|m| m["role"] == "user");
+            let question = question
+                .map(|m| m["content"].to_string())
+                .unwrap_or_default();
+            let n = {
+                let mut answers = answers.lock().unwrap();
+                let n = answers.entry(question).or_insert(0);
+                *n += 1;
+                *n
+            };
+            let answer = match result.parse::<i64>() {
+                Ok(v) if n % 2 == 0 => (v + 1).to_string(),
+                _ => result.to_string(),
+            };
+            return Reply::text(format!("Answer: {answer}"));
+        }
+        let q = last["content"].as_str().unwrap_or("");
+        let expr = q.trim_start_matches("What is ").trim_end_matches('?');
+        Reply::default().with_tool_call("calculator", json!({ "expression": expr }).to_string())
+    }
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    engine: TestEngine,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        tiny_model(&dir.path().join("model"), 4096);
+        let rows = std::fs::read_to_string(repo_root().join("examples/calc/data.jsonl")).unwrap();
+        let rows: Vec<Value> = rows
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let train = rows.iter().filter(|r| r["split"] == "train").take(12);
+        let val = rows.iter().filter(|r| r["split"] == "val").take(2);
+        let data: String = train.chain(val).map(|r| format!("{r}\n")).collect();
+        std::fs::write(dir.path().join("data.jsonl"), data).unwrap();
+        let answers = Arc::default();
+        let engine =
+            TestEngine::start(TestEngineConfig::default().with_script(calc_script(answers)))
+                .await
+                .unwrap();
+        Setup { dir, engine }
+    }
+
+    /// An agl.toml for `out` with `extra` [run] lines, scored by the
+    /// `reported` reward plugin.
+    fn config(&self, out: &str, run: &str) -> PathBuf {
+        self.config_with(out, run, Some("reported"), "")
+    }
+
+    /// An agl.toml for `out`: `run` lines in [run], `reward` the reward
+    /// plugin (none: the harness's own `reward` events), `extra` tables.
+    fn config_with(&self, out: &str, run: &str, reward: Option<&str>, extra: &str) -> PathBuf {
+        let repo = repo_root().canonicalize().unwrap();
+        let plugins = repo.join("build/plugins");
+        let python = python();
+        let text = format!(
+            r#"
+[model]
+path = "model"
+[engine]
+kind = "external"
+base_url = "http://{addr}"
+model_name = "tiny"
+reload = "sglang"
+[plugins]
+adapter = "{adapter}"
+{reward}
+[gateway]
+listen = "127.0.0.1:0"
+[controller]
+workdir = "{repo}"
+command = ["{python}", "examples/calc/agent.py"]
+concurrency = 6
+timeout_secs = 60
+kill_grace_secs = 1
+max_system_retries = 2
+poll_interval_ms = 50
+shutdown_wait_secs = 2
+logs_dir = "{out}-logs"
+env_map = {{ QUESTION = "input.question" }}
+[train]
+lr = 1e-3
+token_budget = 4096
+[run]
+data = "data.jsonl"
+out_dir = "{out}"
+group_size = 2
+groups_per_step = 2
+val_every = 2
+val_size = 2
+checkpoint_every = 1
+keep_checkpoints = 3
+progress = false
+{run}
+{extra}
+"#,
+            addr = self.engine.addr(),
+            adapter = plugins.join("trajectory.wasm").display(),
+            reward = reward.map_or(String::new(), |r| format!(
+                "reward = \"{}\"",
+                plugins.join(format!("{r}.wasm")).display()
+            )),
+            repo = repo.display(),
+            python = python.display(),
+        );
+        let path = self.dir.path().join(format!("{out}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn spawn(&self, config: &Path, resume: bool) -> Child {
+        let mut cmd = Command::new(AGL);
+        cmd.arg("--config").arg(config).arg("run");
+        if resume {
+            cmd.arg("--resume");
+        }
+        cmd.current_dir(self.dir.path())
+            .env_remove("AGL_CONFIG")
+            .env_remove("AGL_ADMIN_KEY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn agl run")
+    }
+
+    fn out(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Weight versions the engine was asked to load, in order.
+    fn reloads(&self) -> Vec<String> {
+        self.engine
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/update_weights_from_disk")
+            .map(|r| {
+                r.body.as_ref().unwrap()["weight_version"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    }
+}
+
+fn finish(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "agl run failed:\n{text}");
+    text
+}
+
+/// The first agent's stderr, for failure messages.
+fn agent_stderr(logs: &Path) -> String {
+    let Some(first) = std::fs::read_dir(logs).ok().and_then(|mut d| d.next()) else {
+        return "no agent logs".into();
+    };
+    let path = first.unwrap().path().join("1/stderr");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| format!("{}: {e}", path.display()))
+}
+
+fn metrics(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Per rollout: the weight versions of its current attempt's calls.
+async fn call_versions(out: &Path) -> BTreeMap<String, Vec<u64>> {
+    let store = Store::open(out.join("agl.db")).unwrap();
+    let mut by_rollout = BTreeMap::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_rollouts(None, cursor.as_deref(), 500)
+            .await
+            .unwrap();
+        for r in &page.rollouts {
+            let exported = store.export_rollout(&r.id).await.unwrap();
+            let versions: Vec<u64> = exported.calls.iter().map(|c| c.weight_version).collect();
+            by_rollout.insert(r.id.clone(), versions);
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    by_rollout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_sync_steps_train_reload_and_version_every_call() {
+    let setup = Setup::new().await;
+    let config = setup.config("sync", "steps = 2\nmode = \"sync\"");
+    let log = finish(setup.spawn(&config, false));
+    let out = setup.out("sync");
+
+    assert_eq!(
+        setup.reloads(),
+        ["1", "2"],
+        "one engine reload per update:\n{log}\n{}",
+        agent_stderr(&setup.out("sync-logs"))
+    );
+    let records = metrics(&out);
+    let steps: Vec<u64> = records
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        [0, 1, 2],
+        "baseline validation, then two steps:\n{log}"
+    );
+    for r in &records[1..] {
+        assert_eq!(r["groups"], 2, "{r}");
+        assert_eq!(r["rollouts"], 4, "{r}");
+        assert!(r["samples"].as_u64().unwrap() >= 4, "{r}");
+        assert!(r["tokens"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["loss"].as_f64().unwrap().is_finite(), "{r}");
+        assert!(
+            r["grad_norm"].as_f64().unwrap() > 0.0,
+            "reward variance gives a gradient: {r}"
+        );
+        assert!(r["drain_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(records[0]["val_reward"].is_number(), "{}", records[0]);
+    assert!(records[2]["val_reward"].is_number(), "{}", records[2]);
+
+    // Sync: step 1 trains groups g0, g1 sampled by version 0; g2, g3 are
+    // launched after the first update and sampled by version 1.
+    let versions = call_versions(&out).await;
+    for (id, v) in &versions {
+        assert!(!v.is_empty(), "{id} made no model call");
+        let expected = match &id[..] {
+            x if x.starts_with("g000000") || x.starts_with("g000001") => 0,
+            x if x.starts_with("g000002") || x.starts_with("g000003") => 1,
+            x if x.starts_with("val0000") => 0,
+            x if x.starts_with("val0002") => 2,
+            other => panic!("unexpected rollout {other}"),
+        };
+        assert!(v.iter().all(|&x| x == expected), "{id}: {v:?}");
+    }
+    // The update was published behind a paused and drained proxy.
+    let store = Store::open(out.join("agl.db")).unwrap();
+    let last = store.latest_weight_version().await.unwrap().unwrap();
+    assert_eq!(last.version, 2);
+    let meta = last.meta.parse().unwrap();
+    assert_eq!(meta["paused"], true, "{meta}");
+    assert_eq!(meta["in_flight_after_drain"], 0, "{meta}");
+    assert!(out.join("checkpoints/step-000002/meta.json").is_file());
+    assert!(out.join("training.png").is_file());
+    assert!(log.contains("run finished after 2 steps"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn async_run_survives_sigkill_and_resumes_from_its_checkpoint() {
+    let setup = Setup::new().await;
+    let config = setup.config(
+        "async",
+        "steps = 4\nmode = \"async\"\ngroups_in_flight = 3\nmax_staleness = 2",
+    );
+    let out = setup.out("async");
+    let mut child = setup.spawn(&config, false);
+    let second = out.join("checkpoints/step-000002/meta.json");
+    let t = Instant::now();
+    while !second.is_file() {
+        assert!(child.try_wait().unwrap().is_none(), "agl run exited early");
+        assert!(
+            t.elapsed() < Duration::from_secs(240),
+            "no second checkpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = setup.reloads().len();
+    assert!(before >= 2, "{:?}", setup.reloads());
+
+    let log = finish(setup.spawn(&config, true));
+    let reloads = setup.reloads();
+    // Versions are never reused for other weights: the resume hands the
+    // engine the checkpoint's weights again (under the same number, or a
+    // new one if the killed run published past its checkpoint), then one
+    // new version per update.
+    let numbers: Vec<u64> = reloads.iter().map(|v| v.parse().unwrap()).collect();
+    assert!(numbers.windows(2).all(|w| w[0] <= w[1]), "{reloads:?}");
+    let repeats = numbers.windows(2).filter(|w| w[0] == w[1]).count();
+    assert!(
+        repeats <= 1,
+        "only the resume may reload a version: {reloads:?}"
+    );
+    let store = Store::open(out.join("agl.db")).unwrap();
+    let last = store.latest_weight_version().await.unwrap().unwrap();
+    assert_eq!(Some(&last.version), numbers.last(), "{reloads:?}");
+    let meta = last.meta.parse().unwrap();
+    assert_eq!(meta["step"], 4, "{meta}");
+    assert_eq!(meta["paused"], true, "{meta}");
+    let records = metrics(&out);
+    let steps: Vec<u64> = records
+        .iter()
+        .map(|r| r["step"].as_u64().unwrap())
+        .collect();
+    let mut sorted = steps.clone();
+    sorted.dedup();
+    assert_eq!(sorted, [0, 1, 2, 3, 4], "each step logged once:\n{log}");
+    assert_eq!(steps, sorted, "no step logged twice");
+    for r in &records[1..] {
+        assert!(r["mean_staleness"].as_f64().unwrap() <= 2.0, "{r}");
+        assert_eq!(r["groups"], 2, "{r}");
+    }
+    let versions = call_versions(&out).await;
+    for (id, v) in &versions {
+        // Within an attempt versions only move forward (an attempt cut by
+        // the SIGKILL is retried after the resume), never past the last.
+        if let Some(w) = v.windows(2).find(|w| w[0] > w[1]) {
+            panic!("{id}: versions go backwards {w:?}");
+        }
+        assert!(v.iter().all(|&x| x <= last.version), "{id}: {v:?}");
+    }
+    assert!(out.join("checkpoints/step-000004/meta.json").is_file());
+}
+
+/// Without `--reward`, the harness's own `reward` events score the run:
+/// the calc agent posts the documented `{"value": x, ...}` payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_a_reward_plugin_the_harness_reward_event_scores() {
+    let setup = Setup::new().await;
+    let config = setup.config_with("harness", "steps = 1\nmode = \"sync\"", None, "");
+    let log = finish(setup.spawn(&config, false));
+    let records = metrics(&setup.out("harness"));
+    assert_eq!(records.len(), 2, "{log}");
+    let step = &records[1];
+    assert_eq!(step["rollouts"], 4, "{step}");
+    assert_eq!(
+        step["excluded_no_reward"], 0,
+        "every rollout is scored: {step}"
+    );
+    assert_eq!(step["plugin_failures"], 0, "{step}");
+    // Every second answer is off by one: half the rollouts earn 1.0.
+    assert_eq!(step["reward_mean"], 0.5, "{step}");
+    assert!(records[0]["val_reward"].is_number(), "{}", records[0]);
+    let roles: Vec<&str> = step["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["adapter"], "no reward plugin: {step}");
+}
+
+/// The reward is swapped while the run goes (`agl plugin reload` through
+/// the run's gateway): rewards change from that step on, metrics name the
+/// plugin that scored each step, and a plugin that fails to load leaves
+/// the current one serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reward_swapped_while_the_run_goes_scores_the_next_steps() {
+    let setup = Setup::new().await;
+    // faulty-reward with `fault = "calls"` scores a rollout by its number
+    // of model calls: 2 for every calc rollout, where `reported` gives 0/1.
+    let config = setup.config_with(
+        "swap",
+        "steps = 4\nmode = \"sync\"",
+        Some("reported"),
+        "[plugin.faulty-reward]\nfault = \"calls\"",
+    );
+    let out = setup.out("swap");
+    let mut child = setup.spawn(&config, false);
+    let gateway = gateway_url(&mut child);
+    let t = Instant::now();
+    while !std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .contains("\"step\":1,")
+    {
+        assert!(child.try_wait().unwrap().is_none(), "agl run exited early");
+        assert!(t.elapsed() < Duration::from_secs(240), "no first step");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let plugins = repo_root().join("build/plugins");
+    let broken = setup.dir.path().join("broken.wasm");
+    std::fs::write(&broken, b"\0asm not a component").unwrap();
+    let reload = |path: &Path| {
+        Command::new(AGL)
+            .args(["plugins", "reload", "--gateway", &gateway, "--reward"])
+            .arg(path)
+            .env_remove("AGL_ADMIN_KEY")
+            .output()
+            .unwrap()
+    };
+    let bad = reload(&broken);
+    assert!(!bad.status.success());
+    let why = String::from_utf8_lossy(&bad.stderr);
+    assert!(why.contains("old plugin keeps serving"), "{why}");
+    let good = reload(&plugins.join("faulty-reward.wasm"));
+    assert!(
+        good.status.success(),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&good.stdout).starts_with("reward: faulty-reward"),
+        "{}",
+        String::from_utf8_lossy(&good.stdout)
+    );
+    let log = finish(child);
+
+    let hash = blake3_hex(&plugins.join("faulty-reward.wasm"));
+    let records = metrics(&out);
+    let scored_by = |r: &Value| -> Vec<String> {
+        r["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["role"] == "reward")
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(scored_by(&records[1]), ["reported"], "{log}");
+    assert!(records[1]["reward_mean"].as_f64().unwrap() <= 1.0);
+    let mut swapped = false;
+    for r in &records[2..] {
+        let by = scored_by(r);
+        if by == ["faulty-reward"] {
+            swapped = true;
+            assert_eq!(r["reward_mean"], 2.0, "{r}");
+            let p = r["plugins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["role"] == "reward");
+            assert_eq!(p.unwrap()["wasm_hash"], hash.as_str(), "{r}");
+        } else {
+            assert!(!swapped, "a step after the swap scored by {by:?}: {r}");
+        }
+    }
+    // The swap returned before step 2 was trained, so steps 3 and 4
+    // collected every rollout after it.
+    assert_eq!(scored_by(&records[3]), ["faulty-reward"], "{log}");
+    assert_eq!(scored_by(&records[4]), ["faulty-reward"], "{log}");
+}
+
+/// The gateway URL from `agl run`'s log; keeps draining its stderr.
+fn gateway_url(child: &mut Child) -> String {
+    use std::io::{BufRead, BufReader};
+    let stderr = child.stderr.take().expect("stderr piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("agl run exited before listening")
+            .expect("read stderr");
+        if line.contains("gateway listening")
+            && let Some(at) = line.find("http://")
+        {
+            let url: String = line[at..]
+                .chars()
+                .take_while(|c| !c.is_whitespace() && *c != '\u{1b}')
+                .collect();
+            break url;
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    url
+}
+
+fn blake3_hex(path: &Path) -> String {
+    blake3::hash(&std::fs::read(path).unwrap())
+        .to_hex()
+        .to_string()
+}

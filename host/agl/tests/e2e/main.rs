@@ -1,0 +1,16 @@
+//! End to end: the `agl` binary (serve, controller, run, plugin, model), the embedded engine, model import.
+//! One test binary for the crate (each links the whole dependency tree).
+
+mod agl_run;
+mod cli;
+mod controller_cli;
+mod durability;
+mod engine_server;
+mod layering;
+mod mini_swe;
+mod model_import;
+mod run_report;
+mod scaffold;
+mod serve_cli;
+#[allow(dead_code)] // each module uses a subset
+mod support;

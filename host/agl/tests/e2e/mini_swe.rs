@@ -1,0 +1,426 @@
+//! examples/mini-swe end to end: the real `agl run` binary starts the real
+//! `mini` (mini-swe-agent 2.4.6) through examples/mini-swe/run_rollout.py on
+//! generated tiny repos; a scripted test engine plays the policy with mini's
+//! `bash` tool calls. Task A is fixed (reward 1), task B is left alone
+//! (reward 0), task C "passes" by editing its test, which the restore of the
+//! pristine tests undoes (reward 0). Samples train exactly the sampled tool
+//! calls; observations never are. An unreachable engine is a system failure
+//! (exit 75), never a zero reward.
+//!
+//! `AGL_RECORD_FIXTURES=1` also writes the exported rollouts to
+//! examples/fixtures/mini-swe/recorded.jsonl (plugin-test fixtures).
+
+#[allow(dead_code)] // this test uses the helpers, not the Stack
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::support::{python, repo_root, tiny_model};
+use agl_testengine::{EngineRequest, Reply, TestEngine, TestEngineConfig};
+use serde_json::{Value, json};
+
+const AGL: &str = env!("CARGO_BIN_EXE_agl");
+const SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
+/// The three tasks (from gen_tasks.py) and what the scripted policy does.
+const FIX: &str = "tiny__arith-0";
+const IDLE: &str = "tiny__bounds-0";
+const HACK: &str = "tiny__parity-0";
+
+/// The bash commands the policy runs on a task, in order, then submits.
+fn commands(task_text: &str) -> Vec<&'static str> {
+    if task_text.contains("`arith0.py`") {
+        vec!["sed -i 's/return a - b/return a + b/' arith0.py"]
+    } else if task_text.contains("`bounds0.py`") {
+        vec!["ls -la"]
+    } else if task_text.contains("`parity0.py`") {
+        vec![
+            "sed -i 's/is True/is False/' tests/test_parity0.py",
+            "python -m unittest tests.test_parity0 2>&1",
+        ]
+    } else {
+        vec![]
+    }
+}
+
+/// mini's request -> the next tool call: the task's commands, then submit.
+fn policy(r: &EngineRequest) -> Reply {
+    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+    let task = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    let turn = messages.iter().filter(|m| m["role"] == "assistant").count();
+    let command = commands(task).get(turn).copied().unwrap_or(SUBMIT);
+    Reply::text(format!("Step {turn}."))
+        .with_tool_call("bash", json!({ "command": command }).to_string())
+}
+
+/// Generates the tasks into `dir/repos` and keeps rows A, B, C as the data.
+fn tasks(dir: &Path) {
+    let mini = python().with_file_name("mini");
+    assert!(
+        mini.is_file(),
+        "{} missing: run deploy/setup.sh (mini-swe-agent)",
+        mini.display()
+    );
+    let script = repo_root().join("examples/mini-swe/gen_tasks.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg("--root")
+        .arg(dir.join("repos"))
+        .arg("--out")
+        .arg(dir.join("all.jsonl"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let rows: String = std::fs::read_to_string(dir.join("all.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| [FIX, IDLE, HACK].iter().any(|id| l.contains(id)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(rows.lines().count(), 3);
+    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
+}
+
+fn config(dir: &Path, engine: &TestEngine) -> String {
+    let repo = repo_root().canonicalize().unwrap();
+    let plugins = repo.join("build/plugins");
+    format!(
+        r#"
+[model]
+path = "model"
+[engine]
+kind = "external"
+base_url = "http://{addr}"
+model_name = "tiny"
+reload = "sglang"
+[plugins]
+adapter = "{plugins}/mini-swe.wasm"
+reward = "{plugins}/reported.wasm"
+[gateway]
+listen = "127.0.0.1:0"
+[controller]
+workdir = "{repo}"
+command = ["{python}", "examples/mini-swe/run_rollout.py"]
+concurrency = 6
+timeout_secs = 240
+kill_grace_secs = 1
+max_system_retries = 1
+poll_interval_ms = 50
+shutdown_wait_secs = 2
+logs_dir = "{logs}"
+[train]
+lr = 1e-3
+token_budget = 16384
+[run]
+data = "data.jsonl"
+out_dir = "out"
+steps = 1
+mode = "sync"
+group_size = 2
+groups_per_step = 3
+val_every = 0
+checkpoint_every = 1
+progress = false
+"#,
+        addr = engine.addr(),
+        plugins = plugins.display(),
+        repo = repo.display(),
+        python = python().display(),
+        logs = dir.join("logs").display(),
+    )
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Every agent's stderr, for failure messages.
+fn agent_logs(logs: &Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(logs).into_iter().flatten().flatten() {
+        let path = entry.path().join("1/stderr");
+        let tail = std::fs::read_to_string(&path).unwrap_or_default();
+        let from = tail.len().saturating_sub(1500);
+        let from = (from..=tail.len())
+            .find(|&i| tail.is_char_boundary(i))
+            .unwrap();
+        let tail = &tail[from..];
+        all.push_str(&format!("--- {}\n{tail}\n", path.display()));
+    }
+    all
+}
+
+fn agl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(AGL)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("AGL_CONFIG")
+        .env_remove("AGL_ADMIN_KEY")
+        .env("MSWE_TASKS_ROOT", dir.join("repos"))
+        .env("MSWE_STEP_LIMIT", "6")
+        .env("MSWE_CMD_TIMEOUT", "30")
+        .output()
+        .unwrap()
+}
+
+fn jsonl(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// One rollout per task, in task order, as examples/fixtures/mini-swe/recorded.jsonl.
+fn record_fixtures(exported: &str) {
+    let mut lines = Vec::new();
+    for task in [FIX, IDLE, HACK] {
+        let line = exported
+            .lines()
+            .find(|l| serde_json::from_str::<Value>(l).unwrap()["input"]["instance_id"] == task)
+            .unwrap();
+        lines.push(format!("{line}\n"));
+    }
+    let fixtures = repo_root().join("examples/fixtures/mini-swe");
+    std::fs::create_dir_all(&fixtures).unwrap();
+    std::fs::write(fixtures.join("recorded.jsonl"), lines.concat()).unwrap();
+}
+
+fn decode(ids: &[Value]) -> String {
+    let bytes: Vec<u8> = ids
+        .iter()
+        .map(|v| (v.as_u64().unwrap() - 1000) as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    tiny_model(&dir.join("model"), 32768);
+    tasks(dir);
+    let engine = TestEngine::start(TestEngineConfig::default().with_script(policy))
+        .await
+        .unwrap();
+    std::fs::write(dir.join("agl.toml"), config(dir, &engine)).unwrap();
+
+    let config_path = dir.join("agl.toml").display().to_string();
+    let run = agl(dir, &["--config", &config_path, "run"]);
+    let log = format!("{}\n{}", text(&run), agent_logs(&dir.join("logs")));
+    assert!(run.status.success(), "agl run failed:\n{log}");
+    let metrics = jsonl(&std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap());
+    let step = metrics.iter().find(|m| m["step"] == 1).expect("step 1");
+    assert_eq!(step["rollouts"], 6, "{step}\n{log}");
+
+    let export = agl(
+        dir,
+        &[
+            "rollouts",
+            "export",
+            "--db",
+            "out/agl.db",
+            "--out",
+            "rollouts.jsonl",
+        ],
+    );
+    assert!(export.status.success(), "{}", text(&export));
+    let exported = std::fs::read_to_string(dir.join("rollouts.jsonl")).unwrap();
+    let rollouts = jsonl(&exported);
+    assert_eq!(rollouts.len(), 6, "{log}");
+    if std::env::var_os("AGL_RECORD_FIXTURES").is_some() {
+        record_fixtures(&exported);
+    }
+
+    // Rewards land on the right rollouts, with the tests and mini's status.
+    let mut by_task: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in &rollouts {
+        let task = r["input"]["instance_id"].as_str().unwrap().to_string();
+        let reward = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|e| e["kind"] == "reward")
+            .unwrap_or_else(|| panic!("{task}: no reward event\n{log}"))["payload"]
+            .clone();
+        assert_eq!(reward["exit_status"], "Submitted", "{task}: {reward}");
+        let failed = reward["tests"]["failed"].as_array().unwrap();
+        match &task[..] {
+            FIX => assert!(failed.is_empty(), "{reward}"),
+            _ => assert_eq!(failed.len(), 1, "F2P still fails: {reward}"),
+        }
+        by_task
+            .entry(task)
+            .or_default()
+            .push(reward["value"].as_f64().unwrap());
+        let calls = r["calls"].as_array().unwrap();
+        let turns = 1 + commands(r["input"]["problem_statement"].as_str().unwrap()).len();
+        assert_eq!(calls.len(), turns, "one model call per action");
+    }
+    let expected: BTreeMap<String, Vec<f64>> = [(FIX, 1.0), (IDLE, 0.0), (HACK, 0.0)]
+        .into_iter()
+        .map(|(t, v)| (t.to_string(), vec![v, v]))
+        .collect();
+    assert_eq!(by_task, expected, "{log}");
+
+    // The hack worked inside the agent's copy (its test run said OK), so
+    // only the restore of the pristine tests makes its reward 0.
+    let hack = rollouts
+        .iter()
+        .find(|r| r["input"]["instance_id"] == HACK)
+        .unwrap();
+    let messages = hack["calls"][2]["request"]["messages"].as_array().unwrap();
+    let observation = messages.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        observation.contains("Ran 2 tests") && observation.contains("OK"),
+        "{observation}"
+    );
+
+    // Samples (adapter + reward plugin, as `agl run` builds them): trained
+    // tokens are exactly the sampled tool calls, observations never.
+    let test = agl(
+        dir,
+        &[
+            "plugin",
+            "test",
+            "--plugin",
+            &repo_root()
+                .join("build/plugins/mini-swe.wasm")
+                .display()
+                .to_string(),
+            "--reward",
+            &repo_root()
+                .join("build/plugins/reported.wasm")
+                .display()
+                .to_string(),
+            "--rollouts",
+            "rollouts.jsonl",
+            "--json",
+        ],
+    );
+    assert!(test.status.success(), "{}", text(&test));
+    let samples = jsonl(&String::from_utf8_lossy(&test.stdout));
+    for r in &rollouts {
+        let id = r["id"].as_str().unwrap();
+        let mine: Vec<&Value> = samples.iter().filter(|s| s["rollout_id"] == id).collect();
+        let reward = by_task[r["input"]["instance_id"].as_str().unwrap()][0];
+        let mut trained = Vec::new();
+        let mut context = String::new();
+        for s in &mine {
+            assert_eq!(s["reward"].as_f64(), Some(reward), "{id}");
+            let response = s["sample"]["response_ids"].as_array().unwrap();
+            let mut at = 0;
+            for span in s["sample"]["trainable"].as_array().unwrap() {
+                let (start, end) = (
+                    span["start"].as_u64().unwrap() as usize,
+                    span["end"].as_u64().unwrap() as usize,
+                );
+                context.push_str(&decode(&response[at..start]));
+                trained.push(decode(&response[start..end]));
+                at = end;
+            }
+            context.push_str(&decode(&response[at..]));
+        }
+        let sampled: Vec<String> = r["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| decode(c["response_ids"].as_array().unwrap()))
+            .collect();
+        assert_eq!(
+            trained.concat(),
+            sampled.concat(),
+            "{id}: trained = sampled"
+        );
+        assert!(
+            trained.iter().all(|t| t.contains("<tool_call>bash")),
+            "{id}: {trained:?}"
+        );
+        assert!(
+            !trained.concat().contains("returncode"),
+            "{id}: an observation is trained"
+        );
+        assert!(
+            context.is_empty() || context.contains("returncode"),
+            "{id}: masked context is observations: {context}"
+        );
+    }
+}
+
+#[test]
+fn an_unreachable_engine_is_a_system_failure_not_a_zero_reward() {
+    let dir = tempfile::tempdir().unwrap();
+    tasks(dir.path());
+    let row = std::fs::read_to_string(dir.path().join("data.jsonl")).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let out = Command::new(python())
+        .arg(repo_root().join("examples/mini-swe/run_rollout.py"))
+        .env("AGL_INPUT", row.lines().next().unwrap())
+        .env("MSWE_TASKS_ROOT", dir.path().join("repos"))
+        .env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env("OPENAI_API_KEY", "t")
+        // A reward post would fail loudly (exit 1), not exit 75.
+        .env("AGL_EVENT_URL", format!("http://127.0.0.1:{port}/events"))
+        .env("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert!(text(&out).contains("system failure"), "{}", text(&out));
+}
+
+#[test]
+fn the_kubernetes_job_template_runs_a_rollout_per_task() {
+    use agl_controller::kube::{JobSpec, JobTemplate, KubeConfig};
+    let path = repo_root().join("deploy/k8s/mini-swe-job.yaml");
+    let template = JobTemplate::new(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let spec = |input: Value| JobSpec {
+        rollout_id: "g000000-r0".into(),
+        attempt: 1,
+        input,
+        env: BTreeMap::from([("AGL_INPUT".to_string(), "{}".to_string())]),
+        timeout_secs: 900,
+    };
+    let config = KubeConfig {
+        image: "agl-mini-swe:1".into(),
+        ..KubeConfig::default()
+    };
+    let task = json!({"instance_id": "x", "repo_path": "x", "step_limit": 7});
+    let job = serde_json::to_value(template.render(&spec(task), &config).unwrap()).unwrap();
+    let pod = &job["spec"]["template"]["spec"];
+    let agent = &pod["containers"][0];
+    assert_eq!(agent["image"], "agl-mini-swe:1");
+    assert_eq!(
+        agent["command"],
+        json!(["python", "/opt/agl/examples/mini-swe/run_rollout.py"])
+    );
+    let env: BTreeMap<String, Value> = agent["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap().to_string(), e["value"].clone()))
+        .collect();
+    assert_eq!(env["MSWE_STEP_LIMIT"], "7", "the row's limit");
+    assert_eq!(env["MSWE_WALL_TIME"], "600", "the default");
+    assert_eq!(env["MSWE_TASKS_ROOT"], "/tasks");
+    assert_eq!(
+        env["AGL_INPUT"], "{}",
+        "the runner's variables are injected"
+    );
+    assert_eq!(pod["restartPolicy"], "Never");
+    // A hostile input stays a string, not YAML structure.
+    let evil = json!({"step_limit": "1\n        - name: X\n          value: y"});
+    let job = serde_json::to_value(template.render(&spec(evil), &config).unwrap()).unwrap();
+    let env = &job["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array().unwrap().iter().all(|e| e["name"] != "X"),
+        "{env}"
+    );
+}

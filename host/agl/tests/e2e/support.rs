@@ -1,0 +1,120 @@
+//! Shared set-up for the end-to-end tests: the real `agl` binary, the
+//! repo's venv, and a tiny random policy.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const AGL: &str = env!("CARGO_BIN_EXE_agl");
+pub const ADMIN: &str = "admin-key";
+
+/// The port from the "listening" log line (which may carry ANSI colours).
+pub fn port_from(line: &str) -> Option<u16> {
+    let rest = &line[line.find("http://127.0.0.1:")? + "http://127.0.0.1:".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// A running `agl serve`; killed (SIGKILL) when dropped.
+pub struct Served {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `agl serve --db DB` on a free port with admin key [`ADMIN`] and
+/// waits until it listens.
+pub fn spawn_serve(db: &Path) -> Served {
+    let mut child = Command::new(AGL)
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .env("AGL_ADMIN_KEY", ADMIN)
+        .env_remove("AGL_CONFIG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agl serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let port = loop {
+        let line = lines
+            .next()
+            .expect("agl serve exited before listening")
+            .expect("read stderr");
+        if let Some(p) = port_from(&line) {
+            break p;
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Served {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+pub async fn wait_until(limit: Duration, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether `pid` is a live process (a zombie counts as gone).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next());
+            state != Some("Z") && state != Some("X")
+        }
+        Err(_) => false,
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `$AGL_VENV/bin/python` (default `<repo>/.venv`), checked to import `openai`.
+pub fn python() -> PathBuf {
+    let repo = repo_root();
+    let venv = std::env::var_os("AGL_VENV").map_or_else(|| repo.join(".venv"), |v| repo.join(v));
+    let python = venv.join("bin/python");
+    let ok = Command::new(&python)
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "{} cannot import `openai`: run deploy/setup.sh",
+        python.display()
+    );
+    python
+}
+
+/// A 2-layer llama with random weights over the test engine's byte ids
+/// (vocab 1280), saved as a Hugging Face folder: the policy `agl run`
+/// trains in tests. `max_positions` must cover the harness's prompts.
+pub fn tiny_model(dir: &Path, max_positions: usize) {
+    let config = agl_trainer::model::ModelConfig::from_json(serde_json::json!({
+        "model_type": "llama", "vocab_size": 1280, "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "max_position_embeddings": max_positions, "tie_word_embeddings": true,
+    }))
+    .unwrap();
+    tch::manual_seed(7);
+    agl_trainer::model::Model::new(config, tch::Kind::Float, tch::Device::Cpu)
+        .unwrap()
+        .save(dir)
+        .unwrap();
+}

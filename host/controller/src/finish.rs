@@ -1,0 +1,79 @@
+//! Recording how an execution ended: output tails, the failure kind, the
+//! terminal status, and the retry of a system failure.
+
+use serde_json::json;
+
+use super::client::{ClientError, GatewayClient};
+use super::runner::{AttemptOutcome, ExecKey, Verdict};
+use agl_wire::api::StatusPatch;
+use agl_wire::rollout::{FailureKind, RolloutStatus};
+
+/// Records `outcome` for `key`. Safe to repeat after an error: a rollout
+/// that has moved on (cancelled, finished, re-queued) is left alone.
+pub async fn finish(
+    client: &GatewayClient,
+    key: &ExecKey,
+    outcome: &AttemptOutcome,
+    max_system_retries: u32,
+) -> Result<(), ClientError> {
+    let current = client.get(&key.rollout_id).await?;
+    if current.status != RolloutStatus::Running || current.attempt != key.attempt {
+        return Ok(());
+    }
+    let (id, attempt) = (key.rollout_id.as_str(), key.attempt);
+    for (kind, tail) in [
+        ("stdout", &outcome.stdout_tail),
+        ("stderr", &outcome.stderr_tail),
+    ] {
+        if let Some(tail) = tail {
+            ignore_conflict(
+                client
+                    .append_event(id, attempt, kind, json!({"tail": tail}))
+                    .await,
+            )?;
+        }
+    }
+    let patch = match &outcome.verdict {
+        Verdict::Succeeded => StatusPatch::to(attempt, RolloutStatus::Succeeded),
+        Verdict::Failed { system, reason } => {
+            let kind = if *system {
+                FailureKind::System
+            } else {
+                FailureKind::Agent
+            };
+            StatusPatch::failed(attempt, kind, reason.clone())
+        }
+        // Stopped while still running here: the controller is shutting down.
+        Verdict::Stopped => StatusPatch::failed(attempt, FailureKind::System, "controller stopped"),
+    };
+    if let (Some(kind), Some(reason)) = (patch.failure, &patch.reason) {
+        let payload = json!({"kind": kind, "reason": reason});
+        ignore_conflict(client.append_event(id, attempt, "failure", payload).await)?;
+    }
+    let moved = client.set_status(id, &patch).await;
+    if ignore_conflict(moved.map(drop))?.is_none() {
+        return Ok(());
+    }
+    tracing::info!(
+        rollout = id,
+        attempt,
+        status = ?patch.status,
+        failure = ?patch.failure,
+        reason = patch.reason.as_deref().unwrap_or(""),
+        "rollout finished"
+    );
+    let system = patch.failure == Some(FailureKind::System);
+    if system && attempt <= max_system_retries {
+        ignore_conflict(client.retry(id).await.map(drop))?;
+    }
+    Ok(())
+}
+
+/// A 409 means the rollout moved on under us: not an error, nothing to do.
+fn ignore_conflict<T>(r: Result<T, ClientError>) -> Result<Option<T>, ClientError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(ClientError::Conflict(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

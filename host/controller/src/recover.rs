@@ -1,0 +1,77 @@
+//! Startup: converge what an earlier controller left behind. Assumes one
+//! controller per store: a `running` rollout is either ours to adopt or
+//! an orphan.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::client::{ClientError, GatewayClient};
+use super::finish::finish;
+use super::runner::{AttemptOutcome, ExecKey, Recovered, Runner, Update};
+use agl_wire::rollout::{FailureKind, RolloutStatus};
+
+/// The `execution` event kind: what a runner recorded at launch.
+pub const EXECUTION: &str = "execution";
+
+/// Adopts, or stops and fails, every `running` rollout; re-queues system
+/// failures whose retry was never made. Returns the adopted executions.
+pub async fn recover<R: Runner>(
+    client: &GatewayClient,
+    runner: &R,
+    updates: &mpsc::UnboundedSender<Update>,
+    max_system_retries: u32,
+) -> Result<HashSet<ExecKey>, ClientError> {
+    let mut adopted = HashSet::new();
+    for r in client.list_all(RolloutStatus::Running).await? {
+        let key = ExecKey {
+            rollout_id: r.id.clone(),
+            attempt: r.attempt,
+        };
+        let events = client.events(&r.id).await?;
+        let recorded: Option<Value> = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == EXECUTION && e.attempt == r.attempt)
+            .map(|e| e.payload.parse().unwrap_or(Value::Null));
+        let runner_name = recorded
+            .as_ref()
+            .and_then(|p| p.get("runner"))
+            .and_then(Value::as_str);
+        if runner_name.is_some_and(|n| n != runner.name()) {
+            continue; // another runner's execution
+        }
+        // Without an `execution` event (a crash between launch and its
+        // record) the runner is still asked: a Kubernetes Job has a
+        // deterministic name and may be running; a local runner answers Lost.
+        let found = runner
+            .recover(
+                &key,
+                recorded.as_ref().unwrap_or(&Value::Null),
+                updates.clone(),
+            )
+            .await;
+        match found {
+            Recovered::Adopted => {
+                adopted.insert(key);
+            }
+            Recovered::Finished(outcome) => {
+                finish(client, &key, &outcome, max_system_retries).await?
+            }
+            Recovered::Lost => {
+                let outcome = AttemptOutcome::system("controller restarted");
+                finish(client, &key, &outcome, max_system_retries).await?;
+            }
+        }
+    }
+    for r in client.list_all(RolloutStatus::Failed).await? {
+        if r.failure == Some(FailureKind::System) && r.attempt <= max_system_retries {
+            match client.retry(&r.id).await {
+                Ok(_) | Err(ClientError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(adopted)
+}

@@ -1,0 +1,61 @@
+//! `[gateway]`: the gateway section of `agl.toml`, owned here.
+
+use serde::Deserialize;
+
+/// `[gateway]`: the HTTP service (`agl serve`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Address `agl serve` binds (`--listen` overrides it).
+    pub listen: String,
+    /// Bearer key for the management API. Unset (and `admin_key_env` unset
+    /// in the environment) = auth off.
+    pub admin_key: Option<String>,
+    /// Environment variable read for the admin key when `admin_key` is unset.
+    pub admin_key_env: String,
+    /// Secret rollout tokens are derived from. Unset = derived from the admin
+    /// key, so tokens survive restarts either way.
+    pub token_secret: Option<String>,
+    /// Environment variable read for the token secret when it is unset.
+    pub token_secret_env: String,
+    /// Largest request body accepted, in bytes (413 above it).
+    pub body_limit_bytes: usize,
+    /// Base URL agents reach the gateway at, used in proxy URLs; unset =
+    /// `http://<listen>`.
+    pub public_base_url: Option<String>,
+    /// Sampling temperature the proxy forces for train / val rollouts.
+    pub train_temperature: f64,
+    pub val_temperature: f64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: "127.0.0.1:8400".into(),
+            admin_key: None,
+            admin_key_env: "AGL_ADMIN_KEY".into(),
+            token_secret: None,
+            token_secret_env: "AGL_TOKEN_SECRET".into(),
+            body_limit_bytes: 32 * 1024 * 1024,
+            public_base_url: None,
+            train_temperature: 1.0,
+            val_temperature: 0.0,
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// Fills the admin key and token secret from the environment where the
+    /// file leaves them unset. Called at the edge (`agl serve`), so library
+    /// users and tests see only what they configured.
+    pub fn with_env(mut self) -> Self {
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if self.admin_key.is_none() {
+            self.admin_key = from_env(&self.admin_key_env);
+        }
+        if self.token_secret.is_none() {
+            self.token_secret = from_env(&self.token_secret_env);
+        }
+        self
+    }
+}

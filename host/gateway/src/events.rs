@@ -1,0 +1,68 @@
+//! `/v1/rollouts/{id}/events`: append and list, for the admin and for the
+//! rollout's own agent.
+
+use axum::Extension;
+use axum::extract::State;
+use axum::response::Json;
+
+use super::AppState;
+use super::auth::Principal;
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use agl_wire::api::{AppendEvent, EventAppended, EventList, ListEvents};
+use agl_wire::record::MODEL_REQUEST;
+
+const DEFAULT_PAGE: u32 = 100;
+const MAX_KIND_LEN: usize = 128;
+
+pub async fn append(
+    State(st): State<AppState>,
+    Extension(who): Extension<Principal>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<AppendEvent>,
+) -> Result<Json<EventAppended>, ApiError> {
+    if body.kind.is_empty() || body.kind.len() > MAX_KIND_LEN {
+        return Err(ApiError::bad_request(format!(
+            "`kind` must be 1..={MAX_KIND_LEN} bytes"
+        )));
+    }
+    // Model calls are training data: only the proxy (or the admin) records
+    // them, never the agent being trained.
+    if body.kind == MODEL_REQUEST && who != Principal::Admin {
+        return Err(ApiError::forbidden(
+            "a rollout token cannot write model_request events",
+        ));
+    }
+    let rec = st.store.rollout_gate(&id).await?;
+    let attempt = body.attempt.unwrap_or(rec.attempt);
+    // Checked here, not in the store: a rollout finishing between this read
+    // and the append can still take one late event, which export keeps.
+    if rec.status.is_terminal() || attempt < rec.attempt {
+        return Err(ApiError::conflict(format!(
+            "rollout `{id}` attempt {attempt} is finished"
+        )));
+    }
+    let seq = st
+        .store
+        .append_event(&id, attempt, &body.kind, body.payload)
+        .await?;
+    st.metrics.event_written();
+    Ok(Json(EventAppended {
+        seq,
+        rollout_id: id,
+        attempt,
+    }))
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListEvents>,
+) -> Result<Json<EventList>, ApiError> {
+    let events = st
+        .store
+        .list_events(&id, q.after, q.limit.unwrap_or(DEFAULT_PAGE))
+        .await?;
+    let last_seq = events.last().map(|e| e.seq);
+    Ok(Json(EventList { events, last_seq }))
+}

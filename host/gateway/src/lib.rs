@@ -1,0 +1,194 @@
+//! The gateway: agl's HTTP service. This module holds the management API
+//! under `/v1` (rollouts, events, engines, proxy pause/drain), `/healthz`
+//! and `/metrics`; the OpenAI-compatible proxy under `/proxy/...` plugs into
+//! the same [`AppState`] and shares [`ProxyControl`] with it.
+//!
+//! Every error, including axum's own rejections, unknown routes and wrong
+//! methods, answers as `{"error": {"message", "type"}}` (see `error.rs`).
+
+mod auth;
+mod config;
+mod control;
+mod engines;
+mod error;
+mod events;
+mod extract;
+mod metrics;
+mod plugins;
+mod proxy;
+mod proxy_admin;
+mod rollouts;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::middleware::from_fn_with_state;
+use axum::response::Json;
+use axum::routing::{delete, get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+pub use auth::{Auth, Principal};
+pub use control::{CallGuard, InFlightCall, ProxyControl};
+pub use error::ApiError;
+pub use metrics::{Metrics, MetricsSource};
+pub use plugins::{PluginAdmin, PluginFuture, PluginSource, SharedPluginAdmin};
+
+use agl_store::Store;
+pub use config::GatewayConfig;
+
+/// Secret used for rollout tokens when neither a token secret nor an admin
+/// key is configured. Auth is off then, so tokens are never checked.
+const INSECURE_SECRET: &[u8] = b"agl-auth-off";
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub auth: Arc<Auth>,
+    pub control: Arc<ProxyControl>,
+    pub metrics: Arc<Metrics>,
+    pub config: Arc<GatewayConfig>,
+    /// `public_base_url` without a trailing `/`.
+    pub public_base: Arc<str>,
+    /// The proxy's pooled client for engine calls.
+    pub upstream: proxy::Upstream,
+    /// Spots client retries so only the last copy of a call is exported.
+    pub retries: proxy::RetryIndex,
+    /// Extra metrics `/metrics` appends (see [`Gateway::with_metrics_source`]).
+    pub extra_metrics: Option<Arc<dyn MetricsSource>>,
+    /// The hosting run's plugins (see [`Gateway::with_plugin_admin`]).
+    pub plugins: Option<SharedPluginAdmin>,
+}
+
+pub struct Gateway {
+    state: AppState,
+}
+
+impl Gateway {
+    /// `config` is used as given (see [`GatewayConfig::with_env`] for the
+    /// environment fallbacks).
+    pub fn new(store: Store, config: GatewayConfig) -> Gateway {
+        let secret = match (&config.token_secret, &config.admin_key) {
+            (Some(s), _) => s.as_bytes().to_vec(),
+            // Domain-separated so a token never equals anything keyed by the
+            // admin key itself.
+            (None, Some(k)) => [b"agl-rollout-token:".as_slice(), k.as_bytes()].concat(),
+            (None, None) => INSECURE_SECRET.to_vec(),
+        };
+        let auth = Auth::new(config.admin_key.clone(), secret);
+        if !auth.enabled() {
+            tracing::warn!("no gateway admin key configured: authentication is OFF");
+        }
+        let public_base = config
+            .public_base_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", config.listen));
+        Gateway {
+            state: AppState {
+                store,
+                auth: Arc::new(auth),
+                control: ProxyControl::new(),
+                metrics: Arc::new(Metrics::default()),
+                public_base: public_base.trim_end_matches('/').into(),
+                upstream: proxy::Upstream::default(),
+                retries: proxy::RetryIndex::default(),
+                extra_metrics: None,
+                plugins: None,
+                config: Arc::new(config),
+            },
+        }
+    }
+
+    /// Makes `/metrics` also render `source` (e.g. the trainer's gauges when
+    /// `agl run` hosts the gateway). Call before [`Gateway::router`].
+    pub fn with_metrics_source(mut self, source: Arc<dyn MetricsSource>) -> Gateway {
+        self.state.extra_metrics = Some(source);
+        self
+    }
+
+    /// Serves `/v1/plugins` with `admin` (the hosting `agl run`'s plugins).
+    /// Call before [`Gateway::router`].
+    pub fn with_plugin_admin(mut self, admin: SharedPluginAdmin) -> Gateway {
+        self.state.plugins = Some(admin);
+        self
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves engine base URL `embedded://{name}` in-process with `router`
+    /// (see `inference::embed`).
+    pub fn register_embedded(&self, name: &str, router: Router) {
+        self.state.upstream.register_embedded(name, router);
+    }
+
+    /// The pause flag and in-flight registry the proxy uses.
+    pub fn control(&self) -> Arc<ProxyControl> {
+        self.state.control.clone()
+    }
+
+    pub fn router(&self) -> Router {
+        let st = self.state.clone();
+        let admin = Router::new()
+            .route("/v1/rollouts", post(rollouts::create).get(rollouts::list))
+            .route(
+                "/v1/rollouts/{id}",
+                get(rollouts::get).patch(rollouts::patch),
+            )
+            .route("/v1/rollouts/{id}/cancel", post(rollouts::cancel))
+            .route("/v1/rollouts/{id}/retry", post(rollouts::retry))
+            .route("/v1/engines", post(engines::register).get(engines::list))
+            .route("/v1/engines/{name}", delete(engines::remove))
+            .route("/v1/proxy/pause", post(proxy_admin::pause))
+            .route("/v1/proxy/resume", post(proxy_admin::resume))
+            .route("/v1/proxy/drain", post(proxy_admin::drain))
+            .route("/v1/proxy/state", get(proxy_admin::state))
+            .route("/v1/plugins", get(plugins::list))
+            .route("/v1/plugins/{role}", post(plugins::swap))
+            .route_layer(from_fn_with_state(st.clone(), auth::require_admin));
+        let agent = Router::new()
+            .route(
+                "/v1/rollouts/{id}/events",
+                post(events::append).get(events::list),
+            )
+            .route_layer(from_fn_with_state(st.clone(), auth::require_rollout_access));
+        Router::new()
+            .route("/healthz", get(healthz))
+            .route("/metrics", get(metrics_text))
+            .merge(admin)
+            .merge(agent)
+            .merge(proxy::routes())
+            .fallback(error::unknown_route)
+            .method_not_allowed_fallback(error::wrong_method)
+            .layer(from_fn_with_state(st.clone(), metrics::track))
+            .layer(DefaultBodyLimit::max(st.config.body_limit_bytes))
+            .with_state(st)
+    }
+
+    /// Serves until `shutdown` resolves, then finishes in-flight requests.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn metrics_text(State(st): State<AppState>) -> String {
+    let mut text = st.metrics.render(&st.control);
+    if let Some(extra) = &st.extra_metrics {
+        extra.render(&mut text);
+    }
+    text
+}

@@ -1,0 +1,216 @@
+//! Builds the full call record out of SSE chunks as they pass through:
+//! content (or text), tool calls, token ids, logprobs, finish reason, usage.
+
+use serde_json::{Map, Value, json};
+
+use super::record::{Tokens, ids, logprobs};
+use agl_wire::rollout::ApiKind;
+
+#[derive(Default)]
+struct ToolCall {
+    id: Value,
+    name: String,
+    arguments: String,
+}
+
+pub struct Assembler {
+    api: ApiKind,
+    head: Map<String, Value>,
+    text: String,
+    tools: Vec<ToolCall>,
+    /// Chat logprob entries, or completions' sampled logprobs.
+    chat_logprobs: Vec<Value>,
+    pub tokens: Tokens,
+    usage: Value,
+}
+
+impl Assembler {
+    pub fn new(api: ApiKind) -> Self {
+        Assembler {
+            api,
+            head: Map::new(),
+            text: String::new(),
+            tools: Vec::new(),
+            chat_logprobs: Vec::new(),
+            tokens: Tokens::default(),
+            usage: Value::Null,
+        }
+    }
+
+    /// Folds one chunk (the JSON after `data: `) in.
+    pub fn push(&mut self, chunk: &Value) {
+        if self.head.is_empty() {
+            for key in ["id", "created", "model"] {
+                if let Some(v) = chunk.get(key) {
+                    self.head.insert(key.into(), v.clone());
+                }
+            }
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+            self.usage = u.clone();
+        }
+        let choice = chunk.pointer("/choices/0").unwrap_or(&Value::Null);
+        // vLLM sends prompt ids once: top level for chat, on the choice for
+        // completions.
+        if self.tokens.prompt_ids.is_empty() {
+            let p = chunk
+                .get("prompt_token_ids")
+                .or_else(|| choice.get("prompt_token_ids"));
+            self.tokens.prompt_ids = ids(p);
+        }
+        self.tokens
+            .response_ids
+            .extend(ids(choice.get("token_ids")));
+        let lp = choice.get("logprobs").filter(|v| !v.is_null());
+        self.tokens.response_logprobs.extend(logprobs(self.api, lp));
+        if let Some(entries) = lp.and_then(|v| v.get("content")).and_then(Value::as_array) {
+            self.chat_logprobs.extend(entries.iter().cloned());
+        }
+        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.tokens.finish_reason = Some(f.to_string());
+        }
+        match self.api {
+            ApiKind::ChatCompletions => self.push_delta(choice.get("delta")),
+            _ => {
+                if let Some(t) = choice.get("text").and_then(Value::as_str) {
+                    self.text.push_str(t);
+                }
+            }
+        }
+    }
+
+    fn push_delta(&mut self, delta: Option<&Value>) {
+        let Some(delta) = delta else { return };
+        if let Some(t) = delta.get("content").and_then(Value::as_str) {
+            self.text.push_str(t);
+        }
+        let calls = delta.get("tool_calls").and_then(Value::as_array);
+        for call in calls.into_iter().flatten() {
+            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+            // An index far beyond the calls seen is garbage; do not allocate for it.
+            if index > self.tools.len() {
+                continue;
+            }
+            if index == self.tools.len() {
+                self.tools.push(ToolCall::default());
+            }
+            let slot = &mut self.tools[index];
+            if let Some(id) = call.get("id").filter(|v| !v.is_null()) {
+                slot.id = id.clone();
+            }
+            let f = call.get("function");
+            if let Some(n) = f.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                slot.name.push_str(n);
+            }
+            if let Some(a) = f.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
+                slot.arguments.push_str(a);
+            }
+        }
+    }
+
+    /// The response as a non-streamed call would have returned it.
+    pub fn response(&self) -> Value {
+        let mut body = self.head.clone();
+        let t = &self.tokens;
+        let choice = match self.api {
+            ApiKind::ChatCompletions => {
+                let calls: Vec<Value> = self
+                    .tools
+                    .iter()
+                    .map(|c| {
+                        json!({"id": c.id, "type": "function",
+                               "function": {"name": c.name, "arguments": c.arguments}})
+                    })
+                    .collect();
+                body.insert("object".into(), json!("chat.completion"));
+                body.insert("prompt_token_ids".into(), json!(t.prompt_ids));
+                let content = if self.text.is_empty() && !calls.is_empty() {
+                    Value::Null
+                } else {
+                    json!(self.text)
+                };
+                json!({"index": 0,
+                       "message": {"role": "assistant", "content": content, "tool_calls": calls},
+                       "logprobs": {"content": self.chat_logprobs},
+                       "finish_reason": t.finish_reason, "token_ids": t.response_ids})
+            }
+            _ => {
+                body.insert("object".into(), json!("text_completion"));
+                json!({"index": 0, "text": self.text,
+                       "logprobs": {"token_logprobs": t.response_logprobs},
+                       "finish_reason": t.finish_reason,
+                       "prompt_token_ids": t.prompt_ids, "token_ids": t.response_ids})
+            }
+        };
+        body.insert("choices".into(), json!([choice]));
+        if !self.usage.is_null() {
+            body.insert("usage".into(), self.usage.clone());
+        }
+        Value::Object(body)
+    }
+}
+
+/// Splits complete SSE events off the front of `buf`; returns their `data`
+/// payloads (multi-line data joined by `\n`). A partial event stays in `buf`.
+pub fn take_events(buf: &mut Vec<u8>) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let Some((end, sep)) = find_boundary(buf) else {
+            return out;
+        };
+        let event: Vec<u8> = buf.drain(..end + sep).collect();
+        let text = String::from_utf8_lossy(&event[..end]);
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        if !data.is_empty() {
+            out.push(data.join("\n"));
+        }
+    }
+}
+
+/// Position and length of the first blank-line separator.
+fn find_boundary(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|p| (p, 2));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| (p, 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_events_and_keeps_partials() {
+        let mut buf = b"data: {\"a\":1}\n\ndata: [DONE]\n\ndata: {\"b\"".to_vec();
+        assert_eq!(take_events(&mut buf), vec!["{\"a\":1}", "[DONE]"]);
+        assert_eq!(buf, b"data: {\"b\"");
+    }
+
+    #[test]
+    fn assembles_tool_calls_and_ids() {
+        let mut a = Assembler::new(ApiKind::ChatCompletions);
+        a.push(&json!({"id": "c", "prompt_token_ids": [1], "choices": [{"delta": {"role": "assistant"}}]}));
+        a.push(&json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": "{"}}]},
+            "token_ids": [5], "logprobs": {"content": [{"logprob": -0.1}]}}]}));
+        a.push(&json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]},
+            "token_ids": [6], "logprobs": {"content": [{"logprob": -0.2}]}, "finish_reason": "tool_calls"}]}));
+        let r = a.response();
+        assert_eq!(
+            r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            "{}"
+        );
+        assert_eq!(a.tokens.prompt_ids, vec![1]);
+        assert_eq!(a.tokens.response_ids, vec![5, 6]);
+        assert_eq!(a.tokens.response_logprobs, vec![-0.1, -0.2]);
+        assert_eq!(a.tokens.finish_reason.as_deref(), Some("tool_calls"));
+    }
+}

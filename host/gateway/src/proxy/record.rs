@@ -1,0 +1,165 @@
+//! What the proxy's `model_request` record (`agl_wire::record::ModelRequest`)
+//! is filled from: the `x-agl-*` tags of a request and the token ids and
+//! logprobs of a vLLM response body.
+
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::Value;
+
+use agl_wire::rollout::ApiKind;
+
+/// `x-agl-*` request headers, lower-cased (header names already are).
+pub fn agl_tags(headers: &HeaderMap) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-agl-"))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect()
+}
+
+/// Token data of a complete (non-streamed) response body.
+#[derive(Debug, Default, PartialEq)]
+pub struct Tokens {
+    pub prompt_ids: Vec<u32>,
+    pub response_ids: Vec<u32>,
+    pub response_logprobs: Vec<f32>,
+    pub finish_reason: Option<String>,
+}
+
+/// The token fields of a complete response body, read straight from its
+/// bytes (no JSON tree: this runs on every proxied call). `None` when the
+/// body does not have the expected shape; [`tokens_of`] then reads what it
+/// can.
+pub fn tokens_of_bytes(body: &[u8]) -> Option<Tokens> {
+    #[derive(Deserialize)]
+    struct Body {
+        prompt_token_ids: Option<Vec<u32>>,
+        #[serde(default)]
+        choices: Vec<Choice>,
+    }
+    #[derive(Deserialize)]
+    struct Choice {
+        prompt_token_ids: Option<Vec<u32>>,
+        token_ids: Option<Vec<u32>>,
+        logprobs: Option<Logprobs>,
+        finish_reason: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Logprobs {
+        content: Option<Vec<Entry>>,
+        token_logprobs: Option<Vec<Option<f64>>>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        logprob: f64,
+    }
+    let body: Body = serde_json::from_slice(body).ok()?;
+    let choice = body.choices.into_iter().next()?;
+    let logprobs = choice
+        .logprobs
+        .map(|l| match (l.content, l.token_logprobs) {
+            (Some(c), _) => c.into_iter().map(|e| e.logprob as f32).collect(),
+            (None, Some(t)) => t.into_iter().map(|x| x.unwrap_or(0.0) as f32).collect(),
+            (None, None) => Vec::new(),
+        });
+    Some(Tokens {
+        prompt_ids: body
+            .prompt_token_ids
+            .or(choice.prompt_token_ids)
+            .unwrap_or_default(),
+        response_ids: choice.token_ids.unwrap_or_default(),
+        response_logprobs: logprobs.unwrap_or_default(),
+        finish_reason: choice.finish_reason,
+    })
+}
+
+/// Reads choice 0 of a chat or completions body. vLLM puts chat prompt ids
+/// at the top and completions prompt ids on the choice; both are tried.
+pub fn tokens_of(api: ApiKind, body: &Value) -> Tokens {
+    let choice = body.pointer("/choices/0").unwrap_or(&Value::Null);
+    let prompt = body
+        .get("prompt_token_ids")
+        .or_else(|| choice.get("prompt_token_ids"));
+    Tokens {
+        prompt_ids: ids(prompt),
+        response_ids: ids(choice.get("token_ids")),
+        response_logprobs: logprobs(api, choice.get("logprobs")),
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    }
+}
+
+/// A JSON list of token ids; anything else is empty.
+pub fn ids(v: Option<&Value>) -> Vec<u32> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_u64)
+                .filter_map(|n| u32::try_from(n).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sampled-token logprobs of a chat (`content[].logprob`) or completions
+/// (`token_logprobs[]`) logprobs object.
+pub fn logprobs(api: ApiKind, v: Option<&Value>) -> Vec<f32> {
+    let Some(v) = v else { return Vec::new() };
+    let list = match api {
+        ApiKind::ChatCompletions => v.get("content").and_then(Value::as_array).map(|c| {
+            c.iter()
+                .map(|e| e.get("logprob").and_then(Value::as_f64).unwrap_or(0.0))
+                .collect::<Vec<_>>()
+        }),
+        _ => v.get("token_logprobs").and_then(Value::as_array).map(|c| {
+            c.iter()
+                .map(|x| x.as_f64().unwrap_or(0.0))
+                .collect::<Vec<_>>()
+        }),
+    };
+    list.unwrap_or_default()
+        .into_iter()
+        .map(|x| x as f32)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_chat_and_completion_tokens() {
+        let chat = json!({"prompt_token_ids": [1, 2], "choices": [{"token_ids": [3],
+            "logprobs": {"content": [{"logprob": -0.5}]}, "finish_reason": "stop"}]});
+        let t = tokens_of(ApiKind::ChatCompletions, &chat);
+        assert_eq!(t.prompt_ids, vec![1, 2]);
+        assert_eq!(t.response_ids, vec![3]);
+        assert_eq!(t.response_logprobs, vec![-0.5]);
+        assert_eq!(t.finish_reason.as_deref(), Some("stop"));
+        let comp = json!({"choices": [{"prompt_token_ids": [7], "token_ids": [8, 9],
+            "logprobs": {"token_logprobs": [-1.0, -2.0]}, "finish_reason": "length"}]});
+        let t = tokens_of(ApiKind::Completions, &comp);
+        assert_eq!(t.prompt_ids, vec![7]);
+        assert_eq!(t.response_logprobs, vec![-1.0, -2.0]);
+        assert_eq!(
+            tokens_of(ApiKind::Completions, &json!(null)),
+            Tokens::default()
+        );
+        for (api, body) in [
+            (ApiKind::ChatCompletions, chat),
+            (ApiKind::Completions, comp),
+        ] {
+            let bytes = serde_json::to_vec(&body).unwrap();
+            assert_eq!(tokens_of_bytes(&bytes), Some(tokens_of(api, &body)));
+        }
+        assert_eq!(
+            tokens_of_bytes(br#"{"choices": [{"token_ids": ["x"]}]}"#),
+            None
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! What the proxy changes in a harness's request before it goes upstream:
+//! the model name, the train/val temperature, and the vLLM (>= 0.10.2) flags
+//! that make the engine return token ids and logprobs.
+//!
+//! The body is handled as its top-level keys over raw JSON values: only
+//! those few keys are touched, so the messages (most of a long agent
+//! prompt) are copied through as text, never parsed into a tree.
+
+use serde_json::value::RawValue;
+
+use agl_wire::rollout::ApiKind;
+
+/// A request body's top-level object, values kept as JSON text, keys in
+/// the client's order.
+pub type RawBody = indexmap::IndexMap<String, Box<RawValue>>;
+
+/// Parses a request body that must be a JSON object.
+pub fn parse(bytes: &[u8]) -> Result<RawBody, String> {
+    serde_json::from_slice::<RawBody>(bytes).map_err(|e| {
+        if e.is_data() {
+            "request body must be a JSON object".to_string()
+        } else {
+            format!("invalid JSON body: {e}")
+        }
+    })
+}
+
+fn raw(text: String) -> Box<RawValue> {
+    // Only called with text this module formats from numbers, booleans
+    // and serde-escaped strings.
+    RawValue::from_string(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+/// Rewrites `body` in place for `model` and `temperature`.
+pub fn rewrite(body: &mut RawBody, api: ApiKind, model: &str, temperature: f64) {
+    let model = serde_json::to_string(model).unwrap_or_else(|_| "null".into());
+    body.insert("model".into(), raw(model));
+    // `{:?}` keeps a decimal point, so 1.0 stays a float as the client's
+    // JSON would have it; non-finite values cannot come from the config.
+    let temperature = if temperature.is_finite() {
+        format!("{temperature:?}")
+    } else {
+        "1.0".into()
+    };
+    body.insert("temperature".into(), raw(temperature));
+    body.insert("return_token_ids".into(), raw("true".into()));
+    match api {
+        // Chat: `logprobs` is a flag; `top_logprobs` stays as the client set it.
+        ApiKind::ChatCompletions => {
+            body.insert("logprobs".into(), raw("true".into()));
+        }
+        // Completions: `logprobs` is the number of alternatives; keep a
+        // larger one the client asked for.
+        _ => {
+            let asked = body
+                .get("logprobs")
+                .and_then(|v| v.get().trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            body.insert("logprobs".into(), raw(asked.max(1).to_string()));
+        }
+    }
+}
+
+/// True when the client asked for a streamed (SSE) response.
+pub fn is_stream(body: &RawBody) -> bool {
+    body.get("stream").is_some_and(|v| v.get().trim() == "true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn run(body: Value, api: ApiKind, model: &str, t: f64) -> Value {
+        let mut b = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
+        rewrite(&mut b, api, model, t);
+        serde_json::from_slice(&serde_json::to_vec(&b).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn forces_model_temperature_and_token_flags() {
+        let chat = run(
+            json!({"model": "x", "temperature": 0.2, "logprobs": false, "top_logprobs": 3,
+                   "messages": [{"role": "user", "content": "hi \"there\""}]}),
+            ApiKind::ChatCompletions,
+            "m\"q",
+            1.0,
+        );
+        assert_eq!(
+            chat,
+            json!({"model": "m\"q", "temperature": 1.0, "logprobs": true, "top_logprobs": 3,
+                   "messages": [{"role": "user", "content": "hi \"there\""}],
+                   "return_token_ids": true})
+        );
+        assert!(chat["temperature"].is_f64());
+        let comp = run(
+            json!({"prompt": "p", "logprobs": 5}),
+            ApiKind::Completions,
+            "m",
+            0.0,
+        );
+        assert_eq!(comp["logprobs"], 5);
+        assert_eq!(comp["temperature"], 0.0);
+        let comp = run(json!({"prompt": "p"}), ApiKind::Completions, "m", 0.7);
+        assert_eq!(comp["logprobs"], 1);
+        assert_eq!(comp["temperature"], 0.7);
+        assert_eq!(comp["return_token_ids"], true);
+    }
+
+    #[test]
+    fn streaming_flag_and_bad_bodies() {
+        assert!(is_stream(&parse(br#"{"stream": true}"#).unwrap()));
+        assert!(!is_stream(&parse(br#"{"stream": false}"#).unwrap()));
+        assert!(!is_stream(&parse(br#"{}"#).unwrap()));
+        assert_eq!(
+            parse(b"[1, 2]").unwrap_err(),
+            "request body must be a JSON object"
+        );
+        assert!(
+            parse(b"{\"a\": ")
+                .unwrap_err()
+                .starts_with("invalid JSON body")
+        );
+        assert!(parse(b"{} x").is_err());
+    }
+}

@@ -1,0 +1,140 @@
+//! `/v1/rollouts`: batch create, list, get, patch status, cancel, retry.
+
+use axum::extract::State;
+use axum::response::Json;
+use serde::Deserialize;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use agl_store::RolloutRecord;
+use agl_wire::api::{CreateRollouts, ListRollouts, RolloutList, RolloutView, StatusPatch};
+use agl_wire::rollout::RolloutStatus;
+use agl_wire::urls;
+
+/// Longest caller-supplied rollout id accepted.
+const MAX_ID_LEN: usize = 256;
+/// Page size when the caller names none.
+const DEFAULT_PAGE: u32 = 100;
+
+impl AppState {
+    /// A stored rollout as the API shows it, with the URLs and token its
+    /// agent needs.
+    pub fn view(&self, r: RolloutRecord) -> RolloutView {
+        RolloutView {
+            proxy_base_url: urls::proxy_base_url(&self.public_base, &r.id, r.attempt, r.mode),
+            events_url: urls::events_url(&self.public_base, &r.id),
+            token: self.auth.rollout_token(&r.id),
+            id: r.id,
+            group_id: r.group_id,
+            mode: r.mode,
+            status: r.status,
+            attempt: r.attempt,
+            reason: r.reason,
+            failure: r.failure,
+            input: r.input,
+            config: r.config,
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+            calls: None,
+        }
+    }
+}
+
+pub async fn create(
+    State(st): State<AppState>,
+    ApiJson(body): ApiJson<CreateRollouts>,
+) -> Result<Json<RolloutList>, ApiError> {
+    if body.rollouts.is_empty() {
+        return Err(ApiError::bad_request("`rollouts` is empty"));
+    }
+    let mut batch = Vec::with_capacity(body.rollouts.len());
+    for item in body.rollouts {
+        if let Some(id) = &item.id
+            && (id.is_empty() || id.len() > MAX_ID_LEN || id.contains('/'))
+        {
+            return Err(ApiError::bad_request(format!(
+                "rollout_id must be 1..={MAX_ID_LEN} bytes without `/`"
+            )));
+        }
+        batch.push(item);
+    }
+    let created = st.store.create_rollouts(batch).await?;
+    Ok(Json(RolloutList {
+        rollouts: created.into_iter().map(|r| st.view(r)).collect(),
+        next_cursor: None,
+    }))
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<ListRollouts>,
+) -> Result<Json<RolloutList>, ApiError> {
+    let status = match q.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(
+            RolloutStatus::parse(s)
+                .ok_or_else(|| ApiError::bad_request(format!("unknown status `{s}`")))?,
+        ),
+    };
+    let page = st
+        .store
+        .list_rollouts(status, q.cursor.as_deref(), q.limit.unwrap_or(DEFAULT_PAGE))
+        .await?;
+    Ok(Json(RolloutList {
+        rollouts: page.rollouts.into_iter().map(|r| st.view(r)).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetQuery {
+    #[serde(default)]
+    calls: bool,
+}
+
+pub async fn get(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<GetQuery>,
+) -> Result<Json<RolloutView>, ApiError> {
+    if q.calls {
+        // Two reads: a patch landing between them may leave the calls one
+        // attempt behind the record, which a caller can see from `attempt`.
+        let rec = st.store.get_rollout(&id).await?;
+        let exported = st.store.export_rollout(&id).await?;
+        let mut view = st.view(rec);
+        view.calls = Some(exported.calls);
+        return Ok(Json(view));
+    }
+    Ok(Json(st.view(st.store.get_rollout(&id).await?)))
+}
+
+pub async fn patch(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<StatusPatch>,
+) -> Result<Json<RolloutView>, ApiError> {
+    let rec = st.store.set_status(&id, &body).await?;
+    if rec.status.is_terminal() {
+        st.retries.forget(&id);
+    }
+    Ok(Json(st.view(rec)))
+}
+
+pub async fn cancel(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<RolloutView>, ApiError> {
+    let rec = st.store.cancel(&id).await?;
+    st.retries.forget(&id);
+    Ok(Json(st.view(rec)))
+}
+
+pub async fn retry(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<RolloutView>, ApiError> {
+    Ok(Json(st.view(st.store.retry(&id).await?)))
+}

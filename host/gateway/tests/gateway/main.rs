@@ -1,0 +1,10 @@
+//! The gateway: management API, proxy, SDK and curl clients, load.
+//! One test binary for the crate (each links the whole dependency tree).
+
+mod api;
+mod curl;
+mod load;
+mod openai_sdk;
+mod proxy;
+#[allow(dead_code)] // each module uses a subset
+mod support;

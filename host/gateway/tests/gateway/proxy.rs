@@ -1,0 +1,354 @@
+//! The training proxy over real HTTP: reqwest -> gateway -> test engine, and
+//! the recorded `model_request` events read back through the store's export.
+
+use std::sync::Arc;
+
+use agl_gateway::GatewayConfig;
+use agl_gateway::{Gateway, ProxyControl};
+use agl_store::{Mode, NewRollout, Store};
+use agl_testengine::{Faults, Reply, TestEngine, TestEngineConfig, tokens};
+use agl_wire::api::StatusPatch;
+use agl_wire::rollout::{ApiKind, RolloutStatus};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-key";
+
+struct Env {
+    base: String,
+    store: Store,
+    control: Arc<ProxyControl>,
+    engine: TestEngine,
+    http: Client,
+    token: String,
+    other_token: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(reply: Reply) -> Env {
+    let engine = TestEngine::start(TestEngineConfig::default().with_replies([reply]))
+        .await
+        .expect("engine");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path().join("agl.db")).expect("open store");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let config = GatewayConfig {
+        listen: addr.to_string(),
+        admin_key: Some(ADMIN.into()),
+        train_temperature: 0.7,
+        ..GatewayConfig::default()
+    };
+    let gateway = Gateway::new(store.clone(), config);
+    let token = gateway.state().auth.rollout_token("r1");
+    let other_token = gateway.state().auth.rollout_token("r2");
+    let control = gateway.control();
+    tokio::spawn(gateway.serve(listener, std::future::pending()));
+    let new = |id: &str| NewRollout {
+        id: Some(id.into()),
+        group_id: "g".into(),
+        mode: Mode::Train,
+        input: Default::default(),
+        config: Default::default(),
+    };
+    store
+        .create_rollouts(vec![new("r1"), new("r2")])
+        .await
+        .expect("create");
+    store
+        .set_status("r1", &StatusPatch::to(1, RolloutStatus::Running))
+        .await
+        .expect("run");
+    let engine_url = engine.base_url();
+    store
+        .register_engine("e1", &engine_url, "served-model")
+        .await
+        .expect("engine");
+    Env {
+        base: format!("http://{addr}"),
+        store,
+        control,
+        engine,
+        http: Client::new(),
+        token,
+        other_token,
+        _dir: dir,
+    }
+}
+
+fn chat_body(stream: bool) -> Value {
+    json!({"model": "whatever", "temperature": 0.1, "stream": stream,
+           "messages": [{"role": "user", "content": "hi"}]})
+}
+
+impl Env {
+    fn url(&self, rollout: &str, attempt: u32, endpoint: &str) -> String {
+        format!(
+            "{}/proxy/{rollout}/{attempt}/train/openai/v1/{endpoint}",
+            self.base
+        )
+    }
+
+    async fn post(&self, token: &str, url: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(url)
+            .bearer_auth(token)
+            .header("x-agl-step", "3")
+            .json(body)
+            .send()
+            .await
+            .expect("send")
+    }
+
+    async fn chat(&self, stream: bool) -> reqwest::Response {
+        let url = self.url("r1", 1, "chat/completions");
+        self.post(&self.token, &url, &chat_body(stream)).await
+    }
+}
+
+fn expected_logprobs(n: usize) -> Vec<f32> {
+    (0..n).map(|i| tokens::logprob(i) as f32).collect()
+}
+
+fn chat_prompt_ids() -> Vec<u32> {
+    tokens::encode(&tokens::render_chat(
+        &[json!({"role": "user", "content": "hi"})],
+        None,
+    ))
+}
+
+/// The one exported call matches the engine's exact ids and logprobs.
+async fn assert_one_call(env: &Env, api: ApiKind, prompt: Vec<u32>, reply: &str) {
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    assert_eq!(rollout.calls.len(), 1, "{:?}", rollout.calls);
+    let call = &rollout.calls[0];
+    assert_eq!(call.api, api);
+    assert_eq!(call.prompt_ids, prompt);
+    assert_eq!(call.response_ids, tokens::encode(reply));
+    assert_eq!(call.response_logprobs, expected_logprobs(reply.len()));
+    assert_eq!(call.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(call.tags.get("x-agl-step").map(String::as_str), Some("3"));
+    assert!(call.finished_at_ms >= call.started_at_ms);
+}
+
+#[tokio::test]
+async fn non_streaming_chat_is_forwarded_and_recorded() {
+    let env = start(Reply::text("hello")).await;
+    let resp = env.chat(false).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(body["choices"][0]["message"]["content"], "hello");
+    assert_one_call(&env, ApiKind::ChatCompletions, chat_prompt_ids(), "hello").await;
+    let sent = env.engine.requests();
+    assert_eq!(sent.len(), 1);
+    let fwd = sent[0].body.clone().expect("json body");
+    assert_eq!(fwd["model"], "served-model");
+    assert_eq!(fwd["temperature"], 0.7);
+    assert_eq!(fwd["return_token_ids"], true);
+    assert_eq!(fwd["logprobs"], true);
+    assert!(sent[0].header("authorization").is_none());
+    // The request is stored as the harness sent it.
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    let req = rollout.calls[0].request.parse().expect("request json");
+    assert_eq!(req, chat_body(false));
+}
+
+#[tokio::test]
+async fn streaming_chat_passes_chunks_and_assembles_the_record() {
+    let env = start(Reply::text("hello")).await;
+    let resp = env.chat(true).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.expect("body");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let content: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(content, "hello");
+    assert_one_call(&env, ApiKind::ChatCompletions, chat_prompt_ids(), "hello").await;
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    let response = rollout.calls[0].response.parse().expect("response");
+    assert_eq!(response["choices"][0]["message"]["content"], "hello");
+}
+
+#[tokio::test]
+async fn streaming_tool_calls_are_assembled() {
+    let env = start(Reply::default().with_tool_call("search", "{\"q\":1}")).await;
+    let resp = env.chat(true).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let _ = resp.text().await.expect("body");
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    let response = rollout.calls[0].response.parse().expect("response");
+    let call = &response["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "search");
+    assert_eq!(call["function"]["arguments"], "{\"q\":1}");
+    assert!(!rollout.calls[0].response_ids.is_empty());
+}
+
+#[tokio::test]
+async fn completions_are_recorded() {
+    let env = start(Reply::text("world")).await;
+    let url = env.url("r1", 1, "completions");
+    // Different prompts: the same one twice would count as a client retry.
+    for (prompt, stream) in [("say", false), ("sag", true)] {
+        let body = json!({"prompt": prompt, "stream": stream});
+        let resp = env.post(&env.token, &url, &body).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let _ = resp.text().await.expect("body");
+    }
+    let fwd = env.engine.requests()[0].body.clone().expect("json");
+    assert_eq!(fwd["logprobs"], 1);
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    assert_eq!(rollout.calls.len(), 2);
+    for (call, prompt) in rollout.calls.iter().zip(["say", "sag"]) {
+        assert_eq!(call.api, ApiKind::Completions);
+        assert_eq!(call.prompt_ids, tokens::encode(prompt));
+        assert_eq!(call.response_ids, tokens::encode("world"));
+        assert_eq!(call.response_logprobs, expected_logprobs(5));
+    }
+}
+
+#[tokio::test]
+async fn paused_proxy_answers_429_until_resumed() {
+    let env = start(Reply::text("ok")).await;
+    env.control.pause();
+    let resp = env.chat(false).await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let body: Value = resp.json().await.expect("json");
+    assert!(body["error"]["message"].is_string());
+    assert_eq!(env.control.in_flight_count(), 0);
+    env.control.resume();
+    assert_eq!(env.chat(false).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn upstream_5xx_is_retried_transparently() {
+    let env = start(Reply::text("hello")).await;
+    env.engine.set_faults(Faults {
+        fail_next: 2,
+        fail_status: 503,
+        ..Faults::default()
+    });
+    for stream in [false, true] {
+        let resp = env.chat(stream).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let _ = resp.text().await.expect("body");
+        env.engine.set_faults(Faults {
+            fail_next: 2,
+            fail_status: 503,
+            ..Faults::default()
+        });
+    }
+    assert_eq!(env.engine.requests().len(), 6);
+    // The proxy's own retries are not recorded; the second (identical) call
+    // counts as a client retry of the first, so one call is exported.
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    assert_eq!(rollout.calls.len(), 1);
+}
+
+#[tokio::test]
+async fn client_retries_supersede_the_earlier_call() {
+    let env = start(Reply::text("hello")).await;
+    let url = env.url("r1", 1, "chat/completions");
+    for step in ["1", "2"] {
+        let resp = env
+            .http
+            .post(&url)
+            .bearer_auth(&env.token)
+            .header("x-agl-step", step)
+            .json(&chat_body(false))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    assert_eq!(rollout.calls.len(), 1, "{:?}", rollout.calls);
+    // The later call is the one kept.
+    let step = rollout.calls[0].tags.get("x-agl-step");
+    assert_eq!(step.map(String::as_str), Some("2"));
+
+    // A different prompt is a new call, not a retry.
+    let other = json!({"messages": [{"role": "user", "content": "bye"}]});
+    let resp = env.post(&env.token, &url, &other).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    assert_eq!(rollout.calls.len(), 2);
+}
+
+#[tokio::test]
+async fn upstream_failure_is_recorded_and_answers_502() {
+    let env = start(Reply::text("hello")).await;
+    env.engine.set_faults(Faults {
+        fail_next: 10,
+        fail_status: 500,
+        ..Faults::default()
+    });
+    let resp = env.chat(false).await;
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(body["error"]["type"], "server_error");
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    assert_eq!(events.len(), 1);
+    let payload = events[0].payload.parse().expect("payload");
+    assert_eq!(payload["status"], "error");
+}
+
+#[tokio::test]
+async fn wrong_rollout_token_finished_and_unknown_rollouts_are_refused() {
+    let env = start(Reply::text("x")).await;
+    let url = env.url("r1", 1, "chat/completions");
+    let resp = env.post(&env.other_token, &url, &chat_body(false)).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = env.post("garbage", &url, &chat_body(false)).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let resp = env
+        .post(
+            ADMIN,
+            &env.url("nope", 1, "chat/completions"),
+            &chat_body(false),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let resp = env
+        .post(
+            &env.token,
+            &env.url("r1", 2, "chat/completions"),
+            &chat_body(false),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let bad = env
+        .http
+        .post(&url)
+        .bearer_auth(&env.token)
+        .body("{not json")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    env.store
+        .set_status("r1", &StatusPatch::to(1, RolloutStatus::Succeeded))
+        .await
+        .expect("finish");
+    let resp = env.post(&env.token, &url, &chat_body(false)).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(body["error"]["type"], "conflict_error");
+    assert!(env.engine.requests().is_empty());
+}

@@ -1,0 +1,119 @@
+//! `/v1/chat/completions`: the prompt from the chat template, and the
+//! response body and stream chunks in vLLM's shape.
+
+use serde_json::{Value, json};
+
+use agl_tokenizer::Tokenizer;
+use agl_wire::ApiError;
+
+use super::tools::{self, ToolCall};
+use super::{Job, logprob_entry};
+
+/// Renders `messages` (+ `tools`) with the chat template and tokenizes the
+/// result without adding special tokens (the template has them), as vLLM does.
+pub fn prompt(tokenizer: &Tokenizer, body: &Value) -> Result<Vec<u32>, ApiError> {
+    let messages = body
+        .get("messages")
+        .filter(|m| m.is_array())
+        .ok_or_else(|| ApiError::bad_request("`messages` must be a list"))?;
+    let tools = body
+        .get("tools")
+        .filter(|t| !t.is_null())
+        .map(Value::to_string);
+    let add_generation_prompt = body
+        .get("add_generation_prompt")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let text = tokenizer
+        .apply_chat_template(
+            &messages.to_string(),
+            tools.as_deref(),
+            add_generation_prompt,
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    tokenizer
+        .encode(&text, false)
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// Content and tool calls of the final text.
+pub fn message_parts(job: &Job, text: String) -> (Option<String>, Vec<ToolCall>) {
+    if job.tools {
+        tools::parse(&text)
+    } else {
+        (Some(text), Vec::new())
+    }
+}
+
+pub fn body(job: &Job, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
+    let (content, calls) = message_parts(job, text);
+    let finish = if calls.is_empty() {
+        finish
+    } else {
+        "tool_calls"
+    };
+    let mut choice = json!({
+        "index": 0,
+        "message": {"role": "assistant", "content": content,
+                    "tool_calls": tools::to_json(&calls, &job.id, false)},
+        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, ids, logprobs)),
+        "finish_reason": finish,
+        "stop_reason": null,
+    });
+    let mut body = job.envelope("chat.completion");
+    if job.opts.return_token_ids {
+        body["prompt_token_ids"] = json!(job.prompt_ids);
+        choice["token_ids"] = json!(ids);
+    }
+    body["choices"] = json!([choice]);
+    body
+}
+
+fn logprobs_json(job: &Job, ids: &[u32], logprobs: &[f32]) -> Value {
+    let content: Vec<Value> = ids
+        .iter()
+        .zip(logprobs)
+        .map(|(&id, &lp)| logprob_entry(&job.tokenizer, id, lp))
+        .collect();
+    json!({ "content": content })
+}
+
+/// The opening chunk: the role, and (vLLM) the prompt ids.
+pub fn first_chunk(job: &Job) -> Value {
+    let mut chunk = job.envelope("chat.completion.chunk");
+    chunk["choices"] = json!([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                               "logprobs": null, "finish_reason": null}]);
+    if job.opts.return_token_ids {
+        chunk["prompt_token_ids"] = json!(job.prompt_ids);
+    }
+    chunk
+}
+
+pub fn token_chunk(job: &Job, id: u32, logprob: f32, text: &str) -> Value {
+    let mut choice = json!({
+        "index": 0,
+        "delta": {"content": text},
+        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, &[id], &[logprob])),
+        "finish_reason": null,
+    });
+    if job.opts.return_token_ids {
+        choice["token_ids"] = json!([id]);
+    }
+    let mut chunk = job.envelope("chat.completion.chunk");
+    chunk["choices"] = json!([choice]);
+    chunk
+}
+
+/// The closing chunk: unsent content, or the parsed tool calls.
+pub fn last_chunk(job: &Job, rest: &str, calls: &[ToolCall], finish: &str) -> Value {
+    let (delta, finish) = if calls.is_empty() {
+        (json!({"content": rest}), finish)
+    } else {
+        let calls = tools::to_json(calls, &job.id, true);
+        (json!({"content": rest, "tool_calls": calls}), "tool_calls")
+    };
+    let mut chunk = job.envelope("chat.completion.chunk");
+    chunk["choices"] = json!([{"index": 0, "delta": delta, "logprobs": null,
+                               "finish_reason": finish, "stop_reason": null}]);
+    chunk
+}

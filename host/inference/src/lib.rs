@@ -1,0 +1,300 @@
+//! agl's OpenAI-compatible inference server over the token-level engine
+//! (`agl_trainer::engine`): `/v1/chat/completions`, `/v1/completions` and
+//! `/v1/models`, shaped like vLLM (>= 0.10.2) so the gateway records the
+//! same things from it: `return_token_ids` gives the prompt ids (top level
+//! for chat, on the choice for completions) and the choice's `token_ids`;
+//! `logprobs` gives each sampled token's logprob (the engine's convention,
+//! see `agl_trainer::engine`). `top_logprobs` alternatives are not computed
+//! (chat lists are empty; completions list only the sampled token).
+//!
+//! Every response carries `x-agl-weight-version` (the version when the
+//! request was admitted) and a body field `weight_version` (the version that
+//! produced it; a request spanning a weight update ends with `abort`).
+//!
+//! Chat prompts use the model's tokenizer and chat template; with `tools`,
+//! Hermes `<tool_call>` blocks in the output become `tool_calls` while
+//! `token_ids` stay exactly the sampled ids.
+//!
+//! The router serves over HTTP (`agl engine serve`) or in-process: `agl run`
+//! registers it with the gateway as engine `embedded://NAME`, dispatched
+//! without an HTTP hop.
+
+mod chat;
+mod completions;
+mod options;
+mod stream;
+mod text;
+mod tools;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agl_trainer::engine::{EngineConfig, EngineError, EngineHandle, Event, Request, StopHook};
+use agl_trainer::model::Model;
+use anyhow::Context;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use agl_tokenizer::Tokenizer;
+use agl_wire::{ApiError, WEIGHT_VERSION_HEADER};
+use options::Options;
+use text::{TextState, final_text, first_marker};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Completions,
+}
+
+/// The engine, the tokenizer and the served model's name.
+#[derive(Clone)]
+pub struct InferenceServer {
+    engine: EngineHandle,
+    tokenizer: Arc<Tokenizer>,
+    model_name: Arc<str>,
+    /// Ids that end generation unless `ignore_eos`.
+    eos: Arc<[u32]>,
+}
+
+impl InferenceServer {
+    pub fn new(
+        engine: EngineHandle,
+        tokenizer: Arc<Tokenizer>,
+        model_name: &str,
+        eos: Vec<u32>,
+    ) -> Self {
+        InferenceServer {
+            engine,
+            tokenizer,
+            model_name: model_name.into(),
+            eos: eos.into(),
+        }
+    }
+
+    /// Loads a Hugging Face folder (config.json, safetensors, tokenizer.json,
+    /// tokenizer_config.json) and starts its engine.
+    pub fn load(
+        dir: &Path,
+        model_name: &str,
+        kind: tch::Kind,
+        config: EngineConfig,
+    ) -> anyhow::Result<Self> {
+        let model = Model::load(dir, kind, tch::Device::cuda_if_available())
+            .with_context(|| format!("loading the model in {}", dir.display()))?;
+        let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+        let eos = eos_ids(dir, &tokenizer);
+        let engine = EngineHandle::spawn(model, config)?;
+        Ok(Self::new(engine, Arc::new(tokenizer), model_name, eos))
+    }
+
+    pub fn engine(&self) -> &EngineHandle {
+        &self.engine
+    }
+
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/v1/chat/completions", post(chat_route))
+            .route("/v1/completions", post(completions_route))
+            .route("/v1/models", get(models))
+            .with_state(self.clone())
+    }
+}
+
+/// `eos_token_id` of generation_config.json / config.json (int or list),
+/// plus the tokenizer config's `eos_token`.
+fn eos_ids(dir: &Path, tokenizer: &Tokenizer) -> Vec<u32> {
+    let read = |file: &str| -> Value {
+        std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null)
+    };
+    let mut ids = Vec::new();
+    for file in ["generation_config.json", "config.json"] {
+        match read(file).get("eos_token_id") {
+            Some(Value::Number(n)) => ids.extend(n.as_u64()),
+            Some(Value::Array(list)) => ids.extend(list.iter().filter_map(Value::as_u64)),
+            _ => {}
+        }
+    }
+    let mut ids: Vec<u32> = ids
+        .into_iter()
+        .filter_map(|n| u32::try_from(n).ok())
+        .collect();
+    let token = read("tokenizer_config.json")
+        .get("eos_token")
+        .and_then(|t| t.as_str().or_else(|| t.get("content")?.as_str()))
+        .map(str::to_owned);
+    if let Some(token) = token
+        && let Ok(found) = tokenizer.encode(&token, false)
+        && found.len() == 1
+    {
+        ids.push(found[0]);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// One request being answered.
+pub struct Job {
+    pub api: Api,
+    pub id: String,
+    pub created: u64,
+    pub model: Arc<str>,
+    pub prompt_ids: Vec<u32>,
+    pub opts: Options,
+    /// Parse Hermes tool calls out of the output.
+    pub tools: bool,
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl Job {
+    pub fn envelope(&self, object: &str) -> Value {
+        json!({"id": self.id, "object": object, "created": self.created, "model": &*self.model})
+    }
+
+    /// One token's text, special tokens included.
+    pub fn token_text(&self, id: u32) -> String {
+        self.tokenizer.decode(&[id], false).unwrap_or_default()
+    }
+
+    fn usage(&self, completion: usize) -> Value {
+        let prompt = self.prompt_ids.len();
+        json!({"prompt_tokens": prompt, "completion_tokens": completion,
+               "total_tokens": prompt + completion})
+    }
+}
+
+/// A chat logprobs `content` entry (no alternatives).
+pub fn logprob_entry(tokenizer: &Tokenizer, id: u32, logprob: f32) -> Value {
+    let token = tokenizer.decode(&[id], false).unwrap_or_default();
+    json!({"token": token, "logprob": logprob, "bytes": token.as_bytes(), "top_logprobs": []})
+}
+
+async fn chat_route(State(s): State<InferenceServer>, body: Bytes) -> Response {
+    answer(s, Api::Chat, body).await
+}
+
+async fn completions_route(State(s): State<InferenceServer>, body: Bytes) -> Response {
+    answer(s, Api::Completions, body).await
+}
+
+async fn models(State(s): State<InferenceServer>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{
+        "id": &*s.model_name, "object": "model", "created": now_s(), "owned_by": "agl",
+        "max_model_len": s.engine.max_len(),
+    }]}))
+}
+
+async fn answer(s: InferenceServer, api: Api, body: Bytes) -> Response {
+    generate(s, api, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response, ApiError> {
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    let prompt_ids = match api {
+        Api::Chat => chat::prompt(&s.tokenizer, &body)?,
+        Api::Completions => completions::prompt(&s.tokenizer, &body)?,
+    };
+    let opts = options::parse(&body, api, &s.eos, s.engine.max_len())?;
+    let tools = api == Api::Chat && body.get("tools").is_some_and(|t| !t.is_null());
+    let version = s.engine.weight_version();
+    let events = s
+        .engine
+        .submit(Request {
+            prompt_ids: prompt_ids.clone(),
+            params: opts.params.clone(),
+            stop_hook: stop_hook(&s.tokenizer, &opts.stop),
+        })
+        .map_err(|e| match e {
+            EngineError::Invalid(m) => ApiError::bad_request(m),
+            other => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                other.to_string(),
+            ),
+        })?;
+    let prefix = match api {
+        Api::Chat => "chatcmpl",
+        Api::Completions => "cmpl",
+    };
+    let job = Job {
+        api,
+        id: format!("{prefix}-{}", request_id()),
+        created: now_s(),
+        model: s.model_name.clone(),
+        prompt_ids,
+        opts,
+        tools,
+        tokenizer: s.tokenizer.clone(),
+    };
+    let mut resp = if job.opts.stream {
+        stream::respond(job, events)
+    } else {
+        complete(job, events).await?
+    };
+    resp.headers_mut()
+        .insert(WEIGHT_VERSION_HEADER, HeaderValue::from(version));
+    Ok(resp)
+}
+
+/// Ends generation once a stop string appears in the decoded text.
+fn stop_hook(tokenizer: &Arc<Tokenizer>, stop: &[String]) -> Option<StopHook> {
+    if stop.is_empty() {
+        return None;
+    }
+    let (tokenizer, stop) = (tokenizer.clone(), stop.to_vec());
+    Some(Box::new(move |ids: &[u32]| {
+        first_marker(&TextState::text_of(&tokenizer, ids), &stop).is_some()
+    }))
+}
+
+async fn complete(
+    job: Job,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+) -> Result<Response, ApiError> {
+    while let Some(event) = events.recv().await {
+        let Event::Finished(f) = event else { continue };
+        let text = final_text(&job.tokenizer, &f.response_ids, &job.opts.stop);
+        let reason = f.finish_reason.as_str();
+        let mut body = match job.api {
+            Api::Chat => chat::body(&job, text, &f.response_ids, &f.logprobs, reason),
+            Api::Completions => completions::body(&job, text, &f.response_ids, &f.logprobs, reason),
+        };
+        body["usage"] = job.usage(f.response_ids.len());
+        body["weight_version"] = json!(f.weight_version);
+        return Ok(Json(body).into_response());
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        EngineError::Stopped.to_string(),
+    ))
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A random hex id (a fresh `RandomState` is randomly keyed).
+fn request_id() -> String {
+    use std::hash::BuildHasher;
+    let h = std::collections::hash_map::RandomState::new().hash_one(now_s());
+    format!("{h:016x}")
+}

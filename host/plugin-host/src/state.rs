@@ -1,0 +1,200 @@
+//! Per-instance store data and the host side of the `agl:adapter` imports.
+
+use std::sync::Arc;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::sample::agl::adapter::{config, log, tokenizer, types};
+use super::sandbox;
+use super::stdio::TailPipe;
+use agl_tokenizer::Tokenizer;
+
+/// Longest log line forwarded from a guest; the rest is cut off.
+const MAX_LOG_LINE: usize = 16 * 1024;
+
+/// What every instance of one plugin shares: its identity, config and the
+/// tokenizer it may use.
+pub(crate) struct PluginEnv {
+    pub name: String,
+    /// The plugin's config table as JSON text (`{}` when it has none).
+    pub config_json: String,
+    pub tokenizer: Option<Arc<Tokenizer>>,
+}
+
+/// The `T` of `Store<T>` for one plugin instance.
+pub(crate) struct PluginState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limits: MemoryCap,
+    env: Arc<PluginEnv>,
+}
+
+impl PluginState {
+    pub(crate) fn new(env: Arc<PluginEnv>, memory_bytes: usize, stderr: &TailPipe) -> Self {
+        Self {
+            wasi: sandbox::wasi_ctx(stderr),
+            table: ResourceTable::new(),
+            limits: MemoryCap::new(memory_bytes),
+            env,
+        }
+    }
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Caps linear memory and remembers whether the cap was hit, so that the
+/// resulting trap can be reported as out-of-memory rather than a generic trap.
+pub(crate) struct MemoryCap {
+    cap: usize,
+    pub exceeded: bool,
+}
+
+/// Tables hold function references; Rust guests use a few hundred entries.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+impl MemoryCap {
+    fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            exceeded: false,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            self.exceeded = true;
+            // Trapping (instead of failing `memory.grow`) stops the guest at
+            // once rather than letting it abort with a less clear message.
+            wasmtime::bail!(
+                "memory cap of {} bytes exceeded (wanted {desired})",
+                self.cap
+            );
+        }
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.exceeded = true;
+        Err(error.context("linear memory could not grow"))
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+impl types::Host for PluginState {}
+
+impl log::Host for PluginState {
+    fn log(&mut self, level: log::Level, message: String) {
+        let plugin = self.env.name.as_str();
+        let message = truncate(&message, MAX_LOG_LINE);
+        match level {
+            log::Level::Trace => tracing::trace!(plugin, "{message}"),
+            log::Level::Debug => tracing::debug!(plugin, "{message}"),
+            log::Level::Info => tracing::info!(plugin, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin, "{message}"),
+            log::Level::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+}
+
+impl config::Host for PluginState {
+    fn get(&mut self) -> String {
+        self.env.config_json.clone()
+    }
+}
+
+const NO_TOKENIZER: &str = "no tokenizer configured: the host was started without a tokenizer.json";
+
+impl PluginState {
+    fn tokenizer(&self) -> Result<&Tokenizer, String> {
+        self.env
+            .tokenizer
+            .as_deref()
+            .ok_or_else(|| NO_TOKENIZER.to_string())
+    }
+}
+
+impl tokenizer::Host for PluginState {
+    fn available(&mut self) -> bool {
+        self.env.tokenizer.is_some()
+    }
+
+    fn vocab_size(&mut self) -> Result<u32, String> {
+        let tokenizer = self.tokenizer()?;
+        shielded(|| Ok(tokenizer.vocab_size()))
+    }
+
+    fn encode(&mut self, text: String, add_special_tokens: bool) -> Result<Vec<u32>, String> {
+        let tokenizer = self.tokenizer()?;
+        shielded(|| {
+            tokenizer
+                .encode(&text, add_special_tokens)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn decode(&mut self, ids: Vec<u32>, skip_special_tokens: bool) -> Result<String, String> {
+        let tokenizer = self.tokenizer()?;
+        shielded(|| {
+            tokenizer
+                .decode(&ids, skip_special_tokens)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn apply_chat_template(
+        &mut self,
+        messages_json: String,
+        tools_json: Option<String>,
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let tokenizer = self.tokenizer()?;
+        shielded(|| {
+            tokenizer
+                .apply_chat_template(&messages_json, tools_json.as_deref(), add_generation_prompt)
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Guest-chosen input reaches third-party tokenizer code here; a panic in it
+/// becomes an error for the guest instead of unwinding into the caller.
+fn shielded<T>(call: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+        .unwrap_or_else(|_| Err("the host tokenizer panicked on this input".to_string()))
+}
+
+/// `s` cut to at most `max` bytes on a char boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

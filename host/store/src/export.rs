@@ -1,0 +1,46 @@
+//! Assembles a stored rollout into the rollout JSONL record.
+
+use agl_wire::record::{MODEL_REQUEST, ModelRequest};
+use rusqlite::Connection;
+
+use super::StoreError;
+use super::reads::attempt_events;
+use super::rows::get_rollout;
+use agl_wire::rollout::{Event, Rollout};
+
+/// The rollout's current attempt as a `Rollout`. Must run inside one read
+/// transaction so the rollout row and its events agree.
+pub fn export_rollout(conn: &Connection, id: &str) -> Result<Rollout, StoreError> {
+    let rec = get_rollout(conn, id)?;
+    let mut calls = Vec::new();
+    let mut events = Vec::new();
+    for ev in attempt_events(conn, id, rec.attempt)? {
+        if ev.kind != MODEL_REQUEST {
+            events.push(Event {
+                kind: ev.kind,
+                payload: ev.payload,
+                timestamp_ms: ev.created_ms,
+            });
+            continue;
+        }
+        // A call the client retried is replaced by its retry.
+        if ev.superseded_by.is_some() {
+            continue;
+        }
+        let call: ModelRequest =
+            serde_json::from_str(ev.payload.as_str()).map_err(|source| StoreError::BadPayload {
+                seq: ev.seq,
+                source,
+            })?;
+        calls.push(call.into_call(calls.len() as u32));
+    }
+    Ok(Rollout {
+        id: rec.id,
+        group_id: rec.group_id,
+        attempt: rec.attempt,
+        input: rec.input,
+        status: rec.status,
+        calls,
+        events,
+    })
+}

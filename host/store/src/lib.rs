@@ -1,0 +1,332 @@
+//! The durable store: one SQLite file (`agl.db` by default) holding rollouts,
+//! their attempts, append-only events, engines and weight versions.
+//!
+//! Durability: WAL, and every write is acknowledged only after the
+//! transaction holding it has committed, so `kill -9` never loses an
+//! acknowledged write; [`Durability::Power`] adds an fsync per commit for
+//! power loss (`[store] durability`). Writes go through one writer thread
+//! that commits whatever has queued up as one transaction (group commit, see
+//! `writer.rs`), so a commit's cost is shared under load; the log is copied
+//! into the database by a background checkpointer, never inside a commit
+//! (`checkpoint.rs`). Reads use separate
+//! read-only connections and never wait for the writer; what the proxy reads
+//! on every call is memoised (`cache.rs`).
+//!
+//! Rollout states: queued -> running -> succeeded | failed | cancelled, and
+//! queued -> cancelled (see `state.rs`). `retry` re-queues a failed rollout as
+//! attempt + 1. Attempts count from 1.
+//!
+//! `model_request` event payload (what the gateway writes, what `export_rollout`
+//! reads): [`agl_wire::record::ModelRequest`]. Export numbers the current
+//! attempt's non-superseded `model_request` events 0, 1, ... in sequence
+//! order; all other events become [`agl_wire::rollout::Event`]s.
+
+mod cache;
+mod checkpoint;
+mod config;
+mod error;
+mod export;
+mod reads;
+mod rows;
+mod schema;
+pub mod state;
+mod types;
+mod writer;
+mod writes;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+
+pub use agl_wire::api::{Engine, EventRecord, NewRollout, StatusPatch};
+pub use agl_wire::record::MODEL_REQUEST;
+pub use agl_wire::rollout::Mode;
+pub use config::StoreConfig;
+pub use error::StoreError;
+pub use reads::MAX_PAGE;
+pub use schema::Durability;
+pub use schema::SCHEMA_VERSION;
+pub use types::{RolloutGate, RolloutPage, RolloutRecord, WeightVersion};
+
+use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
+
+/// The default file name of the store.
+pub const DEFAULT_FILE: &str = "agl.db";
+
+/// Idle read connections kept for reuse.
+const READ_POOL: usize = 8;
+
+/// A handle to the store; clones share the writer and the read pool.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    queue: writer::Queue,
+    readers: Mutex<Vec<Connection>>,
+    gates: cache::Memo<String, RolloutGate>,
+    engines: cache::Memo<(), Vec<Engine>>,
+    weights: cache::Memo<(), Option<WeightVersion>>,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store at `path`, with
+    /// the default durability.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::open_with(path, Durability::default())
+    }
+
+    /// Opens the store at `path`. One process writes a store file at a time
+    /// (the read memos rely on it).
+    pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = schema::open_writer(&path, durability)?;
+        let checkpoints = checkpoint::spawn(&path)?;
+        // The checkpointer now does what SQLite would do inside a commit.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let queue =
+            writer::spawn(conn, checkpoints).map_err(|e| StoreError::Commit(e.to_string()))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path,
+                queue,
+                readers: Mutex::new(Vec::new()),
+                gates: Default::default(),
+                engines: Default::default(),
+                weights: Default::default(),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Queues a write; resolves once it is committed (or has failed).
+    async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (job, rx) = writer::job(work);
+        self.inner.queue.send(job).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs a read inside one read transaction (a consistent snapshot).
+    async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let pooled = inner.readers.lock().ok().and_then(|mut p| p.pop());
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => schema::open_reader(&inner.path)?,
+            };
+            let out = {
+                let tx = conn.transaction()?;
+                let out = work(&tx);
+                tx.finish()?;
+                out
+            };
+            if let Ok(mut pool) = inner.readers.lock()
+                && pool.len() < READ_POOL
+            {
+                pool.push(conn);
+            }
+            out
+        });
+        task.await.map_err(|e| StoreError::Commit(e.to_string()))?
+    }
+
+    pub async fn create_rollouts(
+        &self,
+        batch: Vec<NewRollout>,
+    ) -> Result<Vec<RolloutRecord>, StoreError> {
+        self.write(move |c| writes::create_rollouts(c, batch)).await
+    }
+
+    pub async fn get_rollout(&self, id: &str) -> Result<RolloutRecord, StoreError> {
+        let id = id.to_string();
+        self.read(move |c| rows::get_rollout(c, &id)).await
+    }
+
+    /// A rollout's status and current attempt: what the proxy checks on
+    /// every call, memoised.
+    pub async fn rollout_gate(&self, id: &str) -> Result<RolloutGate, StoreError> {
+        let generation = match self.inner.gates.get(&id.to_string()) {
+            Ok(gate) => return Ok(gate),
+            Err(g) => g,
+        };
+        let rec = self.get_rollout(id).await?;
+        let gate = RolloutGate {
+            status: rec.status,
+            attempt: rec.attempt,
+        };
+        self.inner.gates.fill(generation, rec.id, gate);
+        Ok(gate)
+    }
+
+    /// One page of rollouts in creation order, optionally of one status.
+    pub async fn list_rollouts(
+        &self,
+        status: Option<RolloutStatus>,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<RolloutPage, StoreError> {
+        let cursor = cursor.map(str::to_string);
+        self.read(move |c| reads::list_rollouts(c, status, cursor.as_deref(), limit))
+            .await
+    }
+
+    /// The controller's patch. Naming the attempt keeps a stale controller
+    /// from moving a newer attempt.
+    /// A `failed` patch must say whose failure it is (`patch.failure`).
+    pub async fn set_status(
+        &self,
+        id: &str,
+        patch: &StatusPatch,
+    ) -> Result<RolloutRecord, StoreError> {
+        patch.check().map_err(StoreError::BadPatch)?;
+        let (id, patch) = (id.to_string(), patch.clone());
+        let key = id.clone();
+        let out = self
+            .write(move |c| writes::set_status(c, &id, &patch))
+            .await;
+        self.inner.gates.invalidate(Some(&key));
+        out
+    }
+
+    /// Re-queues a failed rollout as a new attempt.
+    pub async fn retry(&self, id: &str) -> Result<RolloutRecord, StoreError> {
+        let key = id.to_string();
+        let id = key.clone();
+        let out = self.write(move |c| writes::retry(c, &id)).await;
+        self.inner.gates.invalidate(Some(&key));
+        out
+    }
+
+    pub async fn cancel(&self, id: &str) -> Result<RolloutRecord, StoreError> {
+        let key = id.to_string();
+        let id = key.clone();
+        let out = self.write(move |c| writes::cancel(c, &id)).await;
+        self.inner.gates.invalidate(Some(&key));
+        out
+    }
+
+    /// Appends an event; returns its global sequence number once committed.
+    pub async fn append_event(
+        &self,
+        rollout_id: &str,
+        attempt: u32,
+        kind: &str,
+        payload: JsonText,
+    ) -> Result<u64, StoreError> {
+        let (id, kind) = (rollout_id.to_string(), kind.to_string());
+        self.write(move |c| writes::append_event(c, &id, attempt, &kind, &payload))
+            .await
+    }
+
+    /// Appends a `model_request` event. `retry_of(seq)` runs on the writer
+    /// once the event has its seq; the `(old, new)` it returns (a client
+    /// retry) is superseded in the same transaction. A supersede that fails
+    /// is logged: the call itself still commits.
+    pub async fn append_call(
+        &self,
+        rollout_id: &str,
+        attempt: u32,
+        payload: JsonText,
+        retry_of: impl FnOnce(u64) -> Option<(u64, u64)> + Send + 'static,
+    ) -> Result<u64, StoreError> {
+        let id = rollout_id.to_string();
+        self.write(move |c| {
+            let seq = writes::append_event(c, &id, attempt, MODEL_REQUEST, &payload)?;
+            if let Some((old, new)) = retry_of(seq)
+                && let Err(e) = writes::supersede(c, old, new)
+            {
+                tracing::warn!("superseding retried call {old} by {new}: {e}");
+            }
+            Ok(seq)
+        })
+        .await
+    }
+
+    /// Events of a rollout with `seq > after_seq`, in sequence order.
+    pub async fn list_events(
+        &self,
+        rollout_id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let id = rollout_id.to_string();
+        self.read(move |c| reads::list_events(c, &id, after_seq, limit))
+            .await
+    }
+
+    pub async fn register_engine(
+        &self,
+        name: &str,
+        base_url: &str,
+        model: &str,
+    ) -> Result<Engine, StoreError> {
+        let (n, u, m) = (name.to_string(), base_url.to_string(), model.to_string());
+        let out = self
+            .write(move |c| writes::register_engine(c, &n, &u, &m))
+            .await;
+        self.inner.engines.invalidate(None);
+        out
+    }
+
+    /// Registered engines (memoised; read by the proxy on every call).
+    pub async fn list_engines(&self) -> Result<Vec<Engine>, StoreError> {
+        let generation = match self.inner.engines.get(&()) {
+            Ok(engines) => return Ok(engines),
+            Err(g) => g,
+        };
+        let engines = self.read(reads::list_engines).await?;
+        self.inner.engines.fill(generation, (), engines.clone());
+        Ok(engines)
+    }
+
+    pub async fn remove_engine(&self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_string();
+        let out = self.write(move |c| writes::remove_engine(c, &name)).await;
+        self.inner.engines.invalidate(None);
+        out
+    }
+
+    pub async fn record_weight_version(
+        &self,
+        version: u64,
+        meta: JsonText,
+    ) -> Result<WeightVersion, StoreError> {
+        let out = self
+            .write(move |c| writes::record_weight_version(c, version, &meta))
+            .await;
+        self.inner.weights.invalidate(None);
+        out
+    }
+
+    /// The newest weight version (memoised; read by the proxy on every call).
+    pub async fn latest_weight_version(&self) -> Result<Option<WeightVersion>, StoreError> {
+        let generation = match self.inner.weights.get(&()) {
+            Ok(latest) => return Ok(latest),
+            Err(g) => g,
+        };
+        let latest = self.read(reads::latest_weight_version).await?;
+        self.inner.weights.fill(generation, (), latest.clone());
+        Ok(latest)
+    }
+
+    /// The rollout's current attempt in the rollout JSONL format.
+    pub async fn export_rollout(&self, id: &str) -> Result<Rollout, StoreError> {
+        let id = id.to_string();
+        self.read(move |c| export::export_rollout(c, &id)).await
+    }
+}

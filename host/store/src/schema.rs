@@ -1,0 +1,155 @@
+//! Connection settings and schema migrations (tracked in `PRAGMA user_version`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::StoreError;
+
+/// Migration `i` takes the schema from version `i` to `i + 1`. Append only:
+/// a released step is never edited.
+const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE rollouts (
+    id          TEXT PRIMARY KEY,
+    group_id    TEXT NOT NULL,
+    mode        TEXT NOT NULL CHECK (mode IN ('train', 'val')),
+    input       TEXT NOT NULL,
+    config      TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    reason      TEXT,
+    created_ms  INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL
+);
+CREATE INDEX rollouts_by_order ON rollouts (created_ms, id);
+CREATE INDEX rollouts_by_status ON rollouts (status, created_ms, id);
+CREATE TABLE attempts (
+    rollout_id  TEXT NOT NULL REFERENCES rollouts (id),
+    attempt     INTEGER NOT NULL,
+    status      TEXT NOT NULL,
+    started_ms  INTEGER,
+    ended_ms    INTEGER,
+    reason      TEXT,
+    PRIMARY KEY (rollout_id, attempt)
+);
+CREATE TABLE events (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    rollout_id    TEXT NOT NULL,
+    attempt       INTEGER NOT NULL,
+    kind          TEXT NOT NULL,
+    payload       TEXT NOT NULL,
+    created_ms    INTEGER NOT NULL,
+    superseded_by INTEGER REFERENCES events (seq),
+    FOREIGN KEY (rollout_id, attempt) REFERENCES attempts (rollout_id, attempt)
+);
+CREATE INDEX events_by_rollout ON events (rollout_id, seq);
+CREATE TABLE engines (
+    name        TEXT PRIMARY KEY,
+    base_url    TEXT NOT NULL,
+    model       TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL
+);
+CREATE TABLE weight_versions (
+    version     INTEGER PRIMARY KEY,
+    created_ms  INTEGER NOT NULL,
+    meta        TEXT NOT NULL
+);
+"#,
+    // 2: a failure's kind is a column, not a `system: ` prefix of its reason.
+    r#"
+ALTER TABLE rollouts ADD COLUMN failure TEXT CHECK (failure IN ('system', 'agent'));
+ALTER TABLE attempts ADD COLUMN failure TEXT CHECK (failure IN ('system', 'agent'));
+UPDATE rollouts SET failure = CASE WHEN reason LIKE 'system: %' THEN 'system' ELSE 'agent' END
+    WHERE status = 'failed';
+UPDATE attempts SET failure = CASE WHEN reason LIKE 'system: %' THEN 'system' ELSE 'agent' END
+    WHERE status = 'failed';
+UPDATE rollouts SET reason = substr(reason, 9) WHERE failure = 'system' AND reason LIKE 'system: %';
+UPDATE attempts SET reason = substr(reason, 9) WHERE failure = 'system' AND reason LIKE 'system: %';
+"#,
+];
+
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn open_err(path: &Path) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Open {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// What an acknowledged write survives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// A crash of the process (kill -9): commits reach the WAL file before
+    /// they are acknowledged, the OS writes them out later (SQLite
+    /// `synchronous=NORMAL`). Costs no fsync per commit.
+    #[default]
+    Process,
+    /// Power loss or an OS crash too: every commit (batch) is fsynced
+    /// (`synchronous=FULL`), a few milliseconds on a typical disk.
+    Power,
+}
+
+/// The single write connection, with the schema brought up to date.
+pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
+    let mut conn = Connection::open(path).map_err(open_err(path))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // WAL: readers never block the writer. In WAL mode a commit is written
+    // to the log before it returns, so NORMAL already survives kill -9;
+    // FULL adds an fsync per commit for power loss.
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::NoWal {
+            path: path.display().to_string(),
+            mode,
+        });
+    }
+    let synchronous = match durability {
+        Durability::Process => "NORMAL",
+        Durability::Power => "FULL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Room for every write statement plus the batch's transaction control.
+    conn.set_prepared_statement_cache_capacity(64);
+    migrate(&mut conn)?;
+    Ok(conn)
+}
+
+/// The checkpointer's connection (see `checkpoint.rs`).
+pub fn open_checkpointer(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .map_err(open_err(path))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(open_err(path))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    // IMMEDIATE: two processes opening the same old file cannot both migrate.
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let found: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for step in &MIGRATIONS[found.max(0) as usize..] {
+        tx.execute_batch(step)?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! Records the store takes and returns.
+
+use serde::{Deserialize, Serialize};
+
+use agl_wire::rollout::{FailureKind, JsonText, Mode, RolloutStatus};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutRecord {
+    pub id: String,
+    pub group_id: String,
+    pub mode: Mode,
+    pub input: JsonText,
+    pub config: JsonText,
+    pub status: RolloutStatus,
+    /// The current attempt, from 1.
+    pub attempt: u32,
+    pub reason: Option<String>,
+    /// Whose failure it is; set exactly when `status` is `failed`.
+    pub failure: Option<FailureKind>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
+/// What the proxy needs to admit a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolloutGate {
+    pub status: RolloutStatus,
+    pub attempt: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutPage {
+    pub rollouts: Vec<RolloutRecord>,
+    /// Pass back to get the next page; `None` = this was the last.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightVersion {
+    pub version: u64,
+    pub created_ms: u64,
+    pub meta: JsonText,
+}

@@ -1,0 +1,262 @@
+//! Write operations. Each runs on the writer's connection inside its own
+//! savepoint of the current batch transaction (see `writer.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::StoreError;
+use super::rows::{self, now_ms, to_i64};
+use super::state::{Step, is_terminal, status_str, transition};
+use super::types::{RolloutRecord, WeightVersion};
+use agl_wire::api::{Engine, NewRollout, StatusPatch};
+use agl_wire::rollout::{FailureKind, JsonText, RolloutStatus};
+
+/// A fresh id that no other process or restart will produce (time, pid, and a
+/// counter, hashed).
+fn fresh_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = blake3::Hasher::new();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    h.update(&nanos.to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    format!("r-{}", &h.finalize().to_hex()[..20])
+}
+
+pub fn create_rollouts(
+    conn: &Connection,
+    batch: Vec<NewRollout>,
+) -> Result<Vec<RolloutRecord>, StoreError> {
+    let now = now_ms();
+    let mut out = Vec::with_capacity(batch.len());
+    for new in batch {
+        let id = new.id.unwrap_or_else(fresh_id);
+        // Idempotent on id: an existing rollout is returned as it is.
+        let inserted = conn
+            .prepare_cached(
+                "INSERT INTO rollouts (id, group_id, mode, input, config, status, attempt,
+                     created_ms, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', 1, ?6, ?6)
+                 ON CONFLICT (id) DO NOTHING",
+            )?
+            .execute(params![
+                id,
+                new.group_id,
+                new.mode.as_str(),
+                new.input.as_str(),
+                new.config.as_str(),
+                now
+            ])?;
+        if inserted == 1 {
+            conn.prepare_cached(
+                "INSERT INTO attempts (rollout_id, attempt, status) VALUES (?1, 1, 'queued')",
+            )?
+            .execute(params![id])?;
+        }
+        out.push(rows::get_rollout(conn, &id)?);
+    }
+    Ok(out)
+}
+
+fn illegal(id: &str, from: RolloutStatus, to: RolloutStatus) -> StoreError {
+    StoreError::IllegalTransition {
+        id: id.to_string(),
+        from: status_str(from),
+        to: status_str(to),
+    }
+}
+
+/// Moves the named attempt, which must be the current one, to `to`.
+pub fn set_status(
+    conn: &Connection,
+    id: &str,
+    patch: &StatusPatch,
+) -> Result<RolloutRecord, StoreError> {
+    let (attempt, to, reason) = (patch.attempt, patch.status, patch.reason.as_deref());
+    let failure = patch.failure.map(FailureKind::as_str);
+    let cur = rows::get_rollout(conn, id)?;
+    if cur.attempt != attempt {
+        return Err(StoreError::StaleAttempt {
+            id: id.to_string(),
+            given: attempt,
+            current: cur.attempt,
+        });
+    }
+    if transition(cur.status, to) != Some(Step::SameAttempt) {
+        return Err(illegal(id, cur.status, to));
+    }
+    let now = now_ms();
+    conn.prepare_cached(
+        "UPDATE rollouts SET status = ?2, reason = ?3, failure = ?4, updated_ms = ?5
+         WHERE id = ?1",
+    )?
+    .execute(params![id, status_str(to), reason, failure, now])?;
+    let started = (to == RolloutStatus::Running).then_some(now);
+    let ended = is_terminal(to).then_some(now);
+    conn.prepare_cached(
+        "UPDATE attempts SET status = ?3, reason = ?4, failure = ?5,
+             started_ms = COALESCE(?6, started_ms), ended_ms = COALESCE(?7, ended_ms)
+         WHERE rollout_id = ?1 AND attempt = ?2",
+    )?
+    .execute(params![
+        id,
+        attempt,
+        status_str(to),
+        reason,
+        failure,
+        started,
+        ended
+    ])?;
+    rows::get_rollout(conn, id)
+}
+
+pub fn cancel(conn: &Connection, id: &str) -> Result<RolloutRecord, StoreError> {
+    let cur = rows::get_rollout(conn, id)?;
+    set_status(
+        conn,
+        id,
+        &StatusPatch::to(cur.attempt, RolloutStatus::Cancelled),
+    )
+}
+
+/// Re-queues a failed rollout as a new attempt.
+pub fn retry(conn: &Connection, id: &str) -> Result<RolloutRecord, StoreError> {
+    let cur = rows::get_rollout(conn, id)?;
+    if transition(cur.status, RolloutStatus::Queued) != Some(Step::NewAttempt) {
+        return Err(illegal(id, cur.status, RolloutStatus::Queued));
+    }
+    let next = cur.attempt + 1;
+    conn.prepare_cached(
+        "UPDATE rollouts SET status = 'queued', attempt = ?2, reason = NULL, failure = NULL,
+             updated_ms = ?3
+         WHERE id = ?1",
+    )?
+    .execute(params![id, next, now_ms()])?;
+    conn.prepare_cached(
+        "INSERT INTO attempts (rollout_id, attempt, status) VALUES (?1, ?2, 'queued')",
+    )?
+    .execute(params![id, next])?;
+    rows::get_rollout(conn, id)
+}
+
+pub fn append_event(
+    conn: &Connection,
+    rollout_id: &str,
+    attempt: u32,
+    kind: &str,
+    payload: &JsonText,
+) -> Result<u64, StoreError> {
+    let known: Option<u32> = conn
+        .prepare_cached("SELECT attempt FROM rollouts WHERE id = ?1")?
+        .query_row(params![rollout_id], |r| r.get(0))
+        .optional()?;
+    let Some(current) = known else {
+        return Err(StoreError::RolloutNotFound(rollout_id.to_string()));
+    };
+    if attempt == 0 || attempt > current {
+        return Err(StoreError::StaleAttempt {
+            id: rollout_id.to_string(),
+            given: attempt,
+            current,
+        });
+    }
+    conn.prepare_cached(
+        "INSERT INTO events (rollout_id, attempt, kind, payload, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        rollout_id,
+        attempt,
+        kind,
+        payload.as_str(),
+        now_ms()
+    ])?;
+    Ok(conn.last_insert_rowid() as u64)
+}
+
+/// Marks model_request event `old` as replaced by the client's retry `new`.
+pub fn supersede(conn: &Connection, old: u64, new: u64) -> Result<(), StoreError> {
+    let why = |why: &str| StoreError::Supersede {
+        old,
+        new,
+        why: why.to_string(),
+    };
+    let load = |seq: u64| -> Result<(String, u32, String, Option<i64>), StoreError> {
+        conn.prepare_cached(
+            "SELECT rollout_id, attempt, kind, superseded_by FROM events WHERE seq = ?1",
+        )?
+        .query_row(params![to_i64(seq, "seq")?], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .optional()?
+        .ok_or(StoreError::EventNotFound(seq))
+    };
+    let (old_rollout, old_attempt, old_kind, old_by) = load(old)?;
+    let (new_rollout, new_attempt, _, _) = load(new)?;
+    if old >= new {
+        return Err(why("the replacement must come later"));
+    }
+    if (old_rollout, old_attempt) != (new_rollout, new_attempt) {
+        return Err(why("events belong to different rollout attempts"));
+    }
+    if old_kind != "model_request" {
+        return Err(why("only model_request events can be superseded"));
+    }
+    if old_by.is_some() {
+        return Err(why("already superseded"));
+    }
+    conn.prepare_cached("UPDATE events SET superseded_by = ?2 WHERE seq = ?1")?
+        .execute(params![to_i64(old, "seq")?, to_i64(new, "seq")?])?;
+    Ok(())
+}
+
+/// Registers an engine, replacing the address and model of one with that name.
+pub fn register_engine(
+    conn: &Connection,
+    name: &str,
+    base_url: &str,
+    model: &str,
+) -> Result<Engine, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO engines (name, base_url, model, created_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (name) DO UPDATE SET base_url = excluded.base_url, model = excluded.model",
+    )?
+    .execute(params![name, base_url, model, now_ms()])?;
+    Ok(conn
+        .prepare_cached("SELECT * FROM engines WHERE name = ?1")?
+        .query_row(params![name], rows::engine)?)
+}
+
+pub fn remove_engine(conn: &Connection, name: &str) -> Result<(), StoreError> {
+    let n = conn
+        .prepare_cached("DELETE FROM engines WHERE name = ?1")?
+        .execute(params![name])?;
+    if n == 0 {
+        return Err(StoreError::EngineNotFound(name.to_string()));
+    }
+    Ok(())
+}
+
+pub fn record_weight_version(
+    conn: &Connection,
+    version: u64,
+    meta: &JsonText,
+) -> Result<WeightVersion, StoreError> {
+    let v = to_i64(version, "weight version")?;
+    let n = conn
+        .prepare_cached(
+            "INSERT INTO weight_versions (version, created_ms, meta) VALUES (?1, ?2, ?3)
+             ON CONFLICT (version) DO NOTHING",
+        )?
+        .execute(params![v, now_ms(), meta.as_str()])?;
+    if n == 0 {
+        return Err(StoreError::WeightVersionExists(version));
+    }
+    Ok(conn
+        .prepare_cached("SELECT * FROM weight_versions WHERE version = ?1")?
+        .query_row(params![v], rows::weight_version)?)
+}

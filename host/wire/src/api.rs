@@ -1,0 +1,278 @@
+//! The management API's request and response bodies (`/v1/...`), used by
+//! the gateway that serves them and by every client (the controller,
+//! `agl run`, tests).
+
+use serde::{Deserialize, Serialize};
+
+use crate::rollout::{FailureKind, JsonText, Mode, ModelCall, RolloutStatus};
+
+/// `POST /v1/rollouts`: create a batch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRollouts {
+    pub rollouts: Vec<NewRollout>,
+}
+
+/// One rollout to create. Creating an id that exists returns the existing
+/// rollout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewRollout {
+    /// Caller-supplied id; `None` = the store makes one up.
+    #[serde(default, alias = "rollout_id")]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub group_id: String,
+    #[serde(default = "train")]
+    pub mode: Mode,
+    #[serde(default)]
+    pub input: JsonText,
+    /// Opaque to the store; read by the controller.
+    #[serde(default)]
+    pub config: JsonText,
+}
+
+fn train() -> Mode {
+    Mode::Train
+}
+
+/// A rollout as the API shows it: the stored record plus what an agent of it
+/// needs (its proxy base URL, events URL and token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutView {
+    pub id: String,
+    pub group_id: String,
+    pub mode: Mode,
+    pub status: RolloutStatus,
+    pub attempt: u32,
+    /// Why it failed (or was cancelled), in words.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Who is to blame for a failure; set exactly when `status` is `failed`.
+    #[serde(default)]
+    pub failure: Option<FailureKind>,
+    #[serde(default)]
+    pub input: JsonText,
+    #[serde(default)]
+    pub config: JsonText,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// The OpenAI-style base URL the agent calls the model at.
+    pub proxy_base_url: String,
+    /// Where the agent posts its events (e.g. its reward).
+    pub events_url: String,
+    /// The agent's bearer token for both URLs.
+    pub token: String,
+    /// The current attempt's calls, with `GET /v1/rollouts/{id}?calls=true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<Vec<ModelCall>>,
+}
+
+/// `GET /v1/rollouts?status=&cursor=&limit=`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListRollouts {
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RolloutList {
+    pub rollouts: Vec<RolloutView>,
+    /// Pass back as `cursor` for the next page; `None` = this was the last.
+    pub next_cursor: Option<String>,
+}
+
+/// `PATCH /v1/rollouts/{id}`: move the current attempt to `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusPatch {
+    pub attempt: u32,
+    pub status: RolloutStatus,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Required with `failed` (`system` | `agent`), refused otherwise.
+    #[serde(default)]
+    pub failure: Option<FailureKind>,
+}
+
+impl StatusPatch {
+    /// Attempt `attempt` moves to `status` (not `failed`: see [`Self::failed`]).
+    pub fn to(attempt: u32, status: RolloutStatus) -> Self {
+        StatusPatch {
+            attempt,
+            status,
+            reason: None,
+            failure: None,
+        }
+    }
+
+    /// Attempt `attempt` failed, blamed on `failure`, because `reason`.
+    pub fn failed(attempt: u32, failure: FailureKind, reason: impl Into<String>) -> Self {
+        StatusPatch {
+            attempt,
+            status: RolloutStatus::Failed,
+            reason: Some(reason.into()),
+            failure: Some(failure),
+        }
+    }
+
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// The patch's own consistency: `failure` is given exactly with `failed`.
+    pub fn check(&self) -> Result<(), String> {
+        match (self.status, self.failure) {
+            (RolloutStatus::Failed, None) => {
+                Err("`failure` (`system` | `agent`) is required with status `failed`".into())
+            }
+            (RolloutStatus::Failed, Some(_)) | (_, None) => Ok(()),
+            (other, Some(_)) => Err(format!(
+                "`failure` is only for status `failed`, not `{}`",
+                other.as_str()
+            )),
+        }
+    }
+}
+
+/// `POST /v1/rollouts/{id}/events`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppendEvent {
+    /// Default: the rollout's current attempt.
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    pub kind: String,
+    #[serde(default)]
+    pub payload: JsonText,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventAppended {
+    pub seq: u64,
+    pub rollout_id: String,
+    pub attempt: u32,
+}
+
+/// `GET /v1/rollouts/{id}/events?after=&limit=`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListEvents {
+    #[serde(default)]
+    pub after: u64,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// One stored event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Global, strictly increasing across the whole store.
+    pub seq: u64,
+    pub rollout_id: String,
+    pub attempt: u32,
+    pub kind: String,
+    pub payload: JsonText,
+    pub created_ms: u64,
+    /// A `model_request` the client retried names the call that replaced it.
+    pub superseded_by: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventList {
+    pub events: Vec<EventRecord>,
+    /// Pass back as `after` for the next page.
+    pub last_seq: Option<u64>,
+}
+
+/// `POST /v1/engines`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterEngine {
+    pub name: String,
+    /// The server root or its `/v1` URL; stored in the `/v1` form (see
+    /// [`crate::urls::engine_base_url`]).
+    pub base_url: String,
+    pub model: String,
+}
+
+/// An OpenAI-compatible engine the proxy sends calls to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Engine {
+    pub name: String,
+    /// The base URL calls are made under, ending in `/v1`
+    /// (`embedded://NAME` for an in-process engine).
+    pub base_url: String,
+    pub model: String,
+    pub created_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EngineList {
+    pub engines: Vec<Engine>,
+}
+
+/// A plugin's role in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginRole {
+    /// The sample adapter (world `sample-adapter`).
+    Adapter,
+    /// The reward (world `reward`).
+    Reward,
+}
+
+impl PluginRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginRole::Adapter => "adapter",
+            PluginRole::Reward => "reward",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PluginRole> {
+        match s {
+            "adapter" => Some(PluginRole::Adapter),
+            "reward" => Some(PluginRole::Reward),
+            _ => None,
+        }
+    }
+}
+
+/// `POST /v1/plugins/{adapter|reward}` with a JSON body: load the plugin at
+/// `path` (a path on the machine running `agl run`). The `.wasm` bytes can
+/// be posted instead, as `application/wasm`, with `?name=`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwapPlugin {
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Which `[plugin.NAME]` table configures it; default: the file stem
+    /// (for posted bytes: the name of the plugin it replaces).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// A plugin serving a role, as `GET /v1/plugins` and a swap report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadedPlugin {
+    pub role: PluginRole,
+    /// Its config name (`[plugin.NAME]`).
+    pub name: String,
+    /// What its `describe()` says.
+    pub version: String,
+    /// blake3 of its `.wasm` bytes (hex).
+    pub wasm_hash: String,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PluginList {
+    pub plugins: Vec<LoadedPlugin>,
+}

@@ -1,0 +1,23 @@
+//! agl's wire types, one definition per contract, shared by the server, its
+//! clients, the test engine and the export: serde both ways, no I/O.
+//!
+//! - [`rollout`]: the rollout record as exported (rollout JSONL), the
+//!   samples plugins return, statuses and modes.
+//! - [`api`]: the management API's bodies (`/v1/rollouts`, events, engines).
+//! - [`record`]: the `model_request` event payload the proxy writes and
+//!   the export reads, and the `reward` event a harness posts.
+//! - [`urls`]: the proxy and events URLs handed to agents, and engine base
+//!   URLs in one normal form.
+//! - [`error`]: the `{"error": {"message", "type"}}` body.
+
+pub mod api;
+pub mod error;
+pub mod record;
+pub mod rollout;
+pub mod urls;
+
+pub use error::{ApiError, ErrorBody};
+
+/// Response header (and body field `weight_version`) carrying the weight
+/// version that served a call.
+pub const WEIGHT_VERSION_HEADER: &str = "x-agl-weight-version";

@@ -1,0 +1,328 @@
+//! The rollout record as agl stores and exports it, and the samples plugins
+//! return. One rollout per line in the rollout JSONL format (see
+//! `plugins/README.md`); `agl plugin test` reads it.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A JSON document kept as the text it arrived as. Request and response
+/// bodies reach plugins verbatim, and the host never re-serialises the
+/// megabytes of history a long rollout's requests carry.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JsonText(Box<RawValue>);
+
+impl JsonText {
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn parse(&self) -> serde_json::Result<Value> {
+        serde_json::from_str(self.as_str())
+    }
+
+    /// Wraps JSON text that has already been validated.
+    pub fn from_raw(raw: Box<RawValue>) -> Self {
+        Self(raw)
+    }
+}
+
+impl From<Value> for JsonText {
+    fn from(v: Value) -> Self {
+        Self::from(&v)
+    }
+}
+
+impl From<&Value> for JsonText {
+    fn from(v: &Value) -> Self {
+        // Serialising a `Value` cannot fail: its keys are always strings.
+        Self(serde_json::value::to_raw_value(v).unwrap_or_else(|_| null()))
+    }
+}
+
+fn null() -> Box<RawValue> {
+    RawValue::from_string("null".into()).expect("`null` is JSON")
+}
+
+impl Default for JsonText {
+    fn default() -> Self {
+        Self(null())
+    }
+}
+
+impl PartialEq for JsonText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl std::fmt::Debug for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiKind {
+    ChatCompletions,
+    Completions,
+    Responses,
+    AnthropicMessages,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutStatus {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RolloutStatus {
+    pub const ALL: [RolloutStatus; 5] = [
+        RolloutStatus::Queued,
+        RolloutStatus::Running,
+        RolloutStatus::Succeeded,
+        RolloutStatus::Failed,
+        RolloutStatus::Cancelled,
+    ];
+
+    /// The name the API and the store use (`queued`, `running`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutStatus::Queued => "queued",
+            RolloutStatus::Running => "running",
+            RolloutStatus::Succeeded => "succeeded",
+            RolloutStatus::Failed => "failed",
+            RolloutStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RolloutStatus> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// No further change happens to this attempt.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RolloutStatus::Succeeded | RolloutStatus::Failed | RolloutStatus::Cancelled
+        )
+    }
+}
+
+/// Who a failed attempt's failure is blamed on. A `system` failure (the
+/// harness crashed, timed out, lost its pod) is retried and never scored; an
+/// `agent` failure is the policy's doing and is scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    System,
+    Agent,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::System => "system",
+            FailureKind::Agent => "agent",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FailureKind> {
+        match s {
+            "system" => Some(FailureKind::System),
+            "agent" => Some(FailureKind::Agent),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a rollout trains the policy or only measures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Train,
+    Val,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Train => "train",
+            Mode::Val => "val",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "train" => Some(Mode::Train),
+            "val" => Some(Mode::Val),
+            _ => None,
+        }
+    }
+}
+
+/// One proxied model call with the token ids and log-probs the engine returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCall {
+    pub index: u32,
+    pub api: ApiKind,
+    /// Request body as the harness sent it.
+    pub request: JsonText,
+    /// Response body (assembled if streamed).
+    pub response: JsonText,
+    pub prompt_ids: Vec<u32>,
+    pub response_ids: Vec<u32>,
+    pub response_logprobs: Vec<f32>,
+    #[serde(default)]
+    pub weight_version: u64,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    #[serde(default)]
+    pub started_at_ms: u64,
+    #[serde(default)]
+    pub finished_at_ms: u64,
+    /// `x-agl-*` request headers, lower-cased.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Any non-model event: a harness-reported `reward`, log tails, custom events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    pub kind: String,
+    #[serde(default)]
+    pub payload: JsonText,
+    #[serde(default)]
+    pub timestamp_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    pub id: String,
+    #[serde(default)]
+    pub group_id: String,
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default)]
+    pub input: JsonText,
+    pub status: RolloutStatus,
+    #[serde(default)]
+    pub calls: Vec<ModelCall>,
+    #[serde(default)]
+    pub events: Vec<Event>,
+}
+
+/// Half-open range `[start, end)` of response positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakKind {
+    Retokenize,
+    Template,
+    Other,
+}
+
+impl BreakKind {
+    pub const ALL: [BreakKind; 3] = [BreakKind::Retokenize, BreakKind::Template, BreakKind::Other];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakKind::Retokenize => "retokenize",
+            BreakKind::Template => "template",
+            BreakKind::Other => "other",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainBreak {
+    pub kind: BreakKind,
+    pub call_index: u32,
+    pub detail: String,
+}
+
+/// A training sequence built by a sample-adapter plugin (validated by the host).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub prompt_ids: Vec<u32>,
+    pub response_ids: Vec<u32>,
+    pub trainable: Vec<Span>,
+    pub logprobs: Vec<f32>,
+    pub source_calls: Vec<u32>,
+    pub weight_version: u64,
+    pub agent: Option<String>,
+    pub break_before: Option<ChainBreak>,
+}
+
+impl Sample {
+    /// Number of response tokens that are trained.
+    pub fn trainable_tokens(&self) -> usize {
+        self.trainable
+            .iter()
+            .map(|s| (s.end - s.start) as usize)
+            .sum()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: not a rollout: {source}")]
+    Parse {
+        path: String,
+        line: usize,
+        source: serde_json::Error,
+    },
+}
+
+/// Reads rollout JSONL; blank lines are skipped, a bad line names its number.
+pub fn read_jsonl(path: &Path) -> Result<Vec<Rollout>, ReadError> {
+    let shown = path.display().to_string();
+    let io = |source| ReadError::Io {
+        path: shown.clone(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut rollouts = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rollout = serde_json::from_str(&line).map_err(|source| ReadError::Parse {
+            path: shown.clone(),
+            line: n + 1,
+            source,
+        })?;
+        rollouts.push(rollout);
+    }
+    Ok(rollouts)
+}

@@ -1,0 +1,94 @@
+//! The URLs agl hands out and takes in, built in one place: an agent's
+//! proxy base URL and events URL, and engine base URLs in one normal form.
+//!
+//! A rollout's proxy base URL is
+//! `{gateway}/proxy/{rollout_id}/{attempt}/{train|val}/openai/v1`; the
+//! gateway returns it (and the events URL) with every rollout, so no client
+//! has to build or take apart one.
+
+use crate::rollout::Mode;
+
+/// Percent-encodes one path segment or query value (RFC 3986 unreserved
+/// characters stay as they are).
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The OpenAI-style base URL of rollout `id`'s attempt on gateway `base`
+/// (no trailing `/`).
+pub fn proxy_base_url(base: &str, id: &str, attempt: u32, mode: Mode) -> String {
+    format!(
+        "{}/proxy/{}/{attempt}/{}/openai/v1",
+        base.trim_end_matches('/'),
+        encode_segment(id),
+        mode.as_str()
+    )
+}
+
+/// Where rollout `id`'s agent posts its events on gateway `base`.
+pub fn events_url(base: &str, id: &str) -> String {
+    format!(
+        "{}/v1/rollouts/{}/events",
+        base.trim_end_matches('/'),
+        encode_segment(id)
+    )
+}
+
+/// An OpenAI-compatible engine's base URL in agl's one form: the URL calls
+/// are made under, ending in `/v1` (`http://host:8000/v1`). Either the
+/// server root (`http://host:8000`) or the `/v1` URL is accepted; a
+/// trailing `/` is dropped. Non-HTTP schemes (`embedded://NAME`) are kept.
+pub fn engine_base_url(url: &str) -> String {
+    let url = url.trim_end_matches('/');
+    if !(url.starts_with("http://") || url.starts_with("https://")) || url.ends_with("/v1") {
+        return url.to_string();
+    }
+    format!("{url}/v1")
+}
+
+/// The server root of an engine base URL (`/v1` dropped): where vLLM's and
+/// SGLang's admin routes (`/update_weights_from_disk`, ...) live.
+pub fn engine_root_url(url: &str) -> String {
+    let url = url.trim_end_matches('/');
+    url.strip_suffix("/v1").unwrap_or(url).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_urls_have_one_form() {
+        for given in [
+            "http://h:8000",
+            "http://h:8000/",
+            "http://h:8000/v1",
+            "http://h:8000/v1/",
+        ] {
+            assert_eq!(engine_base_url(given), "http://h:8000/v1", "{given}");
+            assert_eq!(engine_root_url(given), "http://h:8000", "{given}");
+        }
+        assert_eq!(engine_base_url("embedded://policy"), "embedded://policy");
+    }
+
+    #[test]
+    fn ids_are_encoded_into_one_path_segment() {
+        assert_eq!(
+            proxy_base_url("http://gw/", "a b/c", 2, Mode::Val),
+            "http://gw/proxy/a%20b%2Fc/2/val/openai/v1"
+        );
+        assert_eq!(
+            events_url("http://gw", "r1"),
+            "http://gw/v1/rollouts/r1/events"
+        );
+    }
+}
