@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
 OPENAI_VERSION=3.57.0  # the SDK host/gateway/tests/gateway/openai_sdk.rs drives the proxy with
-# host/agl/tests/e2e/model_import.rs and trainer/tests/hf_parity.rs compare against these.
+# host/agl/tests/e2e/model_import.rs and trainer/tests/trainer/hf_parity.rs compare against these.
 TRANSFORMERS_VERSION=5.24.0
 GGUF_VERSION=0.19.0
 JINJA2_VERSION=3.1.6

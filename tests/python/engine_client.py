@@ -1,5 +1,5 @@
 """Drives agl's embedded engine through the gateway with the real OpenAI
-Python SDK (host/tests/engine_server.rs). Prints one JSON summary.
+Python SDK (host/agl/tests/e2e/engine_server.rs). Prints one JSON summary.
 
     engine_client.py greedy PROMPT...   one chat per prompt
     engine_client.py stream PROMPT...   the same, streamed

@@ -1,4 +1,4 @@
-"""Reference side of host/tests/model_import.rs: what gguf-py and transformers
+"""Reference side of host/agl/tests/e2e/model_import.rs: what gguf-py and transformers
 make of a GGUF file, for the Rust importer to be compared against.
 
     gguf_parity.py synthetic OUT.gguf             a GGUF with one tensor per encoding

@@ -1,4 +1,4 @@
-"""transformers' greedy `generate` for chat prompts (host/tests/engine_server.rs).
+"""transformers' greedy `generate` for chat prompts (host/agl/tests/e2e/engine_server.rs).
 
     hf_generate.py MODEL_DIR MAX_NEW_TOKENS PROMPT...
 Prints {"texts": [...], "prompt_ids": [[...], ...]}.

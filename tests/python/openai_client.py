@@ -1,4 +1,4 @@
-"""Drives the agl proxy with the real OpenAI Python SDK (host/tests/openai_sdk.rs).
+"""Drives the agl proxy with the real OpenAI Python SDK (host/gateway/tests/gateway/openai_sdk.rs).
 
 Reads OPENAI_BASE_URL / OPENAI_API_KEY from the environment and prints one
 JSON object summarising what the SDK received.

@@ -4,7 +4,7 @@
 //! `cargo bench -p agl-trainer --bench engine` with `AGL_VENV` set: f32 on
 //! CPU (same thread count for both) at 1 and 8 concurrent requests; the model
 //! folder is `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct`
-//! (built by `host/tests/engine_server.rs`'s `smollm2_dir`).
+//! (built by `host/agl/tests/e2e/engine_server.rs`'s `smollm2_dir`).
 //!
 //! `AGL_DEVICE=cuda`: f32 and bf16 on the GPU at 1, 8 and 32 concurrent
 //! requests. `AGL_RANDOM_MODEL=1` (or no model folder): a randomly

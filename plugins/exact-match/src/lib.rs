@@ -40,22 +40,30 @@ impl Default for Config {
     }
 }
 
-pub struct ExactMatch;
+/// The config and its compiled pattern, built once per plugin instance.
+pub struct ExactMatch {
+    config: Config,
+    extractor: Extractor,
+}
 
-impl agl_plugin::Reward for ExactMatch {
-    fn reward(rollout: Rollout) -> Result<Option<f64>, String> {
+impl agl_plugin::StatefulReward for ExactMatch {
+    fn new() -> Result<Self, String> {
         let config: Config = agl_plugin::config()?;
         let extractor = Extractor::new(config.pattern.as_deref())?;
+        Ok(ExactMatch { config, extractor })
+    }
+
+    fn reward(&self, rollout: Rollout) -> Result<Option<f64>, String> {
         let input: serde_json::Value = agl_plugin::input(&rollout)?;
-        let expected = expected_answer(&input, &config.answer_field)?;
+        let expected = expected_answer(&input, &self.config.answer_field)?;
         let text = rollout.calls.last().and_then(agl_plugin::assistant_text);
-        let answer = text.as_deref().and_then(|t| extractor.extract(t));
-        let hit = answer.is_some_and(|a| matches(a, &expected, config.case_sensitive));
+        let answer = text.as_deref().and_then(|t| self.extractor.extract(t));
+        let hit = answer.is_some_and(|a| matches(a, &expected, self.config.case_sensitive));
         Ok(Some(if hit { 1.0 } else { 0.0 }))
     }
 }
 
-agl_plugin::export_reward!(ExactMatch);
+agl_plugin::export_stateful_reward!(ExactMatch);
 
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,13 @@
 use agl_plugin::testing::{self, CallExt, call, rollout};
-use agl_plugin::{Reward, Rollout};
+use agl_plugin::{Rollout, StatefulReward};
 use serde_json::json;
 
 use crate::ExactMatch;
+
+/// Scores `r` with an instance built from the current test config.
+fn score(r: Rollout) -> Result<Option<f64>, String> {
+    ExactMatch::new()?.reward(r)
+}
 
 /// A two-call rollout whose final reply is `final_text`.
 fn answered(input: serde_json::Value, final_text: &str) -> Rollout {
@@ -18,15 +23,15 @@ fn answered(input: serde_json::Value, final_text: &str) -> Rollout {
 #[test]
 fn whole_text_matches_trimmed_and_case_insensitively() {
     assert_eq!(
-        ExactMatch::reward(answered(json!({"answer": "Paris"}), "  paris\n")),
+        score(answered(json!({"answer": "Paris"}), "  paris\n")),
         Ok(Some(1.0))
     );
     assert_eq!(
-        ExactMatch::reward(answered(json!({"answer": "Paris"}), "Lyon")),
+        score(answered(json!({"answer": "Paris"}), "Lyon")),
         Ok(Some(0.0))
     );
     assert_eq!(
-        ExactMatch::reward(answered(json!({"answer": "Paris"}), "The answer is Paris")),
+        score(answered(json!({"answer": "Paris"}), "The answer is Paris")),
         Ok(Some(0.0)),
         "without a pattern the whole text must match"
     );
@@ -36,11 +41,11 @@ fn whole_text_matches_trimmed_and_case_insensitively() {
 fn case_sensitive_config_is_honoured() {
     testing::set_config_json(r#"{"case_sensitive": true}"#);
     assert_eq!(
-        ExactMatch::reward(answered(json!({"answer": "Paris"}), "paris")),
+        score(answered(json!({"answer": "Paris"}), "paris")),
         Ok(Some(0.0))
     );
     assert_eq!(
-        ExactMatch::reward(answered(json!({"answer": "Paris"}), "Paris")),
+        score(answered(json!({"answer": "Paris"}), "Paris")),
         Ok(Some(1.0))
     );
 }
@@ -50,16 +55,10 @@ fn pattern_extracts_the_last_match_and_numbers_compare_numerically() {
     let config = json!({"pattern": r"####\s*(-?[0-9.]+)", "answer_field": "target"});
     testing::set_config_json(config.to_string());
     let text = "#### 41 was wrong, so\n#### 42.0";
+    assert_eq!(score(answered(json!({"target": 42}), text)), Ok(Some(1.0)));
+    assert_eq!(score(answered(json!({"target": 41}), text)), Ok(Some(0.0)));
     assert_eq!(
-        ExactMatch::reward(answered(json!({"target": 42}), text)),
-        Ok(Some(1.0))
-    );
-    assert_eq!(
-        ExactMatch::reward(answered(json!({"target": 41}), text)),
-        Ok(Some(0.0))
-    );
-    assert_eq!(
-        ExactMatch::reward(answered(json!({"target": 42}), "42")),
+        score(answered(json!({"target": 42}), "42")),
         Ok(Some(0.0)),
         "no match of the pattern scores 0"
     );
@@ -69,7 +68,7 @@ fn pattern_extracts_the_last_match_and_numbers_compare_numerically() {
 fn a_pattern_without_a_group_uses_the_whole_match() {
     testing::set_config_json(r#"{"pattern": "[A-Z][a-z]+$"}"#);
     assert_eq!(
-        ExactMatch::reward(answered(json!({"answer": "Rome"}), "It is Rome")),
+        score(answered(json!({"answer": "Rome"}), "It is Rome")),
         Ok(Some(1.0))
     );
 }
@@ -78,18 +77,18 @@ fn a_pattern_without_a_group_uses_the_whole_match() {
 fn a_rollout_without_a_final_text_scores_zero() {
     let mut r = answered(json!({"answer": "x"}), "x");
     r.calls.truncate(0);
-    assert_eq!(ExactMatch::reward(r), Ok(Some(0.0)));
+    assert_eq!(score(r), Ok(Some(0.0)));
 }
 
 #[test]
 fn a_bad_pattern_is_a_clear_error() {
     testing::set_config_json(r#"{"pattern": "(unclosed"}"#);
-    let err = ExactMatch::reward(answered(json!({"answer": "x"}), "x")).unwrap_err();
+    let err = score(answered(json!({"answer": "x"}), "x")).unwrap_err();
     assert!(err.contains("invalid `pattern`"), "{err}");
 }
 
 #[test]
 fn a_missing_answer_field_is_an_error() {
-    let err = ExactMatch::reward(answered(json!({"question": "?"}), "x")).unwrap_err();
+    let err = score(answered(json!({"question": "?"}), "x")).unwrap_err();
     assert!(err.contains("no `answer` field"), "{err}");
 }

@@ -34,10 +34,15 @@ impl Default for Config {
     }
 }
 
-pub struct MiniSwe;
+/// The merge options and format-error markers, built once per plugin
+/// instance from its config.
+pub struct MiniSwe {
+    options: MergeOptions,
+    markers: breaks::Markers,
+}
 
-impl agl_plugin::SampleAdapter for MiniSwe {
-    fn build_samples(rollout: Rollout) -> Result<Vec<Sample>, String> {
+impl agl_plugin::StatefulAdapter for MiniSwe {
+    fn new() -> Result<Self, String> {
         let config: Config = agl_plugin::config()?;
         if let Some(empty) = config
             .extra_format_error_markers
@@ -49,20 +54,22 @@ impl agl_plugin::SampleAdapter for MiniSwe {
                 "invalid plugin config: extra_format_error_markers[{empty}] is empty"
             ));
         }
-        let markers = breaks::Markers::new(&config.extra_format_error_markers);
-        let options = MergeOptions {
-            chain_by_agent: config.chain_by_agent,
-            skip_empty_responses: true,
-        };
+        Ok(MiniSwe {
+            options: MergeOptions {
+                chain_by_agent: config.chain_by_agent,
+                skip_empty_responses: true,
+            },
+            markers: breaks::Markers::new(&config.extra_format_error_markers),
+        })
+    }
+
+    fn build_samples(&self, rollout: Rollout) -> Result<Vec<Sample>, String> {
         Ok(agl_plugin::merge_chains_with(
             &rollout,
-            &options,
-            |prev, next| breaks::classify(prev, next, &markers),
+            &self.options,
+            |prev, next| breaks::classify(prev, next, &self.markers),
         ))
     }
 }
 
-agl_plugin::export_adapter!(MiniSwe);
-
-#[cfg(test)]
-mod tests;
+agl_plugin::export_stateful_adapter!(MiniSwe);

@@ -3,11 +3,16 @@
 //! ends a turn, every other id is message text.
 
 use agl_plugin::testing::{self, CallExt, call, rollout};
-use agl_plugin::{ApiKind, BreakKind, ModelCall, Sample, SampleAdapter, Span};
+use agl_plugin::{ApiKind, BreakKind, ModelCall, Rollout, Sample, Span, StatefulAdapter};
 use serde_json::{Value, json};
 
 use crate::MiniSwe;
 use crate::breaks::{Markers, classify};
+
+/// Builds `r`'s samples with an instance made from the current test config.
+fn build_rollout(r: Rollout) -> Result<Vec<Sample>, String> {
+    MiniSwe::new()?.build_samples(r)
+}
 
 fn span(start: u32, end: u32) -> Span {
     Span { start, end }
@@ -52,7 +57,7 @@ fn turn(
 }
 
 fn build(calls: Vec<ModelCall>) -> Vec<Sample> {
-    MiniSwe::build_samples(rollout(calls)).expect("samples")
+    build_rollout(rollout(calls)).expect("samples")
 }
 
 fn detail(sample: &Sample) -> &str {
@@ -396,10 +401,10 @@ fn completions_calls_fall_back_to_the_generic_classes() {
 #[test]
 fn config_errors_are_reported() {
     testing::set_config_json(r#"{"extra_format_error_marker": ["x"]}"#);
-    let err = MiniSwe::build_samples(rollout(solved())).unwrap_err();
+    let err = build_rollout(rollout(solved())).unwrap_err();
     assert!(err.contains("extra_format_error_marker"), "{err}");
     testing::set_config_json(r#"{"extra_format_error_markers": ["ok", ""]}"#);
-    let err = MiniSwe::build_samples(rollout(solved())).unwrap_err();
+    let err = build_rollout(rollout(solved())).unwrap_err();
     assert!(
         err.contains("extra_format_error_markers[1] is empty"),
         "{err}"

@@ -15,6 +15,11 @@
 //! agl_plugin::export_adapter!(MyAdapter);
 //! ```
 //!
+//! Plugins with state worth building once (a parsed config, a compiled
+//! regex) implement [`StatefulAdapter`] / [`StatefulReward`] instead and
+//! export with [`export_stateful_adapter!`] / [`export_stateful_reward!`]:
+//! `new()` runs once per plugin instance, not per rollout.
+//!
 //! The same code compiles natively, where the host imports (`log`,
 //! `config`, `tokenizer`) are served by `testing`, so plugin logic is
 //! unit-testable with `cargo test` and benchmarkable natively.
@@ -72,6 +77,38 @@ pub trait SampleAdapter {
 pub trait Reward {
     /// `None`: this rollout has no reward and is excluded (not scored 0).
     fn reward(rollout: Rollout) -> Result<Option<f64>, String>;
+}
+
+/// A sample adapter with state built once per plugin instance: parse the
+/// config, compile patterns and the like in [`new`](Self::new) instead of
+/// on every rollout. Export it with [`export_stateful_adapter!`].
+///
+/// Each Wasm instance has its own memory, so "once" means once per
+/// instance the host starts (a few per plugin, reused across rollouts).
+pub trait StatefulAdapter: Sized + Send + Sync + 'static {
+    /// Reads [`config()`] and builds the state. An error fails every
+    /// rollout this instance is given, with this message.
+    fn new() -> Result<Self, String>;
+    fn build_samples(&self, rollout: Rollout) -> Result<Vec<Sample>, String>;
+}
+
+/// A reward with state built once per plugin instance (see
+/// [`StatefulAdapter`]). Export it with [`export_stateful_reward!`].
+pub trait StatefulReward: Sized + Send + Sync + 'static {
+    fn new() -> Result<Self, String>;
+    /// `None`: this rollout has no reward and is excluded (not scored 0).
+    fn reward(&self, rollout: Rollout) -> Result<Option<f64>, String>;
+}
+
+/// The instance state in `cell`, built by `new` on first use. The export
+/// macros keep one `cell` per exported type; its error, if any, is kept and
+/// returned on every call.
+#[doc(hidden)]
+pub fn __instance<T>(
+    cell: &'static std::sync::OnceLock<Result<T, String>>,
+    new: fn() -> Result<T, String>,
+) -> Result<&'static T, String> {
+    cell.get_or_init(new).as_ref().map_err(Clone::clone)
 }
 
 /// Exports a [`SampleAdapter`] as the component's `sample-adapter` world;
@@ -135,6 +172,60 @@ macro_rules! export_reward {
     };
 }
 
+/// Exports a [`StatefulAdapter`] as the component's `sample-adapter` world.
+#[macro_export]
+macro_rules! export_stateful_adapter {
+    ($adapter:ty) => {
+        const _: () = {
+            static INSTANCE: ::std::sync::OnceLock<
+                ::core::result::Result<$adapter, ::std::string::String>,
+            > = ::std::sync::OnceLock::new();
+
+            struct AglStatelessView;
+
+            impl $crate::SampleAdapter for AglStatelessView {
+                fn build_samples(
+                    rollout: $crate::Rollout,
+                ) -> ::core::result::Result<::std::vec::Vec<$crate::Sample>, ::std::string::String>
+                {
+                    let state =
+                        $crate::__instance(&INSTANCE, <$adapter as $crate::StatefulAdapter>::new)?;
+                    <$adapter as $crate::StatefulAdapter>::build_samples(state, rollout)
+                }
+            }
+
+            $crate::export_adapter!(AglStatelessView);
+        };
+    };
+}
+
+/// Exports a [`StatefulReward`] as the component's `reward` world.
+#[macro_export]
+macro_rules! export_stateful_reward {
+    ($reward:ty) => {
+        const _: () = {
+            static INSTANCE: ::std::sync::OnceLock<
+                ::core::result::Result<$reward, ::std::string::String>,
+            > = ::std::sync::OnceLock::new();
+
+            struct AglStatelessView;
+
+            impl $crate::Reward for AglStatelessView {
+                fn reward(
+                    rollout: $crate::Rollout,
+                ) -> ::core::result::Result<::core::option::Option<f64>, ::std::string::String>
+                {
+                    let state =
+                        $crate::__instance(&INSTANCE, <$reward as $crate::StatefulReward>::new)?;
+                    <$reward as $crate::StatefulReward>::reward(state, rollout)
+                }
+            }
+
+            $crate::export_reward!(AglStatelessView);
+        };
+    };
+}
+
 /// The calling crate's package metadata (expanded there, so `env!` reads
 /// the plugin's Cargo.toml, not the SDK's).
 #[doc(hidden)]
@@ -147,4 +238,34 @@ macro_rules! __plugin_info {
             description: ::std::string::String::from(env!("CARGO_PKG_DESCRIPTION")),
         }
     };
+}
+
+#[cfg(test)]
+mod instance_tests {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static BUILT: AtomicUsize = AtomicUsize::new(0);
+
+    fn build() -> Result<u32, String> {
+        BUILT.fetch_add(1, Ordering::SeqCst);
+        Ok(7)
+    }
+
+    #[test]
+    fn instance_state_is_built_once_and_errors_are_kept() {
+        static CELL: OnceLock<Result<u32, String>> = OnceLock::new();
+        for _ in 0..3 {
+            assert_eq!(super::__instance(&CELL, build), Ok(&7));
+        }
+        assert_eq!(BUILT.load(Ordering::SeqCst), 1);
+        static BAD: OnceLock<Result<u32, String>> = OnceLock::new();
+        let fail = || Err::<u32, _>("invalid plugin config: x".to_string());
+        for _ in 0..2 {
+            assert_eq!(
+                super::__instance(&BAD, fail),
+                Err("invalid plugin config: x".into())
+            );
+        }
+    }
 }

@@ -2,12 +2,10 @@
 //! crashed saves are ignored, pruning keeps the newest, and a checkpoint of
 //! another shape is refused without touching the model.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
-use std::sync::Mutex;
 
+use crate::common::{random_model, tiny_config};
 use agl_trainer::model::Model;
 use agl_trainer::rl::{
     AdamWConfig, BatchConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Rollout, Sample,
@@ -16,7 +14,6 @@ use agl_trainer::rl::{
 use agl_trainer::{
     CheckpointError, CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint,
 };
-use common::{random_model, tiny_config};
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
 
@@ -102,8 +99,9 @@ fn train(model: &Model, opt: &mut RlOptimizer, steps: std::ops::Range<u64>) {
 
 /// A reproducible random model: drawn in name order, one model at a time.
 fn test_model(seed: i64) -> Model {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _guard = LOCK.lock().unwrap();
+    let _guard = crate::common::RNG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let model = Model::new(tiny_config(json!({})), Kind::Float, Device::Cpu).unwrap();
     tch::manual_seed(seed);
     let fresh: Vec<(String, Tensor)> = weights(&model)

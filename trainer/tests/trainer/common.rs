@@ -1,5 +1,4 @@
 //! Shared test helpers: tiny random models and the Python venv.
-#![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::PathBuf;
 
@@ -28,9 +27,17 @@ pub fn tiny_config(extra: Value) -> ModelConfig {
     ModelConfig::from_json(config).unwrap()
 }
 
+/// tch's random generator is global and the tests share one process: every
+/// seed-then-draw holds this, so a seeded draw is not interleaved with
+/// another test's.
+pub static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A model whose every parameter (norms and biases included) is random, so
 /// each one matters to the logits.
 pub fn random_model(config: ModelConfig, kind: Kind, seed: i64) -> Model {
+    let _rng = RNG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     tch::manual_seed(seed);
     let model = Model::new(config, kind, Device::Cpu).unwrap();
     let fresh: Vec<(String, Tensor)> = model

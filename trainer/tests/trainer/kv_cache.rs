@@ -1,9 +1,7 @@
 //! The KV-cache forward agrees with the full forward, alone and batched.
 
-mod common;
-
+use crate::common::{max_abs_diff, random_model, tiny_config};
 use agl_trainer::model::{KvCache, Model, SlotId};
-use common::{max_abs_diff, random_model, tiny_config};
 use serde_json::json;
 use tch::{Kind, Tensor};
 

@@ -3,8 +3,7 @@
 //! without a GPU (CI); on a GPU machine run with `--nocapture` to see the
 //! measured differences.
 
-mod common;
-
+use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use agl_trainer::autocast::with_bf16_autocast;
 use agl_trainer::engine::{EngineConfig, EngineHandle, Event, Finished, Request, SamplingParams};
 use agl_trainer::model::{KvCache, Model};
@@ -12,7 +11,6 @@ use agl_trainer::rl::{
     AdamWConfig, BatchConfig, LossConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Rollout,
     Sample, StepConfig, StepStats, build_update, score_old_logprobs, train_step,
 };
-use common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
 

@@ -1,9 +1,7 @@
 //! The training/scoring path: autograd, padding, and the logprob convention.
 
-mod common;
-
+use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use agl_trainer::model::token_logprobs;
-use common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use serde_json::json;
 use tch::{Kind, Tensor};
 

@@ -1,9 +1,7 @@
 //! Saving and loading Hugging Face folders.
 
-mod common;
-
+use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use agl_trainer::model::{Model, read_safetensors_folder};
-use common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
 

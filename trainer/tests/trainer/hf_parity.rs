@@ -2,14 +2,12 @@
 //! random models, saves them with `save_pretrained` and records their logits;
 //! we load the same folders and compare.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::common::venv_python;
 use agl_trainer::model::{Model, read_safetensors_folder};
-use common::venv_python;
 use tch::{Device, Kind, Tensor};
 
 const CASES: [&str; 6] = [

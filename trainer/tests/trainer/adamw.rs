@@ -2,14 +2,12 @@
 //! tensors, expected bit for bit: same libtorch, same ops) and against tch's
 //! C++ `nn::AdamW` (close, and the step times printed side by side).
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use crate::common::venv_python;
 use agl_trainer::rl::{AdamW, AdamWConfig};
-use common::venv_python;
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 

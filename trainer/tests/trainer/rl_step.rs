@@ -2,8 +2,7 @@
 //! gradient against a naive per-token implementation of the ARCHITECTURE.md
 //! formula, packing invariance, TIS truncation, and a real AdamW step.
 
-mod common;
-
+use crate::common::tiny_config;
 use agl_trainer::model::{Model, token_logprobs};
 use agl_trainer::rl::loss::{TokenInputs, token_loss};
 use agl_trainer::rl::{
@@ -11,9 +10,7 @@ use agl_trainer::rl::{
     RlOptimizer, Rollout, Sample, StepConfig, UpdateBatch, accumulate_gradients, build_update,
     evaluate, pack_ffd, score_old_logprobs, train_step,
 };
-use common::{random_model, tiny_config};
 use serde_json::json;
-use std::sync::Mutex;
 use tch::{Kind, Tensor};
 
 const VOCAB: i64 = 300;
@@ -165,14 +162,15 @@ fn prepared(model: &Model) -> UpdateBatch {
     batch
 }
 
-/// A reproducible random model. `common::random_model` draws in the
+/// A reproducible random model. `crate::common::random_model` draws in the
 /// var store's hash-map order, which changes from run to run, and tch's RNG
 /// is global while tests run in parallel: so draw in name order, one model
 /// at a time.
 fn test_model(seed: i64) -> Model {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _guard = LOCK.lock().unwrap();
-    let model = random_model(tiny_config(json!({})), Kind::Float, seed);
+    let model = Model::new(tiny_config(json!({})), Kind::Float, tch::Device::Cpu).unwrap();
+    let _guard = crate::common::RNG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     tch::manual_seed(seed);
     let mut vars = model
         .var_store()

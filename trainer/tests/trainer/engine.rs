@@ -1,13 +1,11 @@
 //! The engine against the model's own full forward: greedy decode, logprobs
 //! (the `token_logprobs` convention), batching, seeds, stops, weight updates.
 
-mod common;
-
+use crate::common::{random_model, tiny_config};
 use agl_trainer::engine::{
     EngineConfig, EngineHandle, Event, FinishReason, Finished, Request, SamplingParams,
 };
 use agl_trainer::model::{Model, token_logprobs};
-use common::{random_model, tiny_config};
 use serde_json::json;
 use tch::{Kind, Tensor};
 

@@ -1,0 +1,17 @@
+//! agl-trainer: model, KV cache, engine, RL step, AdamW, checkpoints, parity
+//! with transformers and PyTorch. One test binary (each links libtorch).
+
+mod adamw;
+mod autocast;
+mod checkpoint;
+#[allow(dead_code)] // each module uses a subset
+mod common;
+mod cuda;
+mod engine;
+mod hf_parity;
+mod kv_cache;
+mod rl_batch;
+mod rl_step;
+mod schedule;
+mod scoring;
+mod weights;
