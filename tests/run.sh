@@ -8,7 +8,7 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 # One closing line for the whole run (cargo prints one per test binary,
 # the last of which is often a crate's empty doc-test run).
 awk '/^test result:/ { p += $4; f += $6; s += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -73,3 +73,6 @@ impl agl_plugin::StatefulAdapter for MiniSwe {
 }
 
 agl_plugin::export_stateful_adapter!(MiniSwe);
+
+#[cfg(test)]
+mod tests;

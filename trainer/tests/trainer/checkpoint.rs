@@ -351,7 +351,7 @@ fn a_run_killed_with_sigkill_resumes_exactly() {
     for _ in 0..3 {
         let before = latest_step(root.path());
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["checkpointing_child", "--exact", "--ignored"])
+            .args(["checkpoint::checkpointing_child", "--exact", "--ignored"])
             .env(CHILD_ENV, root.path())
             .stdout(std::process::Stdio::null())
             .spawn()

@@ -32,15 +32,27 @@ struct Graph {
     members: BTreeSet<String>,
 }
 
+/// This machine's target triple (what the workspace is built for here).
+fn host_triple() -> String {
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("run rustc -vV");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_string()
+}
+
 fn metadata() -> Graph {
+    // Filtered to this platform: resolving every platform would need
+    // crates (Windows, wasm-bindgen) that are never downloaded here.
     let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--offline",
-            "--manifest-path",
-        ])
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .arg("--filter-platform")
+        .arg(host_triple())
+        .arg("--manifest-path")
         .arg(repo_root().join("Cargo.toml"))
         .output()
         .expect("run cargo metadata");

@@ -125,6 +125,11 @@ async fn batch_create_is_idempotent_and_returns_proxy_urls() {
         first[0]["proxy_base_url"],
         format!("{}/proxy/r1/1/train/openai/v1", srv.base)
     );
+    assert_eq!(
+        first[0]["events_url"],
+        format!("{}/v1/rollouts/r1/events", srv.base)
+    );
+    assert!(first[0]["failure"].is_null());
     assert!(first[0]["token"].as_str().unwrap().starts_with("agl-rt-"));
 
     let (s, _) = srv
@@ -181,7 +186,13 @@ async fn list_pages_with_a_cursor_and_filters_by_status() {
 async fn patch_follows_the_state_machine_and_retry_starts_a_new_attempt() {
     let srv = start(GatewayConfig::default()).await;
     srv.create(&["r"]).await;
-    let patch = |status: &str, attempt: u32| json!({"attempt": attempt, "status": status, "reason": "test"});
+    let patch = |status: &str, attempt: u32| {
+        let mut p = json!({"attempt": attempt, "status": status, "reason": "test"});
+        if status == "failed" {
+            p["failure"] = json!("agent");
+        }
+        p
+    };
     let (s, body) = srv
         .call(Method::PATCH, "/v1/rollouts/r", Some(patch("succeeded", 1)))
         .await;
@@ -190,11 +201,21 @@ async fn patch_follows_the_state_machine_and_retry_starts_a_new_attempt() {
         .call(Method::PATCH, "/v1/rollouts/r", Some(patch("running", 1)))
         .await;
     assert_eq!(s, StatusCode::OK);
+    // A failure must say whose it is.
+    let untyped = json!({"attempt": 1, "status": "failed", "reason": "test"});
+    let (s, body) = srv
+        .call(Method::PATCH, "/v1/rollouts/r", Some(untyped))
+        .await;
+    assert!(
+        error_type(s, &body, StatusCode::BAD_REQUEST).contains("invalid_request"),
+        "{body}"
+    );
     let (s, body) = srv
         .call(Method::PATCH, "/v1/rollouts/r", Some(patch("failed", 1)))
         .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(body["reason"], "test");
+    assert_eq!(body["failure"], "agent");
     let (s, body) = srv.call(Method::POST, "/v1/rollouts/r/retry", None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(body["attempt"], 2);
@@ -298,6 +319,37 @@ async fn engines_register_list_remove() {
     let bad = json!({"name": "e2", "base_url": "ftp://x", "model": "m"});
     let (s, body) = srv.call(Method::POST, "/v1/engines", Some(bad)).await;
     error_type(s, &body, StatusCode::BAD_REQUEST);
+    // The server root works as well as its /v1 URL: one stored form.
+    let root = json!({"name": "e3", "base_url": "http://127.0.0.1:9", "model": "m"});
+    let (s, body) = srv.call(Method::POST, "/v1/engines", Some(root)).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["base_url"], "http://127.0.0.1:9/v1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_routes_need_a_hosting_run_and_the_admin() {
+    let srv = start(with_key("adm")).await;
+    let (s, body) = srv.call(Method::GET, "/v1/plugins", None).await;
+    assert!(
+        error_type(s, &body, StatusCode::NOT_FOUND).contains("not_found"),
+        "{body}"
+    );
+    let swap = json!({"path": "/tmp/x.wasm"});
+    let (s, body) = srv
+        .call(Method::POST, "/v1/plugins/reward", Some(swap.clone()))
+        .await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("agl run"),
+        "{body}"
+    );
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = srv
+        .call_as(None, Method::POST, "/v1/plugins/reward", Some(swap))
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
