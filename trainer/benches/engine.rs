@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use agl_trainer::engine::{EngineConfig, EngineHandle, Event, Request, SamplingParams};
+use agl_trainer::engine::{EngineConfig, EngineEvent, EngineHandle, Request, SamplingParams};
 use agl_trainer::model::{Model, ModelConfig};
 use serde_json::{Value, json};
 use tch::{Device, Kind};
@@ -82,7 +82,7 @@ fn run(engine: &EngineHandle, prompt: &[u32], n: usize) -> f64 {
     let mut tokens = 0;
     for mut rx in rxs {
         while let Some(event) = rx.blocking_recv() {
-            if let Event::Finished(f) = event {
+            if let EngineEvent::Finished(f) = event {
                 tokens += f.response_ids.len();
                 break;
             }

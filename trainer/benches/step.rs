@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use agl_trainer::model::{Model, ModelConfig};
 use agl_trainer::rl::{
-    BatchConfig, Outcome, Packing, Rollout, Sample, ScheduleConfig, SimConfig, SimResult,
+    BatchConfig, Outcome, Packing, Sample, ScheduleConfig, ScoredRollout, SimConfig, SimResult,
     StepConfig, UpdateBatch, accumulate_gradients, build_update, pack_ffd, pack_in_order, simulate,
 };
 use serde_json::json;
@@ -65,7 +65,7 @@ fn batch(rng: &mut Rng, vocab: i64) -> UpdateBatch {
                 (0..n).map(|_| (rng.next() * vocab as f64) as i64).collect()
             };
             let response = LEN - PROMPT;
-            Rollout {
+            ScoredRollout {
                 id: format!("r{i}"),
                 group_id: format!("g{}", i / 4),
                 reward: Some(rng.next()),

@@ -25,7 +25,7 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
-    pub model: ModelConfig,
+    pub model: PolicyConfig,
     #[serde(default)]
     pub plugins: agl_plugin_host::PluginsConfig,
     #[serde(default)]
@@ -51,7 +51,7 @@ pub struct Config {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ModelConfig {
+pub struct PolicyConfig {
     /// The policy: a Hugging Face folder (config.json, safetensors,
     /// tokenizer.json, tokenizer_config.json), e.g. what `agl model fetch
     /// smollm2` prints.
@@ -73,7 +73,7 @@ pub enum Dtype {
     Bf16,
 }
 
-impl ModelConfig {
+impl PolicyConfig {
     pub fn kind(&self) -> tch::Kind {
         match self.dtype {
             Dtype::F32 => tch::Kind::Float,

@@ -1,6 +1,6 @@
 //! The Kubernetes runner behind the controller's [`Runner`] trait: Jobs are
 //! created and deleted by [`kube::KubeRunner`]; its watch stream is turned
-//! into [`Update`]s for the executions this controller tracks.
+//! into [`Ending`]s for the executions this controller tracks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::kube::{self, ExecState, KubeRunner};
-use super::runner::{AttemptOutcome, ExecKey, LaunchSpec, Recovered, Runner, Update, Verdict};
+use super::runner::{AttemptOutcome, Ending, ExecKey, LaunchSpec, Recovered, Runner, Verdict};
 
-type Waiting = Arc<Mutex<HashMap<ExecKey, mpsc::UnboundedSender<Update>>>>;
+type Waiting = Arc<Mutex<HashMap<ExecKey, mpsc::UnboundedSender<Ending>>>>;
 
 pub struct K8sRunner {
     kube: KubeRunner,
@@ -59,14 +59,14 @@ impl K8sRunner {
         }
     }
 
-    fn wait_for(&self, key: &ExecKey, updates: mpsc::UnboundedSender<Update>) {
+    fn wait_for(&self, key: &ExecKey, updates: mpsc::UnboundedSender<Ending>) {
         self.waiting
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key.clone(), updates);
     }
 
-    fn forget(&self, key: &ExecKey) -> Option<mpsc::UnboundedSender<Update>> {
+    fn forget(&self, key: &ExecKey) -> Option<mpsc::UnboundedSender<Ending>> {
         self.waiting
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -103,7 +103,7 @@ impl Runner for K8sRunner {
     async fn launch(
         &self,
         spec: LaunchSpec,
-        updates: mpsc::UnboundedSender<Update>,
+        updates: mpsc::UnboundedSender<Ending>,
     ) -> Result<Value, String> {
         // Registered first: a fast Job's completion must find its waiter.
         self.wait_for(&spec.key, updates);
@@ -144,7 +144,7 @@ impl Runner for K8sRunner {
         &self,
         key: &ExecKey,
         _recorded: &Value,
-        updates: mpsc::UnboundedSender<Update>,
+        updates: mpsc::UnboundedSender<Ending>,
     ) -> Recovered {
         // Registered before the list, so an end seen by the watch in between
         // is not lost; removed again if the list already shows the end.

@@ -37,7 +37,7 @@ pub use env::{SYSTEM_FAILURE_EXIT_CODE, agent_env};
 pub use k8s::K8sRunner;
 pub use local::{LocalRunner, NoCommand, TAIL_BYTES};
 pub use recover::EXECUTION;
-pub use runner::{AttemptOutcome, ExecKey, LaunchSpec, Recovered, Runner, Update, Verdict};
+pub use runner::{AttemptOutcome, Ending, ExecKey, LaunchSpec, Recovered, Runner, Verdict};
 pub use start::run_controller;
 
 use reconcile::{Reconciler, Recorded, cancel_check_every};
@@ -116,7 +116,7 @@ impl<R: Runner> Controller<R> {
 }
 
 /// Shutdown: wait, then stop what still runs, and record every ending.
-async fn drain<R: Runner>(rec: &mut Reconciler<R>, rx: &mut mpsc::UnboundedReceiver<Update>) {
+async fn drain<R: Runner>(rec: &mut Reconciler<R>, rx: &mut mpsc::UnboundedReceiver<Ending>) {
     tracing::info!(running = rec.live.len(), "controller stopping");
     // Jobs in a cluster keep running without us; the next controller adopts
     // them, so a restart neither kills them nor spends a retry.

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::{CommandSpec, ControllerConfig};
 use super::env::SYSTEM_FAILURE_EXIT_CODE;
 use super::pgroup::{group_alive, signal_group, start_ticks, terminate_group};
-use super::runner::{AttemptOutcome, ExecKey, LaunchSpec, Recovered, Runner, Update, Verdict};
+use super::runner::{AttemptOutcome, Ending, ExecKey, LaunchSpec, Recovered, Runner, Verdict};
 
 /// How much of each output stream is reported as an event.
 pub const TAIL_BYTES: u64 = 4096;
@@ -123,7 +123,7 @@ impl Runner for LocalRunner {
     async fn launch(
         &self,
         spec: LaunchSpec,
-        updates: mpsc::UnboundedSender<Update>,
+        updates: mpsc::UnboundedSender<Ending>,
     ) -> Result<Value, String> {
         let (mut child, dir) = self.spawn(&spec)?;
         let pid = child.id().ok_or("the agent exited before it was tracked")?;
@@ -168,7 +168,7 @@ impl Runner for LocalRunner {
         &self,
         key: &ExecKey,
         recorded: &Value,
-        _updates: mpsc::UnboundedSender<Update>,
+        _updates: mpsc::UnboundedSender<Ending>,
     ) -> Recovered {
         // A process that is not our child cannot report its exit status:
         // whatever is left of it is stopped and the attempt counts as lost.

@@ -15,7 +15,7 @@ use super::client::{ClientError, GatewayClient};
 use super::env::agent_env;
 use super::finish::finish;
 use super::recover::EXECUTION;
-use super::runner::{AttemptOutcome, ExecKey, LaunchSpec, Runner, Update};
+use super::runner::{AttemptOutcome, Ending, ExecKey, LaunchSpec, Runner};
 use agl_wire::api::{RolloutView, StatusPatch};
 use agl_wire::rollout::RolloutStatus;
 
@@ -23,30 +23,30 @@ use agl_wire::rollout::RolloutStatus;
 const CANCEL_CHECK: Duration = Duration::from_secs(1);
 
 /// How recording an ending went: on error, the ending to retry.
-pub type Recorded = Result<(), Box<(Update, ClientError)>>;
+pub type Recorded = Result<(), Box<(Ending, ClientError)>>;
 
 pub struct Reconciler<R: Runner> {
     pub client: GatewayClient,
     pub runner: Arc<R>,
     pub config: ControllerConfig,
-    pub updates: mpsc::UnboundedSender<Update>,
+    pub updates: mpsc::UnboundedSender<Ending>,
     /// Executions running now.
     pub live: HashSet<ExecKey>,
     /// Endings being recorded; an error puts one back in `pending`.
     pub finishing: JoinSet<Recorded>,
-    pub pending: Vec<Update>,
+    pub pending: Vec<Ending>,
     /// Claims whose answer was lost: resolved before anything new is claimed.
     pub doubtful: Vec<ExecKey>,
 }
 
 impl<R: Runner> Reconciler<R> {
     /// An execution ended: record it in the background.
-    pub fn ended(&mut self, update: Update) {
+    pub fn ended(&mut self, update: Ending) {
         self.live.remove(&update.0);
         self.record(update);
     }
 
-    fn record(&mut self, update: Update) {
+    fn record(&mut self, update: Ending) {
         let client = self.client.clone();
         let max = self.config.max_system_retries;
         self.finishing.spawn(async move {

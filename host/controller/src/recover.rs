@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::client::{ClientError, GatewayClient};
 use super::finish::finish;
-use super::runner::{AttemptOutcome, ExecKey, Recovered, Runner, Update};
+use super::runner::{AttemptOutcome, Ending, ExecKey, Recovered, Runner};
 use agl_wire::rollout::{FailureKind, RolloutStatus};
 
 /// The `execution` event kind: what a runner recorded at launch.
@@ -20,7 +20,7 @@ pub const EXECUTION: &str = "execution";
 pub async fn recover<R: Runner>(
     client: &GatewayClient,
     runner: &R,
-    updates: &mpsc::UnboundedSender<Update>,
+    updates: &mpsc::UnboundedSender<Ending>,
     max_system_retries: u32,
 ) -> Result<HashSet<ExecKey>, ClientError> {
     let mut adopted = HashSet::new();

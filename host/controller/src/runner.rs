@@ -1,7 +1,7 @@
 //! What the reconcile loop needs from an execution backend. The local
 //! runner (`local.rs`) runs processes; a Kubernetes runner fits the same
 //! shape: `launch` creates a Job, `cancel` deletes it, `recover` adopts a
-//! Job found after a restart, and its watch stream feeds [`Update`]s.
+//! Job found after a restart, and its watch stream feeds [`Ending`]s.
 
 use std::future::Future;
 
@@ -62,12 +62,12 @@ impl AttemptOutcome {
 }
 
 /// A finished execution, sent on the runner's update channel.
-pub type Update = (ExecKey, AttemptOutcome);
+pub type Ending = (ExecKey, AttemptOutcome);
 
 /// What `recover` found of an execution recorded by an earlier controller.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Recovered {
-    /// Still running and now tracked again: its end arrives as an [`Update`].
+    /// Still running and now tracked again: its end arrives as an [`Ending`].
     Adopted,
     /// It had finished; this is how.
     Finished(AttemptOutcome),
@@ -92,7 +92,7 @@ pub trait Runner: Send + Sync + 'static {
     fn launch(
         &self,
         spec: LaunchSpec,
-        updates: mpsc::UnboundedSender<Update>,
+        updates: mpsc::UnboundedSender<Ending>,
     ) -> impl Future<Output = Result<Value, String>> + Send;
 
     /// Stops an execution; its end still arrives as an update.
@@ -104,6 +104,6 @@ pub trait Runner: Send + Sync + 'static {
         &self,
         key: &ExecKey,
         recorded: &Value,
-        updates: mpsc::UnboundedSender<Update>,
+        updates: mpsc::UnboundedSender<Ending>,
     ) -> impl Future<Output = Recovered> + Send;
 }

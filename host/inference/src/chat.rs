@@ -7,7 +7,7 @@ use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
 
 use super::tools::{self, ToolCall};
-use super::{Job, logprob_entry};
+use super::{Generation, logprob_entry};
 
 /// Renders `messages` (+ `tools`) with the chat template and tokenizes the
 /// result without adding special tokens (the template has them), as vLLM does.
@@ -37,7 +37,7 @@ pub fn prompt(tokenizer: &Tokenizer, body: &Value) -> Result<Vec<u32>, ApiError>
 }
 
 /// Content and tool calls of the final text.
-pub fn message_parts(job: &Job, text: String) -> (Option<String>, Vec<ToolCall>) {
+pub fn message_parts(job: &Generation, text: String) -> (Option<String>, Vec<ToolCall>) {
     if job.tools {
         tools::parse(&text)
     } else {
@@ -45,7 +45,7 @@ pub fn message_parts(job: &Job, text: String) -> (Option<String>, Vec<ToolCall>)
     }
 }
 
-pub fn body(job: &Job, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
+pub fn body(job: &Generation, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
     let (content, calls) = message_parts(job, text);
     let finish = if calls.is_empty() {
         finish
@@ -69,7 +69,7 @@ pub fn body(job: &Job, text: String, ids: &[u32], logprobs: &[f32], finish: &str
     body
 }
 
-fn logprobs_json(job: &Job, ids: &[u32], logprobs: &[f32]) -> Value {
+fn logprobs_json(job: &Generation, ids: &[u32], logprobs: &[f32]) -> Value {
     let content: Vec<Value> = ids
         .iter()
         .zip(logprobs)
@@ -79,7 +79,7 @@ fn logprobs_json(job: &Job, ids: &[u32], logprobs: &[f32]) -> Value {
 }
 
 /// The opening chunk: the role, and (vLLM) the prompt ids.
-pub fn first_chunk(job: &Job) -> Value {
+pub fn first_chunk(job: &Generation) -> Value {
     let mut chunk = job.envelope("chat.completion.chunk");
     chunk["choices"] = json!([{"index": 0, "delta": {"role": "assistant", "content": ""},
                                "logprobs": null, "finish_reason": null}]);
@@ -89,7 +89,7 @@ pub fn first_chunk(job: &Job) -> Value {
     chunk
 }
 
-pub fn token_chunk(job: &Job, id: u32, logprob: f32, text: &str) -> Value {
+pub fn token_chunk(job: &Generation, id: u32, logprob: f32, text: &str) -> Value {
     let mut choice = json!({
         "index": 0,
         "delta": {"content": text},
@@ -105,7 +105,7 @@ pub fn token_chunk(job: &Job, id: u32, logprob: f32, text: &str) -> Value {
 }
 
 /// The closing chunk: unsent content, or the parsed tool calls.
-pub fn last_chunk(job: &Job, rest: &str, calls: &[ToolCall], finish: &str) -> Value {
+pub fn last_chunk(job: &Generation, rest: &str, calls: &[ToolCall], finish: &str) -> Value {
     let (delta, finish) = if calls.is_empty() {
         (json!({"content": rest}), finish)
     } else {

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
 
-use super::Job;
+use super::Generation;
 
 /// A string prompt is tokenized with special tokens (vLLM's default); a list
 /// of ints is used as is.
@@ -26,7 +26,7 @@ pub fn prompt(tokenizer: &Tokenizer, body: &Value) -> Result<Vec<u32>, ApiError>
     }
 }
 
-pub fn body(job: &Job, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
+pub fn body(job: &Generation, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
     let mut choice = json!({
         "index": 0,
         "text": text,
@@ -44,7 +44,7 @@ pub fn body(job: &Job, text: String, ids: &[u32], logprobs: &[f32], finish: &str
 }
 
 /// Legacy logprobs; `top_logprobs` holds just the sampled token.
-fn logprobs_json(job: &Job, ids: &[u32], logprobs: &[f32], offset: usize) -> Value {
+fn logprobs_json(job: &Generation, ids: &[u32], logprobs: &[f32], offset: usize) -> Value {
     let tokens: Vec<String> = ids.iter().map(|&id| job.token_text(id)).collect();
     let mut offsets = Vec::with_capacity(ids.len());
     let mut at = offset;
@@ -61,7 +61,7 @@ fn logprobs_json(job: &Job, ids: &[u32], logprobs: &[f32], offset: usize) -> Val
            "text_offset": offsets})
 }
 
-pub fn token_chunk(job: &Job, id: u32, logprob: f32, text: &str, first: bool) -> Value {
+pub fn token_chunk(job: &Generation, id: u32, logprob: f32, text: &str, first: bool) -> Value {
     let mut choice = json!({
         "index": 0,
         "text": text,
@@ -79,7 +79,7 @@ pub fn token_chunk(job: &Job, id: u32, logprob: f32, text: &str, first: bool) ->
     chunk
 }
 
-pub fn last_chunk(job: &Job, rest: &str, finish: &str) -> Value {
+pub fn last_chunk(job: &Generation, rest: &str, finish: &str) -> Value {
     let mut chunk = job.envelope("text_completion");
     chunk["choices"] = json!([{"index": 0, "text": rest, "logprobs": null,
                                "finish_reason": finish, "stop_reason": null}]);

@@ -30,7 +30,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agl_trainer::engine::{EngineConfig, EngineError, EngineHandle, Event, Request, StopHook};
+use agl_trainer::engine::{
+    EngineConfig, EngineError, EngineEvent, EngineHandle, Request, StopHook,
+};
 use agl_trainer::model::Model;
 use anyhow::Context;
 use axum::Router;
@@ -147,7 +149,7 @@ fn eos_ids(dir: &Path, tokenizer: &Tokenizer) -> Vec<u32> {
 }
 
 /// One request being answered.
-pub struct Job {
+pub struct Generation {
     pub api: Api,
     pub id: String,
     pub created: u64,
@@ -159,7 +161,7 @@ pub struct Job {
     pub tokenizer: Arc<Tokenizer>,
 }
 
-impl Job {
+impl Generation {
     pub fn envelope(&self, object: &str) -> Value {
         json!({"id": self.id, "object": object, "created": self.created, "model": &*self.model})
     }
@@ -232,7 +234,7 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
         Api::Chat => "chatcmpl",
         Api::Completions => "cmpl",
     };
-    let job = Job {
+    let job = Generation {
         api,
         id: format!("{prefix}-{}", request_id()),
         created: now_s(),
@@ -264,11 +266,13 @@ fn stop_hook(tokenizer: &Arc<Tokenizer>, stop: &[String]) -> Option<StopHook> {
 }
 
 async fn complete(
-    job: Job,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    job: Generation,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
 ) -> Result<Response, ApiError> {
     while let Some(event) = events.recv().await {
-        let Event::Finished(f) = event else { continue };
+        let EngineEvent::Finished(f) = event else {
+            continue;
+        };
         let text = final_text(&job.tokenizer, &f.response_ids, &job.opts.stop);
         let reason = f.finish_reason.as_str();
         let mut body = match job.api {

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use agl_trainer::engine::Event;
+use agl_trainer::engine::EngineEvent;
 use axum::body::{Body, Bytes};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
@@ -13,11 +13,11 @@ use tokio::sync::mpsc;
 
 use super::text::{TextState, final_text};
 use super::tools::OPEN;
-use super::{Api, Job, chat, completions};
+use super::{Api, Generation, chat, completions};
 
 const CHANNEL: usize = 64;
 
-pub fn respond(job: Job, events: mpsc::UnboundedReceiver<Event>) -> Response {
+pub fn respond(job: Generation, events: mpsc::UnboundedReceiver<EngineEvent>) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL);
     tokio::spawn(pump(job, events, tx));
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -40,8 +40,8 @@ fn sse(v: &Value) -> Result<Bytes, io::Error> {
 /// Engine events -> SSE. Returning drops `events`, which aborts the
 /// sequence once the client has gone.
 async fn pump(
-    job: Job,
-    mut events: mpsc::UnboundedReceiver<Event>,
+    job: Generation,
+    mut events: mpsc::UnboundedReceiver<EngineEvent>,
     tx: mpsc::Sender<Result<Bytes, io::Error>>,
 ) {
     let mut markers = job.opts.stop.clone();
@@ -55,7 +55,7 @@ async fn pump(
     let mut first = true;
     while let Some(event) = events.recv().await {
         let chunk = match event {
-            Event::Token { id, logprob } => {
+            EngineEvent::Token { id, logprob } => {
                 let delta = text.push(id);
                 let chunk = match job.api {
                     Api::Chat => chat::token_chunk(&job, id, logprob, &delta),
@@ -64,7 +64,7 @@ async fn pump(
                 first = false;
                 chunk
             }
-            Event::Finished(f) => {
+            EngineEvent::Finished(f) => {
                 let full = final_text(&job.tokenizer, &f.response_ids, &job.opts.stop);
                 let reason = f.finish_reason.as_str();
                 let mut last = match job.api {

@@ -82,7 +82,7 @@ impl TestEngineConfig {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum EngineError {
+pub enum TestEngineError {
     #[error("test engine cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -101,11 +101,11 @@ pub struct TestEngine {
 
 impl TestEngine {
     /// Binds and starts serving on the current tokio runtime.
-    pub async fn start(config: TestEngineConfig) -> Result<Self, EngineError> {
+    pub async fn start(config: TestEngineConfig) -> Result<Self, TestEngineError> {
         let want = config
             .addr
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let bind_err = |source| EngineError::Bind { addr: want, source };
+        let bind_err = |source| TestEngineError::Bind { addr: want, source };
         let listener = TcpListener::bind(want).await.map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
         let state = Arc::new(EngineState::new(config));

@@ -86,7 +86,7 @@ pub struct Finished {
 /// What a request's stream yields: tokens as they are sampled, then one
 /// `Finished`.
 #[derive(Debug, Clone)]
-pub enum Event {
+pub enum EngineEvent {
     Token { id: u32, logprob: f32 },
     Finished(Finished),
 }
@@ -133,7 +133,7 @@ enum Command {
 /// A request waiting for a slot, with where its events go.
 struct Pending {
     request: Request,
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedSender<EngineEvent>,
 }
 
 /// A cloneable, `Send + Sync` handle on the engine thread.
@@ -171,7 +171,10 @@ impl EngineHandle {
 
     /// Queues `request`; its events arrive on the returned receiver.
     /// Dropping the receiver aborts the sequence.
-    pub fn submit(&self, request: Request) -> Result<mpsc::UnboundedReceiver<Event>, EngineError> {
+    pub fn submit(
+        &self,
+        request: Request,
+    ) -> Result<mpsc::UnboundedReceiver<EngineEvent>, EngineError> {
         let n = request.prompt_ids.len();
         if n == 0 {
             return Err(EngineError::Invalid("the prompt is empty".into()));

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tch::{Kind, Tensor};
 
 use super::sampling::{Rng, sample};
-use super::{Command, EngineConfig, Event, FinishReason, Finished, Pending};
+use super::{Command, EngineConfig, EngineEvent, FinishReason, Finished, Pending};
 use crate::model::{KvCache, Model, SlotId};
 
 /// A sequence holding a cache slot.
@@ -189,7 +189,7 @@ impl Scheduler {
             let (id, logprob) = sample(&row, params, &mut seq.rng);
             seq.response.push(id);
             seq.logprobs.push(logprob);
-            let _ = seq.pending.events.send(Event::Token { id, logprob });
+            let _ = seq.pending.events.send(EngineEvent::Token { id, logprob });
             match self.reason_to_stop(&mut seq) {
                 Some(reason) => self.finish(seq, reason),
                 None => self.active.push(seq),
@@ -228,7 +228,7 @@ impl Scheduler {
     fn finish(&mut self, seq: Active, reason: FinishReason) {
         self.cache.release(seq.slot);
         let Pending { request, events } = seq.pending;
-        let _ = events.send(Event::Finished(Finished {
+        let _ = events.send(EngineEvent::Finished(Finished {
             finish_reason: reason,
             prompt_ids: request.prompt_ids,
             response_ids: seq.response,

@@ -107,7 +107,7 @@ impl Sample {
 
 /// A finished rollout and the samples its adapter built.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rollout {
+pub struct ScoredRollout {
     pub id: String,
     pub group_id: String,
     pub reward: Option<f64>,
@@ -188,14 +188,14 @@ pub struct Prepared {
     pub batch: UpdateBatch,
     pub stats: BatchStats,
     /// Whole groups beyond the cap, in order, to train in a later update.
-    pub carried: Vec<Vec<Rollout>>,
+    pub carried: Vec<Vec<ScoredRollout>>,
 }
 
 /// Builds one update batch from finished rollouts (see the module docs).
-pub fn build_update(rollouts: Vec<Rollout>, cfg: &BatchConfig) -> Result<Prepared, RlError> {
+pub fn build_update(rollouts: Vec<ScoredRollout>, cfg: &BatchConfig) -> Result<Prepared, RlError> {
     let mut stats = BatchStats::default();
     let mut order: Vec<String> = Vec::new();
-    let mut groups: HashMap<String, Vec<(Rollout, f64)>> = HashMap::new();
+    let mut groups: HashMap<String, Vec<(ScoredRollout, f64)>> = HashMap::new();
     for rollout in rollouts {
         for (k, sample) in rollout.samples.iter().enumerate() {
             sample
@@ -227,18 +227,18 @@ pub fn build_update(rollouts: Vec<Rollout>, cfg: &BatchConfig) -> Result<Prepare
             .or_default()
             .push((rollout, reward));
     }
-    let mut ordered: Vec<Vec<(Rollout, f64)>> =
+    let mut ordered: Vec<Vec<(ScoredRollout, f64)>> =
         order.iter().filter_map(|g| groups.remove(g)).collect();
     let keep = groups_within_cap(&ordered, &cfg.cap);
     let carried = ordered
         .split_off(keep)
         .into_iter()
         .map(|g| g.into_iter().map(|(r, _)| r).collect())
-        .collect::<Vec<Vec<Rollout>>>();
+        .collect::<Vec<Vec<ScoredRollout>>>();
     stats.carried_groups = carried.len();
     stats.groups = ordered.len();
 
-    let mut kept: Vec<(Rollout, f64)> = Vec::new();
+    let mut kept: Vec<(ScoredRollout, f64)> = Vec::new();
     for group in ordered {
         let rewards: Vec<f64> = group.iter().map(|(_, r)| *r).collect();
         let advantages = group_advantages(&rewards, cfg.estimator);
@@ -298,7 +298,7 @@ pub fn build_update(rollouts: Vec<Rollout>, cfg: &BatchConfig) -> Result<Prepare
 }
 
 /// How many leading groups fit the cap (at least one when there is one).
-fn groups_within_cap(groups: &[Vec<(Rollout, f64)>], cap: &UpdateCap) -> usize {
+fn groups_within_cap(groups: &[Vec<(ScoredRollout, f64)>], cap: &UpdateCap) -> usize {
     let (mut samples, mut tokens) = (0usize, 0usize);
     for (k, group) in groups.iter().enumerate() {
         let group_samples: usize = group.iter().map(|(r, _)| r.samples.len()).sum();

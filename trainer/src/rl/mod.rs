@@ -30,7 +30,7 @@ pub mod step;
 pub use adamw::{AdamW, AdamWConfig, AdamWError};
 pub use advantage::{Estimator, group_advantages};
 pub use batch::{
-    BatchConfig, BatchStats, Outcome, Prepared, Rollout, Sample, TrainSample, UpdateBatch,
+    BatchConfig, BatchStats, Outcome, Prepared, Sample, ScoredRollout, TrainSample, UpdateBatch,
     UpdateCap, build_update,
 };
 pub use loss::LossConfig;

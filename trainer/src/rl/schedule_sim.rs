@@ -7,7 +7,7 @@
 //! run at once (the rest queue, FIFO). Rollouts keep running while the
 //! trainer computes a step; during the update pause (drain + weight load)
 //! nothing progresses, and after it the weight version increments and the
-//! scheduler's freed slots are refilled. Rollout durations are drawn in
+//! scheduler's freed slots are refilled. ScoredRollout durations are drawn in
 //! launch order from one seeded stream, so group i gets the same durations
 //! under every schedule (common random numbers).
 
@@ -22,7 +22,7 @@ pub struct SimConfig {
     pub group_size: usize,
     /// K: updates to simulate.
     pub updates: usize,
-    /// Rollout duration ~ LogNormal(mu = ln(median), sigma), in seconds.
+    /// ScoredRollout duration ~ LogNormal(mu = ln(median), sigma), in seconds.
     pub rollout_median_secs: f64,
     pub rollout_sigma: f64,
     pub train_step_secs: f64,

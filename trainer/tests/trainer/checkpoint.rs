@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::common::{random_model, tiny_config};
 use agl_trainer::model::Model;
 use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Rollout, Sample,
+    AdamWConfig, BatchConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Sample, ScoredRollout,
     StepConfig, UpdateBatch, build_update, train_step,
 };
 use agl_trainer::{
@@ -55,7 +55,7 @@ impl Rng {
 fn batch(k: u64) -> UpdateBatch {
     let rng = &mut Rng(100 + k);
     let rollouts = (0..3)
-        .map(|i| Rollout {
+        .map(|i| ScoredRollout {
             id: format!("r{i}"),
             group_id: "g".into(),
             reward: Some(i as f64),

@@ -5,11 +5,13 @@
 
 use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use agl_trainer::autocast::with_bf16_autocast;
-use agl_trainer::engine::{EngineConfig, EngineHandle, Event, Finished, Request, SamplingParams};
+use agl_trainer::engine::{
+    EngineConfig, EngineEvent, EngineHandle, Finished, Request, SamplingParams,
+};
 use agl_trainer::model::{KvCache, Model};
 use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, LossConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Rollout,
-    Sample, StepConfig, StepStats, build_update, score_old_logprobs, train_step,
+    AdamWConfig, BatchConfig, LossConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Sample,
+    ScoredRollout, StepConfig, StepStats, build_update, score_old_logprobs, train_step,
 };
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
@@ -91,7 +93,7 @@ fn greedy_all(engine: &EngineHandle, prompts: &[Vec<u32>]) -> Vec<Finished> {
     rxs.into_iter()
         .map(|mut rx| {
             loop {
-                if let Event::Finished(f) = rx.blocking_recv().unwrap() {
+                if let EngineEvent::Finished(f) = rx.blocking_recv().unwrap() {
                     break f;
                 }
             }
@@ -135,7 +137,7 @@ fn engine_on_cuda_matches_the_cpu_engine() {
 }
 
 /// Two groups of rollouts with deterministic ids, masks and logprobs.
-fn rollouts() -> Vec<Rollout> {
+fn rollouts() -> Vec<ScoredRollout> {
     let sample = |k: usize, prompt: usize, response: usize| Sample {
         prompt_ids: (0..prompt)
             .map(|t| ((t * 31 + k * 7) % 300) as i64)
@@ -149,7 +151,7 @@ fn rollouts() -> Vec<Rollout> {
         ref_logprobs: None,
     };
     (0..6)
-        .map(|k| Rollout {
+        .map(|k| ScoredRollout {
             id: format!("r{k}"),
             group_id: format!("g{}", k % 2),
             reward: Some(k as f64 * 0.5),

@@ -3,7 +3,7 @@
 
 use crate::common::{random_model, tiny_config};
 use agl_trainer::engine::{
-    EngineConfig, EngineHandle, Event, FinishReason, Finished, Request, SamplingParams,
+    EngineConfig, EngineEvent, EngineHandle, FinishReason, Finished, Request, SamplingParams,
 };
 use agl_trainer::model::{Model, token_logprobs};
 use serde_json::json;
@@ -48,12 +48,12 @@ fn request(prompt: &[u32], params: SamplingParams) -> Request {
 }
 
 /// Collects a stream; checks the tokens match the final summary.
-fn collect(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Finished {
+fn collect(mut rx: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>) -> Finished {
     let mut tokens = Vec::new();
     loop {
         match rx.blocking_recv().unwrap() {
-            Event::Token { id, logprob } => tokens.push((id, logprob)),
-            Event::Finished(f) => {
+            EngineEvent::Token { id, logprob } => tokens.push((id, logprob)),
+            EngineEvent::Finished(f) => {
                 let streamed: Vec<u32> = tokens.iter().map(|t| t.0).collect();
                 assert_eq!(streamed, f.response_ids);
                 return f;

@@ -2,8 +2,8 @@
 //! fixed token weights, packing and the LR schedule.
 
 use agl_trainer::rl::{
-    BatchConfig, Estimator, LrDecay, LrSchedule, Outcome, Packing, Rollout, Sample, UpdateCap,
-    build_update, group_advantages, pack_ffd, pack_in_order,
+    BatchConfig, Estimator, LrDecay, LrSchedule, Outcome, Packing, Sample, ScoredRollout,
+    UpdateCap, build_update, group_advantages, pack_ffd, pack_in_order,
 };
 
 fn close(a: &[f64], b: &[f64]) {
@@ -91,8 +91,8 @@ fn rollout(
     reward: Option<f64>,
     outcome: Outcome,
     samples: Vec<Sample>,
-) -> Rollout {
-    Rollout {
+) -> ScoredRollout {
+    ScoredRollout {
         id: id.into(),
         group_id: group.into(),
         reward,
@@ -101,7 +101,7 @@ fn rollout(
     }
 }
 
-fn ok(id: &str, group: &str, reward: f64, samples: Vec<Sample>) -> Rollout {
+fn ok(id: &str, group: &str, reward: f64, samples: Vec<Sample>) -> ScoredRollout {
     rollout(id, group, Some(reward), Outcome::Succeeded, samples)
 }
 

@@ -7,8 +7,8 @@ use agl_trainer::model::{Model, token_logprobs};
 use agl_trainer::rl::loss::{TokenInputs, token_loss};
 use agl_trainer::rl::{
     AdamWConfig, BatchConfig, Estimator, LossConfig, LrDecay, LrSchedule, Outcome, Packing,
-    RlOptimizer, Rollout, Sample, StepConfig, UpdateBatch, accumulate_gradients, build_update,
-    evaluate, pack_ffd, score_old_logprobs, train_step,
+    RlOptimizer, Sample, ScoredRollout, StepConfig, UpdateBatch, accumulate_gradients,
+    build_update, evaluate, pack_ffd, score_old_logprobs, train_step,
 };
 use serde_json::json;
 use tch::{Kind, Tensor};
@@ -57,15 +57,16 @@ fn sample(rng: &mut Rng, prompt: usize, response: usize, with_ref: bool) -> Samp
 
 /// Two groups; rollouts with 1 to 3 samples of different lengths; one agent
 /// failure (trained) and one system failure (excluded).
-fn rollouts() -> Vec<Rollout> {
+fn rollouts() -> Vec<ScoredRollout> {
     let rng = &mut Rng(7);
-    let r = |id: &str, g: &str, reward: f64, outcome: Outcome, samples: Vec<Sample>| Rollout {
-        id: id.into(),
-        group_id: g.into(),
-        reward: Some(reward),
-        outcome,
-        samples,
-    };
+    let r =
+        |id: &str, g: &str, reward: f64, outcome: Outcome, samples: Vec<Sample>| ScoredRollout {
+            id: id.into(),
+            group_id: g.into(),
+            reward: Some(reward),
+            outcome,
+            samples,
+        };
     vec![
         r(
             "a",
@@ -229,7 +230,7 @@ fn max_grad_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> (f64, f64) {
 /// then `(1/N) sum_i (1/T_i) sum_s sum_t m * l`, one token at a time, with
 /// every sample run through the model on its own.
 fn naive_loss(model: &Model, batch: &UpdateBatch, c: &StepConfig) -> Tensor {
-    let kept: Vec<Rollout> = rollouts()
+    let kept: Vec<ScoredRollout> = rollouts()
         .into_iter()
         .filter(|r| r.outcome != Outcome::SystemFailure)
         .collect();

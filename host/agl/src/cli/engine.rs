@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 #[derive(Subcommand)]
 pub enum EngineCommand {
     /// Serve /v1/chat/completions, /v1/completions and /v1/models.
-    Serve(ServeArgs),
+    Serve(EngineServeArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -22,7 +22,7 @@ enum Dtype {
 }
 
 #[derive(Args)]
-pub struct ServeArgs {
+pub struct EngineServeArgs {
     /// Model folder: config.json, *.safetensors, tokenizer.json, tokenizer_config.json.
     #[arg(long)]
     model: PathBuf,
@@ -47,7 +47,7 @@ pub fn run(cmd: EngineCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: EngineServeArgs) -> anyhow::Result<()> {
     let name = args.served_model_name.clone().unwrap_or_else(|| {
         args.model
             .file_name()

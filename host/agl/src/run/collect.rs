@@ -15,7 +15,7 @@ use agl_wire::rollout::{FailureKind, Rollout, RolloutStatus, Sample};
 
 /// One finished rollout as the trainer sees it, plus what the report counts.
 pub struct Collected {
-    pub rollout: rl::Rollout,
+    pub rollout: rl::ScoredRollout,
     /// Chain breaks by class (`retokenize`, `template`, `other`).
     pub breaks: BTreeMap<String, usize>,
     /// The adapter or reward plugin failed: the rollout is excluded.
@@ -39,7 +39,7 @@ pub fn outcome(status: RolloutStatus, failure: Option<FailureKind>) -> Outcome {
 pub async fn collect(store: &Store, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
     let rec = store.get_rollout(id).await?;
     let mut out = Collected {
-        rollout: rl::Rollout {
+        rollout: rl::ScoredRollout {
             id: rec.id.clone(),
             group_id: rec.group_id.clone(),
             reward: None,

@@ -72,7 +72,7 @@ pub struct Driver {
     pub state: HostState,
     sched: GroupScheduler<DoneGroup>,
     tracked: BTreeMap<String, Tracked>,
-    carried: Vec<Vec<rl::Rollout>>,
+    carried: Vec<Vec<rl::ScoredRollout>>,
 }
 
 impl Driver {
@@ -284,7 +284,7 @@ impl Driver {
             self.tracked.remove(key);
         }
         let mut staleness = Vec::new();
-        let mut rollouts: Vec<rl::Rollout> = self.carried.drain(..).flatten().collect();
+        let mut rollouts: Vec<rl::ScoredRollout> = self.carried.drain(..).flatten().collect();
         for (key, version, group) in update.groups {
             self.tracked.remove(&key);
             staleness.push(self.version.saturating_sub(version) as f64);

@@ -48,7 +48,7 @@ pub struct RunOptions {
 }
 
 /// Where a finished run left its outputs.
-pub struct Finished {
+pub struct RunFinished {
     pub out_dir: PathBuf,
     pub steps: u64,
 }
@@ -57,7 +57,7 @@ pub async fn run(
     config: Config,
     opts: RunOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<Finished> {
+) -> anyhow::Result<RunFinished> {
     let cfg = config.run.clone();
     cfg.validate().map_err(|e| anyhow::anyhow!("[run]: {e}"))?;
     let out_dir = cfg.out_dir();
@@ -223,7 +223,7 @@ pub async fn run(
     }
     outcome?;
     finish_report(&metrics_path, &out_dir)?;
-    Ok(Finished {
+    Ok(RunFinished {
         out_dir,
         steps: driver.step,
     })
