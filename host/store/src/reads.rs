@@ -4,7 +4,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
 use super::rows::{self, EVENT_COLS, ROLLOUT_COLS, to_i64};
-use super::state::status_str;
 use super::types::{RolloutPage, WeightVersion};
 use agl_wire::api::{Engine, EventRecord};
 use agl_wire::rollout::RolloutStatus;
@@ -43,7 +42,12 @@ pub fn list_rollouts(
     ))?;
     let mut rollouts = stmt
         .query_map(
-            params![status.map(status_str), after_ms, after_id, limit + 1],
+            params![
+                status.map(RolloutStatus::as_str),
+                after_ms,
+                after_id,
+                limit + 1
+            ],
             rows::rollout,
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;

@@ -5,11 +5,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::StoreError;
-use super::state::parse_status;
 use super::types::{RolloutRecord, WeightVersion};
 use agl_wire::api::{Engine, EventRecord};
 use agl_wire::rollout::JsonText;
-use agl_wire::rollout::{FailureKind, Mode};
+use agl_wire::rollout::{FailureKind, Mode, RolloutStatus};
 
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -53,7 +52,7 @@ pub fn rollout(row: &Row) -> rusqlite::Result<RolloutRecord> {
         mode: Mode::parse(&mode).ok_or_else(|| bad("mode"))?,
         input: json(row, "input")?,
         config: json(row, "config")?,
-        status: parse_status(&status).ok_or_else(|| bad("status"))?,
+        status: RolloutStatus::parse(&status).ok_or_else(|| bad("status"))?,
         attempt: row.get("attempt")?,
         reason: row.get("reason")?,
         failure: match row.get::<_, Option<String>>("failure")? {

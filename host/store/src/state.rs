@@ -22,20 +22,6 @@ pub fn transition(from: RolloutStatus, to: RolloutStatus) -> Option<Step> {
     }
 }
 
-pub fn is_terminal(s: RolloutStatus) -> bool {
-    s.is_terminal()
-}
-
-pub fn status_str(s: RolloutStatus) -> &'static str {
-    s.as_str()
-}
-
-pub fn parse_status(s: &str) -> Option<RolloutStatus> {
-    RolloutStatus::parse(s)
-}
-
-pub const ALL: [RolloutStatus; 5] = RolloutStatus::ALL;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,8 +37,8 @@ mod tests {
             (Running, Cancelled, Step::SameAttempt),
             (Failed, Queued, Step::NewAttempt),
         ];
-        for from in ALL {
-            for to in ALL {
+        for from in RolloutStatus::ALL {
+            for to in RolloutStatus::ALL {
                 let want = legal
                     .iter()
                     .find(|(f, t, _)| *f == from && *t == to)
@@ -64,9 +50,9 @@ mod tests {
 
     #[test]
     fn status_names_round_trip() {
-        for s in ALL {
-            assert_eq!(parse_status(status_str(s)), Some(s));
+        for s in RolloutStatus::ALL {
+            assert_eq!(RolloutStatus::parse(s.as_str()), Some(s));
         }
-        assert_eq!(parse_status("done"), None);
+        assert_eq!(RolloutStatus::parse("done"), None);
     }
 }

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
 use super::rows::{self, now_ms, to_i64};
-use super::state::{Step, is_terminal, status_str, transition};
+use super::state::{Step, transition};
 use super::types::{RolloutRecord, WeightVersion};
 use agl_wire::api::{Engine, NewRollout, StatusPatch};
 use agl_wire::rollout::{FailureKind, JsonText, RolloutStatus};
@@ -65,8 +65,8 @@ pub fn create_rollouts(
 fn illegal(id: &str, from: RolloutStatus, to: RolloutStatus) -> StoreError {
     StoreError::IllegalTransition {
         id: id.to_string(),
-        from: status_str(from),
-        to: status_str(to),
+        from: from.as_str(),
+        to: to.as_str(),
     }
 }
 
@@ -94,9 +94,9 @@ pub fn set_status(
         "UPDATE rollouts SET status = ?2, reason = ?3, failure = ?4, updated_ms = ?5
          WHERE id = ?1",
     )?
-    .execute(params![id, status_str(to), reason, failure, now])?;
+    .execute(params![id, to.as_str(), reason, failure, now])?;
     let started = (to == RolloutStatus::Running).then_some(now);
-    let ended = is_terminal(to).then_some(now);
+    let ended = to.is_terminal().then_some(now);
     conn.prepare_cached(
         "UPDATE attempts SET status = ?3, reason = ?4, failure = ?5,
              started_ms = COALESCE(?6, started_ms), ended_ms = COALESCE(?7, ended_ms)
@@ -105,7 +105,7 @@ pub fn set_status(
     .execute(params![
         id,
         attempt,
-        status_str(to),
+        to.as_str(),
         reason,
         failure,
         started,

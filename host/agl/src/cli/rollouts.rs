@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
-use agl_store::{DEFAULT_FILE, MAX_PAGE, RolloutRecord, Store, state};
+use agl_store::{DEFAULT_FILE, MAX_PAGE, RolloutRecord, Store};
+use agl_wire::rollout::RolloutStatus;
 
 #[derive(Subcommand)]
 pub enum RolloutsCommand {
@@ -64,7 +65,7 @@ async fn dispatch(cmd: RolloutsCommand) -> anyhow::Result<()> {
                     out,
                     "{:<36} {:<10} {:>7} {:<5} {}",
                     r.id,
-                    state::status_str(r.status),
+                    r.status.as_str(),
                     r.attempt,
                     r.mode.as_str(),
                     r.group_id
@@ -127,7 +128,7 @@ async fn all(
     limit: usize,
 ) -> anyhow::Result<Vec<RolloutRecord>> {
     let status = match status {
-        Some(s) => Some(state::parse_status(s).with_context(|| format!("unknown status `{s}`"))?),
+        Some(s) => Some(RolloutStatus::parse(s).with_context(|| format!("unknown status `{s}`"))?),
         None => None,
     };
     let mut out = Vec::new();

@@ -3,6 +3,7 @@
 //! plus the server's options (seeds, stops, lengths, weight versions) called
 //! in-process.
 
+use crate::process::python;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -128,12 +129,6 @@ async fn start_on(model_dir: &Path) -> Env {
         _model_dir: None,
         _dir: dir,
     }
-}
-
-fn python() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = std::env::var_os("AGL_VENV").map_or_else(|| repo.join(".venv"), |v| repo.join(v));
-    venv.join("bin/python")
 }
 
 /// Runs `engine_client.py` against rollout `rollout`'s proxy URL.

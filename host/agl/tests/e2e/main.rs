@@ -9,6 +9,9 @@ mod engine_server;
 mod layering;
 mod mini_swe;
 mod model_import;
+#[allow(dead_code)]
+#[path = "../../../../tests/support/process.rs"]
+mod process;
 mod run_report;
 mod scaffold;
 mod serve_cli;

@@ -1,10 +1,10 @@
 //! Shared set-up for the end-to-end tests: the real `agl` binary, the
 //! repo's venv, and a tiny random policy.
 
+pub use crate::process::{pid_alive, python, repo_root, wait_until};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 pub const AGL: &str = env!("CARGO_BIN_EXE_agl");
 pub const ADMIN: &str = "admin-key";
@@ -57,48 +57,6 @@ pub fn spawn_serve(db: &Path) -> Served {
         child,
         base: format!("http://127.0.0.1:{port}"),
     }
-}
-
-pub async fn wait_until(limit: Duration, cond: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !cond() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Whether `pid` is a live process (a zombie counts as gone).
-pub fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next());
-            state != Some("Z") && state != Some("X")
-        }
-        Err(_) => false,
-    }
-}
-
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `$AGL_VENV/bin/python` (default `<repo>/.venv`), checked to import `openai`.
-pub fn python() -> PathBuf {
-    let repo = repo_root();
-    let venv = std::env::var_os("AGL_VENV").map_or_else(|| repo.join(".venv"), |v| repo.join(v));
-    let python = venv.join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "{} cannot import `openai`: run deploy/setup.sh",
-        python.display()
-    );
-    python
 }
 
 /// A 2-layer llama with random weights over the test engine's byte ids

@@ -286,7 +286,7 @@ async fn a_crash_is_a_system_failure_retried_as_a_new_attempt() {
             Duration::from_secs(30),
             |recs| {
                 recs.iter()
-                    .all(|r| r.attempt == 2 && agl_store::state::is_terminal(r.status))
+                    .all(|r| r.attempt == 2 && r.status.is_terminal())
             },
             &ids,
         )

@@ -6,5 +6,8 @@ mod kube;
 #[allow(dead_code)] // each module uses a subset
 mod kube_mock;
 mod local;
+#[allow(dead_code)]
+#[path = "../../../../tests/support/process.rs"]
+mod process;
 #[allow(dead_code)] // each module uses a subset
 mod support;

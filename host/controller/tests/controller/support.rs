@@ -1,7 +1,6 @@
 //! A gateway + test engine + store on loopback, and a controller over them.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+pub use crate::process::{pid_alive, python, repo_root, wait_until};
 use std::time::Duration;
 
 use agl_controller::{Controller, ControllerConfig, GatewayClient, LocalRunner};
@@ -130,51 +129,9 @@ impl Stack {
     pub async fn wait_terminal(&self, ids: &[String], limit: Duration) {
         self.wait_for(
             limit,
-            |recs| recs.iter().all(|r| agl_store::state::is_terminal(r.status)),
+            |recs| recs.iter().all(|r| r.status.is_terminal()),
             ids,
         )
         .await;
     }
-}
-
-pub async fn wait_until(limit: Duration, cond: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !cond() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Whether `pid` is a live process (a zombie counts as gone).
-pub fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next());
-            state != Some("Z") && state != Some("X")
-        }
-        Err(_) => false,
-    }
-}
-
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `$AGL_VENV/bin/python` (default `<repo>/.venv`), checked to import `openai`.
-pub fn python() -> PathBuf {
-    let repo = repo_root();
-    let venv = std::env::var_os("AGL_VENV").map_or_else(|| repo.join(".venv"), |v| repo.join(v));
-    let python = venv.join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "{} cannot import `openai`: run deploy/setup.sh",
-        python.display()
-    );
-    python
 }

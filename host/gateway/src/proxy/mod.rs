@@ -38,7 +38,6 @@ use super::control::now_ms;
 use super::error::ApiError;
 use super::extract::ApiPath;
 use agl_store::Mode;
-use agl_store::state::is_terminal;
 use agl_wire::rollout::{ApiKind, JsonText};
 use call::{Call, CallOutcome};
 
@@ -120,7 +119,7 @@ async fn handle(
         .and_then(|text| RawValue::from_string(text.to_owned()).ok())
         .ok_or_else(|| ApiError::bad_request("invalid JSON body"))?;
     let rec = st.store.rollout_gate(&rollout_id).await?;
-    if is_terminal(rec.status) {
+    if rec.status.is_terminal() {
         return Err(ApiError::conflict(format!(
             "rollout `{rollout_id}` is finished"
         )));

@@ -5,6 +5,9 @@ mod api;
 mod curl;
 mod load;
 mod openai_sdk;
+#[allow(dead_code)]
+#[path = "../../../../tests/support/process.rs"]
+mod process;
 mod proxy;
 #[allow(dead_code)] // each module uses a subset
 mod support;

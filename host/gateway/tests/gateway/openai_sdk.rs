@@ -3,7 +3,8 @@
 //! `deploy/setup.sh`). A missing interpreter or `openai` package fails the
 //! test rather than skipping it.
 
-use std::path::{Path, PathBuf};
+use crate::process::python;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -40,25 +41,6 @@ async fn start() -> Env {
         token: local.auth.rollout_token("r1"),
         local,
     }
-}
-
-/// `$AGL_VENV/bin/python` (relative paths from the repo root, as setup.sh
-/// resolves them), checked to import `openai`.
-fn python() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = std::env::var_os("AGL_VENV").map_or_else(|| repo.join(".venv"), |v| repo.join(v));
-    let python = venv.join("bin/python");
-    let ok = Command::new(&python)
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "{} cannot import `openai`: run deploy/setup.sh (AGL_VENV={})",
-        python.display(),
-        venv.display()
-    );
-    python
 }
 
 /// Runs the client script in a blocking thread; returns its JSON summary.
