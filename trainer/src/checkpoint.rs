@@ -100,6 +100,16 @@ fn torch_err(path: &Path) -> impl FnOnce(tch::TchError) -> CheckpointError + '_ 
     }
 }
 
+/// Creates `dir` and its missing parents readable by the owner only
+/// (0700): checkpoints hold the policy's weights.
+pub fn create_private_dir_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// Saves `dir/step-<meta.step>` (six digits or more) and then keeps only the
 /// newest `keep_last` complete checkpoints (0 keeps all). A checkpoint of the
 /// same step is replaced. Returns the checkpoint's path.
@@ -110,7 +120,7 @@ pub fn save_checkpoint(
     meta: &CheckpointMeta,
     keep_last: usize,
 ) -> Result<PathBuf, CheckpointError> {
-    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    create_private_dir_all(dir).map_err(io_err(dir))?;
     let tmp = dir.join(format!(
         "{TMP_PREFIX}step-{}-{}",
         meta.step,
@@ -119,7 +129,7 @@ pub fn save_checkpoint(
     if tmp.exists() {
         fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
-    fs::create_dir(&tmp).map_err(io_err(&tmp))?;
+    create_private_dir_all(&tmp).map_err(io_err(&tmp))?;
 
     let model_dir = tmp.join(MODEL_DIR);
     model

@@ -284,7 +284,7 @@ impl Setup {
                 "{}/proxy/{id}/1/train/openai/v1/chat/completions",
                 self.gateway_base
             );
-            let token = self.auth.rollout_token(&id);
+            let token = self.auth.rollout_token(&id, 1);
             out.push((url, token, harness_body()));
         }
         out

@@ -16,7 +16,9 @@ use agl_wire::rollout::{FailureKind, RolloutStatus};
 pub const EXECUTION: &str = "execution";
 
 /// Adopts, or stops and fails, every `running` rollout; re-queues system
-/// failures whose retry was never made. Returns the adopted executions.
+/// failures whose retry was never made. Returns the adopted executions. A
+/// rollout that cannot be recovered is logged and skipped: one bad row must
+/// not keep the controller from running the rest.
 pub async fn recover<R: Runner>(
     client: &GatewayClient,
     runner: &R,
@@ -29,39 +31,13 @@ pub async fn recover<R: Runner>(
             rollout_id: r.id.clone(),
             attempt: r.attempt,
         };
-        let events = client.events(&r.id).await?;
-        let recorded: Option<Value> = events
-            .iter()
-            .rev()
-            .find(|e| e.kind == EXECUTION && e.attempt == r.attempt)
-            .map(|e| e.payload.parse().unwrap_or(Value::Null));
-        let runner_name = recorded
-            .as_ref()
-            .and_then(|p| p.get("runner"))
-            .and_then(Value::as_str);
-        if runner_name.is_some_and(|n| n != runner.name()) {
-            continue; // another runner's execution
-        }
-        // Without an `execution` event (a crash between launch and its
-        // record) the runner is still asked: a Kubernetes Job has a
-        // deterministic name and may be running; a local runner answers Lost.
-        let found = runner
-            .recover(
-                &key,
-                recorded.as_ref().unwrap_or(&Value::Null),
-                updates.clone(),
-            )
-            .await;
-        match found {
-            Recovered::Adopted => {
+        match recover_one(client, runner, updates, max_system_retries, &key).await {
+            Ok(true) => {
                 adopted.insert(key);
             }
-            Recovered::Finished(outcome) => {
-                finish(client, &key, &outcome, max_system_retries).await?
-            }
-            Recovered::Lost => {
-                let outcome = AttemptOutcome::system("controller restarted");
-                finish(client, &key, &outcome, max_system_retries).await?;
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(rollout = %key.rollout_id, error = %e, "cannot recover this rollout; skipped");
             }
         }
     }
@@ -69,9 +45,53 @@ pub async fn recover<R: Runner>(
         if r.failure == Some(FailureKind::System) && r.attempt <= max_system_retries {
             match client.retry(&r.id).await {
                 Ok(_) | Err(ClientError::Conflict(_)) => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(rollout = %r.id, error = %e, "cannot re-queue this rollout; skipped");
+                }
             }
         }
     }
     Ok(adopted)
+}
+
+/// Converges one `running` rollout; `true` when its execution was adopted.
+async fn recover_one<R: Runner>(
+    client: &GatewayClient,
+    runner: &R,
+    updates: &mpsc::UnboundedSender<Ending>,
+    max_system_retries: u32,
+    key: &ExecKey,
+) -> Result<bool, ClientError> {
+    let events = client.events(&key.rollout_id).await?;
+    let recorded: Option<Value> = events
+        .iter()
+        .rev()
+        .find(|e| e.kind == EXECUTION && e.attempt == key.attempt)
+        .map(|e| e.payload.parse().unwrap_or(Value::Null));
+    let runner_name = recorded
+        .as_ref()
+        .and_then(|p| p.get("runner"))
+        .and_then(Value::as_str);
+    if runner_name.is_some_and(|n| n != runner.name()) {
+        return Ok(false); // another runner's execution
+    }
+    // Without an `execution` event (a crash between launch and its
+    // record) the runner is still asked: a Kubernetes Job has a
+    // deterministic name and may be running; a local runner answers Lost.
+    let found = runner
+        .recover(
+            key,
+            recorded.as_ref().unwrap_or(&Value::Null),
+            updates.clone(),
+        )
+        .await;
+    match found {
+        Recovered::Adopted => return Ok(true),
+        Recovered::Finished(outcome) => finish(client, key, &outcome, max_system_retries).await?,
+        Recovered::Lost => {
+            let outcome = AttemptOutcome::system("controller restarted");
+            finish(client, key, &outcome, max_system_retries).await?;
+        }
+    }
+    Ok(false)
 }

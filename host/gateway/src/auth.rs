@@ -1,8 +1,11 @@
-//! Who is calling: the admin (management key as Bearer) or one rollout's agent
-//! (a per-rollout token). Rollout tokens are `agl-rt-<hex(id)>.<hex(mac)>`
-//! with mac = HMAC-SHA256(secret, id): the id inside lets a valid token for
-//! another rollout be told apart (403) from a forged or garbled one (401).
-//! Both checks compare in constant time.
+//! Who is calling: the admin (management key as Bearer) or the agent of one
+//! rollout attempt (a per-attempt token). Rollout tokens are
+//! `agl-rt-<hex(id)>.<attempt>.<hex(mac)>` with mac = HMAC-SHA256(secret,
+//! id NUL attempt): the id and attempt inside let a valid token for another
+//! rollout or an older attempt be told apart (403) from a forged or garbled
+//! one (401). A retried rollout's new attempt gets a new token, so an agent
+//! of the failed attempt that is still alive cannot write into it. Both
+//! checks compare in constant time.
 
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
@@ -23,8 +26,34 @@ const TOKEN_PREFIX: &str = "agl-rt-";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
     Admin,
-    /// An agent holding the token of this rollout.
-    Rollout(String),
+    /// An agent holding the token of this rollout attempt.
+    Rollout(RolloutAttempt),
+}
+
+/// The rollout attempt a token was issued for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutAttempt {
+    pub id: String,
+    pub attempt: u32,
+}
+
+impl RolloutAttempt {
+    /// Refuses (403) a token of another rollout or of another attempt than
+    /// `attempt` (the one the route addresses, or the rollout's current).
+    pub fn check(&self, id: &str, attempt: u32) -> Result<(), ApiError> {
+        if self.id != id {
+            return Err(ApiError::forbidden(
+                "this rollout token is not valid for that rollout",
+            ));
+        }
+        if self.attempt != attempt {
+            return Err(ApiError::forbidden(format!(
+                "this rollout token is for attempt {}, not attempt {attempt}",
+                self.attempt
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Issues and checks tokens; `admin_key: None` turns auth off.
@@ -45,18 +74,22 @@ impl Auth {
         self.admin_key.is_some()
     }
 
-    fn mac(&self, rollout_id: &str) -> HmacSha256 {
+    fn mac(&self, rollout_id: &str, attempt: u32) -> HmacSha256 {
         // HMAC takes keys of any length, so this cannot fail.
         let mut mac = HmacSha256::new_from_slice(&self.secret).expect("HMAC accepts any key");
+        // NUL cannot occur in a rollout id, so (id, attempt) pairs never
+        // collide.
         mac.update(rollout_id.as_bytes());
+        mac.update(b"\0");
+        mac.update(attempt.to_string().as_bytes());
         mac
     }
 
-    /// The token an agent of `rollout_id` authenticates with.
-    pub fn rollout_token(&self, rollout_id: &str) -> String {
-        let tag = self.mac(rollout_id).finalize().into_bytes();
+    /// The token the agent of `rollout_id`'s `attempt` authenticates with.
+    pub fn rollout_token(&self, rollout_id: &str, attempt: u32) -> String {
+        let tag = self.mac(rollout_id, attempt).finalize().into_bytes();
         format!(
-            "{TOKEN_PREFIX}{}.{}",
+            "{TOKEN_PREFIX}{}.{attempt}.{}",
             hex::encode(rollout_id),
             hex::encode(tag)
         )
@@ -78,16 +111,24 @@ impl Auth {
         }
     }
 
-    fn check_rollout_token(&self, rest: &str) -> Result<String, ApiError> {
+    fn check_rollout_token(&self, rest: &str) -> Result<RolloutAttempt, ApiError> {
         let garbled = || ApiError::unauthorized("invalid rollout token");
-        let (id_hex, tag_hex) = rest.split_once('.').ok_or_else(garbled)?;
+        let mut parts = rest.split('.');
+        let (Some(id_hex), Some(attempt), Some(tag_hex), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(garbled());
+        };
         let id = hex::decode(id_hex)
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
             .ok_or_else(garbled)?;
+        let attempt: u32 = attempt.parse().map_err(|_| garbled())?;
         let tag = hex::decode(tag_hex).map_err(|_| garbled())?;
-        self.mac(&id).verify_slice(&tag).map_err(|_| garbled())?;
-        Ok(id)
+        self.mac(&id, attempt)
+            .verify_slice(&tag)
+            .map_err(|_| garbled())?;
+        Ok(RolloutAttempt { id, attempt })
     }
 }
 
@@ -133,8 +174,9 @@ pub async fn require_rollout_access(
     next: Next,
 ) -> Result<Response, ApiError> {
     let who = state.auth.identify(req.headers())?;
+    // The attempt is checked by the handler, against the rollout's record.
     if let Principal::Rollout(own) = &who
-        && *own != id
+        && own.id != id
     {
         return Err(ApiError::forbidden(
             "this rollout token is not valid for that rollout",
@@ -159,16 +201,32 @@ mod tests {
     }
 
     #[test]
-    fn tokens_identify_their_rollout_and_reject_forgeries() {
+    fn tokens_identify_their_rollout_attempt_and_reject_forgeries() {
         let auth = Auth::new(Some("adm".into()), b"secret".to_vec());
-        let t = auth.rollout_token("r-1");
+        let t = auth.rollout_token("r-1", 2);
+        let who = RolloutAttempt {
+            id: "r-1".into(),
+            attempt: 2,
+        };
         assert_eq!(
             auth.identify(&headers(&t)).unwrap(),
-            Principal::Rollout("r-1".into())
+            Principal::Rollout(who.clone())
         );
+        assert!(who.check("r-1", 2).is_ok());
+        assert_eq!(who.check("r-1", 3).unwrap_err().status, 403);
+        assert_eq!(who.check("r-2", 2).unwrap_err().status, 403);
         assert_eq!(auth.identify(&headers("adm")).unwrap(), Principal::Admin);
-        let other = Auth::new(Some("adm".into()), b"other".to_vec()).rollout_token("r-1");
-        for bad in [other.as_str(), "agl-rt-zz.00", "agl-rt-", "nope", "adm2"] {
+        let other = Auth::new(Some("adm".into()), b"other".to_vec()).rollout_token("r-1", 2);
+        // The attempt is inside the MAC: rewriting it garbles the token.
+        let bumped = t.replacen(".2.", ".3.", 1);
+        for bad in [
+            other.as_str(),
+            bumped.as_str(),
+            "agl-rt-zz.1.00",
+            "agl-rt-",
+            "nope",
+            "adm2",
+        ] {
             let e = auth.identify(&headers(bad)).unwrap_err();
             assert_eq!(e.status, 401, "{bad}");
         }

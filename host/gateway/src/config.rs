@@ -20,6 +20,14 @@ pub struct GatewayConfig {
     pub token_secret_env: String,
     /// Largest request body accepted, in bytes (413 above it).
     pub body_limit_bytes: usize,
+    /// Connections held open at once; more wait in the accept queue.
+    pub max_connections: usize,
+    /// Seconds a connection has to deliver a complete request head once the
+    /// server waits for one: bounds slow headers and idle keep-alive
+    /// connections alike.
+    pub header_timeout_secs: f64,
+    /// Seconds a request body has to arrive in full (408 after).
+    pub body_timeout_secs: f64,
     /// Base URL agents reach the gateway at, used in proxy URLs; unset =
     /// `http://<listen>`.
     pub public_base_url: Option<String>,
@@ -37,6 +45,9 @@ impl Default for GatewayConfig {
             token_secret: None,
             token_secret_env: "AGL_TOKEN_SECRET".into(),
             body_limit_bytes: 32 * 1024 * 1024,
+            max_connections: 4096,
+            header_timeout_secs: 30.0,
+            body_timeout_secs: 60.0,
             public_base_url: None,
             train_temperature: 1.0,
             val_temperature: 0.0,
@@ -45,6 +56,11 @@ impl Default for GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// `secs` as a duration; a bad value (negative, NaN) falls back to 1 s.
+    pub fn seconds(secs: f64) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(secs).unwrap_or(std::time::Duration::from_secs(1))
+    }
+
     /// Fills the admin key and token secret from the environment where the
     /// file leaves them unset. Called at the edge (`agl serve`), so library
     /// users and tests see only what they configured.

@@ -10,7 +10,7 @@ use super::auth::Principal;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use agl_wire::api::{AppendEvent, EventAppended, EventList, ListEvents};
-use agl_wire::record::MODEL_REQUEST;
+use agl_wire::record::{MODEL_REQUEST, ModelRequest};
 
 const DEFAULT_PAGE: u32 = 100;
 const MAX_KIND_LEN: usize = 128;
@@ -33,8 +33,23 @@ pub async fn append(
             "a rollout token cannot write model_request events",
         ));
     }
+    // Written by the admin: it must read back as a record, or the export
+    // of this rollout would have to drop it.
+    if body.kind == MODEL_REQUEST
+        && let Err(e) = serde_json::from_str::<ModelRequest>(body.payload.as_str())
+    {
+        return Err(ApiError::bad_request(format!(
+            "a model_request payload must be a model_request record: {e}"
+        )));
+    }
     let rec = st.store.rollout_gate(&id).await?;
     let attempt = body.attempt.unwrap_or(rec.attempt);
+    // An agent writes only into its own attempt, and only while it is the
+    // current one.
+    if let Principal::Rollout(own) = &who {
+        own.check(&id, rec.attempt)?;
+        own.check(&id, attempt)?;
+    }
     // Checked here, not in the store: a rollout finishing between this read
     // and the append can still take one late event, which export keeps.
     if rec.status.is_terminal() || attempt < rec.attempt {
@@ -56,9 +71,13 @@ pub async fn append(
 
 pub async fn list(
     State(st): State<AppState>,
+    Extension(who): Extension<Principal>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ListEvents>,
 ) -> Result<Json<EventList>, ApiError> {
+    if let Principal::Rollout(own) = &who {
+        own.check(&id, st.store.rollout_gate(&id).await?.attempt)?;
+    }
     let events = st
         .store
         .list_events(&id, q.after, q.limit.unwrap_or(DEFAULT_PAGE))

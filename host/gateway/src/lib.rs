@@ -13,11 +13,13 @@ mod engines;
 mod error;
 mod events;
 mod extract;
+mod local;
 mod metrics;
 mod plugins;
 mod proxy;
 mod proxy_admin;
 mod rollouts;
+mod server;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,7 +32,7 @@ use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-pub use auth::{Auth, Principal};
+pub use auth::{Auth, Principal, RolloutAttempt};
 pub use control::{CallGuard, InFlightCall, ProxyControl};
 pub use error::ApiError;
 pub use metrics::{Metrics, MetricsSource};
@@ -61,6 +63,8 @@ pub struct AppState {
     pub extra_metrics: Option<Arc<dyn MetricsSource>>,
     /// The hosting run's plugins (see [`Gateway::with_plugin_admin`]).
     pub plugins: Option<SharedPluginAdmin>,
+    /// Hosts a gateway with auth off answers to (see `local.rs`).
+    pub local_hosts: Arc<local::LocalHosts>,
 }
 
 pub struct Gateway {
@@ -97,6 +101,7 @@ impl Gateway {
                 retries: proxy::RetryIndex::default(),
                 extra_metrics: None,
                 plugins: None,
+                local_hosts: Arc::new(local::LocalHosts::new(config.public_base_url.as_deref())),
                 config: Arc::new(config),
             },
         }
@@ -156,14 +161,18 @@ impl Gateway {
                 post(events::append).get(events::list),
             )
             .route_layer(from_fn_with_state(st.clone(), auth::require_rollout_access));
-        Router::new()
+        let mut router = Router::new()
             .route("/healthz", get(healthz))
             .route("/metrics", get(metrics_text))
             .merge(admin)
             .merge(agent)
             .merge(proxy::routes())
             .fallback(error::unknown_route)
-            .method_not_allowed_fallback(error::wrong_method)
+            .method_not_allowed_fallback(error::wrong_method);
+        if !st.auth.enabled() {
+            router = router.layer(from_fn_with_state(st.clone(), local::guard));
+        }
+        router
             .layer(from_fn_with_state(st.clone(), metrics::track))
             .layer(DefaultBodyLimit::max(st.config.body_limit_bytes))
             .with_state(st)
@@ -175,9 +184,12 @@ impl Gateway {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
-            .await
+        let limits = server::Limits {
+            max_connections: self.state.config.max_connections,
+            header_timeout: GatewayConfig::seconds(self.state.config.header_timeout_secs),
+        };
+        let metrics = self.state.metrics.clone();
+        server::serve(listener, self.router(), limits, metrics, shutdown).await
     }
 }
 

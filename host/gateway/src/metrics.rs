@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
@@ -40,6 +40,17 @@ pub struct Metrics {
     latency: Mutex<BTreeMap<String, Histogram>>,
     events_written: AtomicU64,
     upstream_errors: AtomicU64,
+    connections: Arc<AtomicU64>,
+    cancelled_calls: AtomicU64,
+}
+
+/// Counts one open connection until dropped.
+pub struct OpenConnection(Arc<AtomicU64>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -68,6 +79,22 @@ impl Metrics {
     /// For the proxy: an upstream engine call failed.
     pub fn upstream_error(&self) {
         self.upstream_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// For the server loop: a connection was accepted.
+    pub fn connection_opened(&self) -> OpenConnection {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(self.connections.clone())
+    }
+
+    /// Connections held open now.
+    pub fn open_connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// For the proxy: a call's client left before its answer was complete.
+    pub fn call_cancelled(&self) {
+        self.cancelled_calls.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn render(&self, control: &ProxyControl) -> String {
@@ -111,6 +138,16 @@ impl Metrics {
                 "agl_upstream_errors_total",
                 "counter",
                 self.upstream_errors.load(Ordering::Relaxed),
+            ),
+            (
+                "agl_proxy_cancelled_calls_total",
+                "counter",
+                self.cancelled_calls.load(Ordering::Relaxed),
+            ),
+            (
+                "agl_http_open_connections",
+                "gauge",
+                self.open_connections(),
             ),
             (
                 "agl_proxy_inflight_calls",

@@ -12,8 +12,6 @@ use agl_wire::api::{CreateRollouts, ListRollouts, RolloutList, RolloutView, Stat
 use agl_wire::rollout::RolloutStatus;
 use agl_wire::urls;
 
-/// Longest caller-supplied rollout id accepted.
-const MAX_ID_LEN: usize = 256;
 /// Page size when the caller names none.
 const DEFAULT_PAGE: u32 = 100;
 
@@ -24,7 +22,7 @@ impl AppState {
         RolloutView {
             proxy_base_url: urls::proxy_base_url(&self.public_base, &r.id, r.attempt, r.mode),
             events_url: urls::events_url(&self.public_base, &r.id),
-            token: self.auth.rollout_token(&r.id),
+            token: self.auth.rollout_token(&r.id, r.attempt),
             id: r.id,
             group_id: r.group_id,
             mode: r.mode,
@@ -48,18 +46,7 @@ pub async fn create(
     if body.rollouts.is_empty() {
         return Err(ApiError::bad_request("`rollouts` is empty"));
     }
-    let mut batch = Vec::with_capacity(body.rollouts.len());
-    for item in body.rollouts {
-        if let Some(id) = &item.id
-            && (id.is_empty() || id.len() > MAX_ID_LEN || id.contains('/'))
-        {
-            return Err(ApiError::bad_request(format!(
-                "rollout_id must be 1..={MAX_ID_LEN} bytes without `/`"
-            )));
-        }
-        batch.push(item);
-    }
-    let created = st.store.create_rollouts(batch).await?;
+    let created = st.store.create_rollouts(body.rollouts).await?;
     Ok(Json(RolloutList {
         rollouts: created.into_iter().map(|r| st.view(r)).collect(),
         next_cursor: None,

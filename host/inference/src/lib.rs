@@ -37,10 +37,16 @@ use agl_trainer::model::Model;
 use anyhow::Context;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
+
+/// Largest request body the engine takes: above the gateway's default
+/// (32 MiB), so whatever the gateway accepts reaches the engine, which
+/// answers a prompt too long for its context with a 400 of its own
+/// (axum's default would refuse anything over 2 MB).
+pub const BODY_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 use serde_json::{Value, json};
 
 use agl_tokenizer::Tokenizer;
@@ -103,11 +109,13 @@ impl InferenceServer {
         &self.model_name
     }
 
+    /// The engine's routes. Bodies up to [`BODY_LIMIT_BYTES`] are taken.
     pub fn router(&self) -> Router {
         Router::new()
             .route("/v1/chat/completions", post(chat_route))
             .route("/v1/completions", post(completions_route))
             .route("/v1/models", get(models))
+            .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
             .with_state(self.clone())
     }
 }

@@ -9,6 +9,11 @@ pub enum StoreError {
         path: String,
         source: rusqlite::Error,
     },
+    #[error("cannot create store {path} owner-only: {source}")]
+    Private {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("store {path}: cannot use WAL (journal_mode is {mode})")]
     NoWal { path: String, mode: String },
     #[error(
@@ -43,12 +48,12 @@ pub enum StoreError {
     BadCursor(String),
     #[error("value out of range: {0}")]
     OutOfRange(String),
-    #[error("event {seq}: malformed model_request payload: {source}")]
-    BadPayload { seq: u64, source: serde_json::Error },
     #[error("corrupt row: {0}")]
     BadRow(String),
     #[error("batch commit failed: {0}")]
     Commit(String),
+    #[error("invalid rollout id: {0}")]
+    BadId(String),
     #[error("store writer has stopped")]
     Closed,
 }
@@ -67,7 +72,9 @@ impl From<StoreError> for agl_wire::ApiError {
             | StaleAttempt { .. }
             | Supersede { .. }
             | WeightVersionExists(_) => ApiError::conflict(e.to_string()),
-            BadPatch(_) | BadCursor(_) | OutOfRange(_) => ApiError::bad_request(e.to_string()),
+            BadPatch(_) | BadCursor(_) | OutOfRange(_) | BadId(_) => {
+                ApiError::bad_request(e.to_string())
+            }
             _ => {
                 tracing::error!(error = %e, "store failure");
                 ApiError::internal(e.to_string())

@@ -1,6 +1,6 @@
 //! Assembles a stored rollout into the rollout JSONL record.
 
-use agl_wire::record::{MODEL_REQUEST, ModelRequest};
+use agl_wire::record::{CallStatus, MODEL_REQUEST, ModelRequest};
 use rusqlite::Connection;
 
 use super::StoreError;
@@ -27,11 +27,20 @@ pub fn export_rollout(conn: &Connection, id: &str) -> Result<Rollout, StoreError
         if ev.superseded_by.is_some() {
             continue;
         }
-        let call: ModelRequest =
-            serde_json::from_str(ev.payload.as_str()).map_err(|source| StoreError::BadPayload {
-                seq: ev.seq,
-                source,
-            })?;
+        // A record that cannot be read is left out, not allowed to fail the
+        // whole rollout's export; the events list shows it as an error.
+        let call: ModelRequest = match serde_json::from_str(ev.payload.as_str()) {
+            Ok(call) => call,
+            Err(e) => {
+                tracing::warn!(rollout = id, seq = ev.seq, error = %e, "unreadable model_request left out");
+                continue;
+            }
+        };
+        // The client left before this answer reached it: not part of the
+        // conversation the harness saw.
+        if call.status == CallStatus::Cancelled {
+            continue;
+        }
         calls.push(call.into_call(calls.len() as u32));
     }
     Ok(Rollout {

@@ -50,6 +50,7 @@ pub use schema::SCHEMA_VERSION;
 pub use types::{RolloutGate, RolloutPage, RolloutRecord, WeightVersion};
 
 use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
+use agl_wire::urls;
 
 /// The default file name of the store.
 pub const DEFAULT_FILE: &str = "agl.db";
@@ -149,6 +150,11 @@ impl Store {
         &self,
         batch: Vec<NewRollout>,
     ) -> Result<Vec<RolloutRecord>, StoreError> {
+        // Checked before the batch reaches the writer: a bad id refuses the
+        // whole batch and nothing of it is written.
+        for id in batch.iter().filter_map(|r| r.id.as_deref()) {
+            urls::check_rollout_id(id).map_err(StoreError::BadId)?;
+        }
         self.write(move |c| writes::create_rollouts(c, batch)).await
     }
 
@@ -168,6 +174,7 @@ impl Store {
         let gate = RolloutGate {
             status: rec.status,
             attempt: rec.attempt,
+            mode: rec.mode,
         };
         self.inner.gates.fill(generation, rec.id, gate);
         Ok(gate)

@@ -29,10 +29,24 @@ fn bad(what: &str) -> rusqlite::Error {
     )
 }
 
+/// A JSON column. Text that no longer passes the checks (written by an
+/// older agl, or damaged) is served as an error value for this row, so one
+/// bad row never breaks a read of many.
 fn json(row: &Row, col: &str) -> rusqlite::Result<JsonText> {
     let text: String = row.get(col)?;
-    // Stored text was valid JSON when written; failing here means corruption.
-    serde_json::from_str(&text).map_err(|_| bad(col))
+    Ok(serde_json::from_str(&text).unwrap_or_else(|e| unreadable(col, &e.to_string())))
+}
+
+/// The value a stored document that cannot be served is replaced with.
+pub fn unreadable(col: &str, reason: &str) -> JsonText {
+    tracing::warn!(
+        column = col,
+        reason,
+        "stored JSON cannot be served as it is"
+    );
+    JsonText::from(serde_json::json!({
+        "agl_error": format!("stored {col} cannot be served: {reason}")
+    }))
 }
 
 fn u64_col(row: &Row, col: &str) -> rusqlite::Result<u64> {

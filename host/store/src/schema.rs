@@ -1,6 +1,6 @@
 //! Connection settings and schema migrations (tracked in `PRAGMA user_version`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -96,7 +96,33 @@ pub enum Durability {
 }
 
 /// The single write connection, with the schema brought up to date.
+/// Creates the store file owner-only (0600) before SQLite opens it; SQLite
+/// gives the `-wal` and `-shm` files it creates the same mode. Files left
+/// more open by an older agl are tightened.
+fn private_files(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", path.display()));
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
+    private_files(path).map_err(|source| StoreError::Private {
+        path: path.display().to_string(),
+        source,
+    })?;
     let mut conn = Connection::open(path).map_err(open_err(path))?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // WAL: readers never block the writer. In WAL mode a commit is written

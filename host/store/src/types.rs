@@ -26,6 +26,8 @@ pub struct RolloutRecord {
 pub struct RolloutGate {
     pub status: RolloutStatus,
     pub attempt: u32,
+    /// Fixed at create: the sampling the proxy applies.
+    pub mode: Mode,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

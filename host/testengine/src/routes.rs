@@ -113,15 +113,22 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         Err(e) => return e.into_response(),
     };
     let decision = state.faults.decide(params.stream);
+    let answering = state.answering();
     if !decision.first_byte_latency.is_zero() {
         tokio::time::sleep(decision.first_byte_latency).await;
     }
     match decision.action {
-        Action::Reset => return reset(parts.extensions.get::<ConnKill>()).await,
+        Action::Reset => {
+            answering.done();
+            return reset(parts.extensions.get::<ConnKill>()).await;
+        }
         Action::Fail {
             status,
             retry_after,
-        } => return failure(status, retry_after),
+        } => {
+            answering.done();
+            return failure(status, retry_after);
+        }
         Action::Serve | Action::CutStream(_) => {}
     }
     let request = EngineRequest {
@@ -147,8 +154,9 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         params,
     };
     if call.params.stream {
-        stream::respond(&call, decision)
+        stream::respond(&call, decision, answering)
     } else {
+        answering.done();
         Json(call.body()).into_response()
     }
 }

@@ -1,7 +1,7 @@
 //! State shared by all requests: script, faults and the request log.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -43,6 +43,28 @@ pub struct EngineState {
     pub(crate) faults: FaultState,
     requests: Mutex<Vec<RecordedRequest>>,
     next_id: AtomicU64,
+    abandoned: Arc<AtomicU64>,
+}
+
+/// One answer being produced; counts as abandoned if dropped before
+/// [`Answering::done`] (its client, e.g. the gateway, went away).
+pub(crate) struct Answering {
+    abandoned: Arc<AtomicU64>,
+    done: bool,
+}
+
+impl Answering {
+    pub(crate) fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        if !self.done {
+            self.abandoned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl EngineState {
@@ -55,6 +77,20 @@ impl EngineState {
             faults: FaultState::new(config.faults),
             requests: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
+            abandoned: Arc::default(),
+        }
+    }
+
+    /// Answers whose client left before the last byte (the engine stopped
+    /// producing them then, as vLLM aborts a request whose client is gone).
+    pub fn abandoned(&self) -> u64 {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn answering(&self) -> Answering {
+        Answering {
+            abandoned: self.abandoned.clone(),
+            done: false,
         }
     }
 

@@ -12,12 +12,13 @@ use super::faults::{Action, Decision};
 use super::plan::Delta;
 use super::response::{Call, chat_logprobs, completion_logprobs, insert};
 use super::script::Endpoint;
+use super::state::Answering;
 
 /// Pause before a cut so the chunks before it reach the client.
 const CUT_FLUSH: Duration = Duration::from_millis(5);
 
 /// The SSE response for `call`, with the decision's chunk latency and cut.
-pub fn respond(call: &Call, decision: Decision) -> Response {
+pub fn respond(call: &Call, decision: Decision, answering: Answering) -> Response {
     let mut items: Vec<Result<Bytes, io::Error>> = chunks(call)
         .into_iter()
         .map(|chunk| Ok(Bytes::from(format!("data: {chunk}\n\n"))))
@@ -30,7 +31,7 @@ pub fn respond(call: &Call, decision: Decision) -> Response {
         items.truncate(after);
         items.push(Err(io::Error::other("stream cut by fault injection")));
     }
-    let body = Body::from_stream(paced(items, decision.chunk_latency));
+    let body = Body::from_stream(paced(items, decision.chunk_latency, answering));
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -42,14 +43,21 @@ pub fn respond(call: &Call, decision: Decision) -> Response {
 }
 
 /// Yields `items`, waiting `gap` before each one after the first.
+/// The stream is abandoned if dropped before its last item.
 fn paced(
     items: Vec<Result<Bytes, io::Error>>,
     gap: Duration,
+    answering: Answering,
 ) -> impl futures_util::Stream<Item = Result<Bytes, io::Error>> {
     futures_util::stream::unfold(
-        (items.into_iter(), true),
-        move |(mut rest, first)| async move {
-            let item = rest.next()?;
+        (items.into_iter(), true, Some(answering)),
+        move |(mut rest, first, mut answering)| async move {
+            let Some(item) = rest.next() else {
+                if let Some(a) = answering.take() {
+                    a.done();
+                }
+                return None;
+            };
             if !first && !gap.is_zero() {
                 tokio::time::sleep(gap).await;
             }
@@ -58,7 +66,7 @@ fn paced(
                 // cut would discard the head too and look like a reset.
                 tokio::time::sleep(CUT_FLUSH).await;
             }
-            Some((item, (rest, false)))
+            Some((item, (rest, false, answering)))
         },
     )
 }

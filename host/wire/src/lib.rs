@@ -8,10 +8,13 @@
 //!   the export reads, and the `reward` event a harness posts.
 //! - [`urls`]: the proxy and events URLs handed to agents, and engine base
 //!   URLs in one normal form.
+//! - [`json`]: [`json::JsonText`], JSON kept as text, and the nesting and
+//!   number limits every stored document is checked against.
 //! - [`error`]: the `{"error": {"message", "type"}}` body.
 
 pub mod api;
 pub mod error;
+pub mod json;
 pub mod record;
 pub mod rollout;
 pub mod urls;

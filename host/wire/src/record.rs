@@ -66,6 +66,9 @@ pub enum CallStatus {
     #[default]
     Ok,
     Error,
+    /// The client went away before the answer reached it; the engine's
+    /// work was stopped and the call is not part of the exported rollout.
+    Cancelled,
 }
 
 impl ModelRequest<JsonText> {

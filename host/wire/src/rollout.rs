@@ -7,71 +7,8 @@ use std::io::BufRead;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use serde_json::value::RawValue;
 
-/// A JSON document kept as the text it arrived as. Request and response
-/// bodies reach plugins verbatim, and the host never re-serialises the
-/// megabytes of history a long rollout's requests carry.
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct JsonText(Box<RawValue>);
-
-impl JsonText {
-    pub fn as_str(&self) -> &str {
-        self.0.get()
-    }
-
-    pub fn parse(&self) -> serde_json::Result<Value> {
-        serde_json::from_str(self.as_str())
-    }
-
-    /// Wraps JSON text that has already been validated.
-    pub fn from_raw(raw: Box<RawValue>) -> Self {
-        Self(raw)
-    }
-}
-
-impl From<Value> for JsonText {
-    fn from(v: Value) -> Self {
-        Self::from(&v)
-    }
-}
-
-impl From<&Value> for JsonText {
-    fn from(v: &Value) -> Self {
-        // Serialising a `Value` cannot fail: its keys are always strings.
-        Self(serde_json::value::to_raw_value(v).unwrap_or_else(|_| null()))
-    }
-}
-
-fn null() -> Box<RawValue> {
-    RawValue::from_string("null".into()).expect("`null` is JSON")
-}
-
-impl Default for JsonText {
-    fn default() -> Self {
-        Self(null())
-    }
-}
-
-impl PartialEq for JsonText {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl std::fmt::Debug for JsonText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::fmt::Display for JsonText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::json::JsonText;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -8,6 +8,28 @@
 
 use crate::rollout::Mode;
 
+/// Longest rollout id agl accepts.
+pub const MAX_ROLLOUT_ID_LEN: usize = 128;
+
+/// A rollout id is one URL path segment that every client, proxy and
+/// router reads the same way: 1..=128 of `A-Z a-z 0-9 . _ -`, and not `.`
+/// or `..` (which URL clients resolve away).
+pub fn check_rollout_id(id: &str) -> Result<(), String> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    if id.is_empty()
+        || id.len() > MAX_ROLLOUT_ID_LEN
+        || !id.bytes().all(allowed)
+        || id == "."
+        || id == ".."
+    {
+        return Err(format!(
+            "`{}` is not 1..={MAX_ROLLOUT_ID_LEN} of A-Z a-z 0-9 . _ - (and not `.` or `..`)",
+            id.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
 /// Percent-encodes one path segment or query value (RFC 3986 unreserved
 /// characters stay as they are).
 pub fn encode_segment(s: &str) -> String {
@@ -78,6 +100,26 @@ mod tests {
             assert_eq!(engine_root_url(given), "http://h:8000", "{given}");
         }
         assert_eq!(engine_base_url("embedded://policy"), "embedded://policy");
+    }
+
+    #[test]
+    fn rollout_ids_are_one_plain_segment() {
+        for ok in [
+            "r1",
+            "g000001-r3",
+            "val0001-0002",
+            "a.b_c-D",
+            "...",
+            &"x".repeat(128),
+        ] {
+            assert!(check_rollout_id(ok).is_ok(), "{ok}");
+        }
+        let long = "x".repeat(129);
+        for bad in [
+            "", ".", "..", "a/b", "a%2Fb", "x%41", "a?b", "a#b", "a\0b", "a\nb", "a b", "é", &long,
+        ] {
+            assert!(check_rollout_id(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -176,7 +176,7 @@ impl Model {
     /// shards `model-0000i-of-0000n.safetensors` filled in parameter order
     /// plus `model.safetensors.index.json`, as transformers writes them.
     pub fn save_sharded(&self, dir: &Path, max_shard_bytes: usize) -> Result<(), ModelError> {
-        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        crate::checkpoint::create_private_dir_all(dir).map_err(io_err(dir))?;
         let config_path = dir.join("config.json");
         let config_text = serde_json::to_string_pretty(&self.config.raw)
             .map_err(|e| ModelError::Config(e.to_string()))?;

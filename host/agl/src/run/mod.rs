@@ -77,7 +77,9 @@ pub async fn run(
             out_dir.display()
         );
     }
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    // 0700: the run folder holds the store (prompts, responses) and weights.
+    checkpoint::create_private_dir_all(&out_dir)
+        .with_context(|| format!("creating {}", out_dir.display()))?;
     // Absolute: an external engine loads new weights from paths under it.
     let out_dir = out_dir
         .canonicalize()

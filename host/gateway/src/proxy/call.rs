@@ -6,16 +6,23 @@ use std::time::Instant;
 
 use serde_json::value::RawValue;
 
-use super::dedup::retry_key;
+use super::dedup::{RetryKey, retry_key};
 use super::record::Tokens;
 use crate::control::now_ms;
 use crate::{ApiError, AppState, CallGuard};
 use agl_store::Engine;
+use agl_wire::json;
 use agl_wire::record::{CallStatus, ModelRequest};
 use agl_wire::rollout::{ApiKind, JsonText};
 
+/// Requests larger than this are not kept in the record of a call that
+/// failed or was cancelled: it is not training data, and a refused 32 MiB
+/// body should not cost 32 MiB of store.
+const KEEP_UNUSED_REQUEST_BYTES: usize = 1 << 20;
+
 /// How a call ended, for its record.
 pub struct CallOutcome {
+    pub status: CallStatus,
     pub response: JsonText,
     pub tokens: Tokens,
     pub error: Option<String>,
@@ -26,12 +33,31 @@ impl CallOutcome {
     /// A failed call: no response, no tokens.
     pub fn failed(error: String, upstream_status: Option<u16>) -> Self {
         CallOutcome {
+            status: CallStatus::Error,
             response: JsonText::default(),
             tokens: Tokens::default(),
             error: Some(error),
             upstream_status,
         }
     }
+
+    /// The client left before the answer was complete; `tokens` and
+    /// `response` are what the engine had produced by then.
+    pub fn cancelled(response: JsonText, tokens: Tokens, upstream_status: Option<u16>) -> Self {
+        CallOutcome {
+            status: CallStatus::Cancelled,
+            response,
+            tokens,
+            error: Some("the client disconnected before the answer was complete".into()),
+            upstream_status,
+        }
+    }
+}
+
+/// A committed record: its seq and retry key (for the delivery note).
+pub struct Committed {
+    pub seq: u64,
+    pub retry: Option<RetryKey>,
 }
 
 pub struct Call {
@@ -51,14 +77,22 @@ pub struct Call {
 
 impl Call {
     /// Appends the call's `model_request` event; resolves once committed.
-    pub async fn commit(&self, out: CallOutcome) -> Result<u64, ApiError> {
-        if out.error.is_some() {
-            self.st.metrics.upstream_error();
+    pub async fn commit(&self, out: CallOutcome) -> Result<Committed, ApiError> {
+        match out.status {
+            CallStatus::Ok => {}
+            CallStatus::Error => self.st.metrics.upstream_error(),
+            CallStatus::Cancelled => self.st.metrics.call_cancelled(),
         }
-        let ok = out.error.is_none();
-        let record = ModelRequest::<&RawValue> {
+        let request: &RawValue = if out.status != CallStatus::Ok
+            && self.request.get().len() > KEEP_UNUSED_REQUEST_BYTES
+        {
+            RawValue::NULL
+        } else {
+            &self.request
+        };
+        let mut record = ModelRequest::<&RawValue> {
             api: self.api,
-            request: &self.request,
+            request,
             response: out.response,
             prompt_ids: out.tokens.prompt_ids,
             response_ids: out.tokens.response_ids,
@@ -70,29 +104,32 @@ impl Call {
             tags: self.tags.clone(),
             engine: self.engine.name.clone(),
             latency_ms: self.started.elapsed().as_millis() as u64,
-            status: if ok {
-                CallStatus::Ok
-            } else {
-                CallStatus::Error
-            },
+            status: out.status,
             error: out.error,
             upstream_status: out.upstream_status,
         };
+        let mut payload = record.to_payload();
+        // An assembled stream can nest deeper than any one chunk did.
+        if let Err(e) = json::check(payload.as_str(), json::MAX_DEPTH) {
+            record.response = JsonText::default();
+            record.status = CallStatus::Error;
+            record.error = Some(format!("engine response cannot be kept: {e}"));
+            payload = record.to_payload();
+        }
         // A client retry of an earlier call supersedes it in the same
         // transaction, so a crash cannot leave both exported.
+        let ok = record.status == CallStatus::Ok;
         let retry = retry_key(self.attempt, &record.prompt_ids).filter(|_| ok);
         let (retries, rollout_id) = (self.st.retries.clone(), self.rollout_id.clone());
+        let key = retry;
         let seq = self
             .st
             .store
-            .append_call(
-                &self.rollout_id,
-                self.attempt,
-                record.to_payload(),
-                move |seq| retry.and_then(|key| retries.observe(&rollout_id, key, seq)),
-            )
+            .append_call(&self.rollout_id, self.attempt, payload, move |seq| {
+                key.and_then(|key| retries.observe(&rollout_id, key, seq))
+            })
             .await?;
         self.st.metrics.event_written();
-        Ok(seq)
+        Ok(Committed { seq, retry })
     }
 }

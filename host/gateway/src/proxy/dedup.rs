@@ -1,7 +1,9 @@
 //! Client retries: a harness whose client timed out resends the same
-//! request, and both answers reach the store. The later successful call with
-//! the same prompt ids in the same rollout attempt supersedes the earlier
-//! one, so the export holds a single call.
+//! request. A call supersedes an earlier one with the same prompt ids in the
+//! same rollout attempt only when that earlier answer never reached its
+//! client (the gateway wrote its body out whole, or not): that is a retry.
+//! When the client did get the earlier answer, the same request again is a
+//! deliberate repeat, and both calls stay in the export.
 //!
 //! The index lives in memory only: after a gateway restart, retries of calls
 //! recorded before it are not detected (both stay exported). A rollout's
@@ -9,7 +11,11 @@
 //! live rollouts.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use axum::body::{Body, Bytes};
+use futures_util::{Stream, StreamExt, future, stream};
 
 /// A call's identity for retry detection: its attempt and a hash of its
 /// prompt ids.
@@ -27,21 +33,45 @@ pub fn retry_key(attempt: u32, prompt_ids: &[u32]) -> Option<RetryKey> {
     Some((attempt, *hasher.finalize().as_bytes()))
 }
 
-/// rollout -> retry key -> seq of the latest call.
+/// The latest call of a retry key, and whether its answer was delivered.
+#[derive(Clone, Copy)]
+struct Latest {
+    seq: u64,
+    delivered: bool,
+}
+
+/// rollout -> retry key -> latest call.
 #[derive(Clone, Default)]
-pub struct RetryIndex(Arc<Mutex<HashMap<String, HashMap<RetryKey, u64>>>>);
+pub struct RetryIndex(Arc<Mutex<HashMap<String, HashMap<RetryKey, Latest>>>>);
 
 impl RetryIndex {
-    /// Records call `seq`; returns `(old, new)` when it duplicates another
-    /// call, `new` being the later seq.
+    /// Records call `seq`; returns `(old, new)` when it is a retry of a call
+    /// whose answer was not delivered, `new` being the later seq.
     pub fn observe(&self, rollout_id: &str, key: RetryKey, seq: u64) -> Option<(u64, u64)> {
         // A poisoned map is still a valid map.
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let map = all.entry(rollout_id.to_string()).or_default();
-        let prev = map.insert(key, seq)?;
-        let (old, new) = (prev.min(seq), prev.max(seq));
-        map.insert(key, new);
+        let fresh = Latest {
+            seq,
+            delivered: false,
+        };
+        let prev = map.insert(key, fresh)?;
+        if prev.delivered {
+            return None; // a deliberate repeat: both stay
+        }
+        let (old, new) = (prev.seq.min(seq), prev.seq.max(seq));
+        map.insert(key, Latest { seq: new, ..fresh });
         Some((old, new))
+    }
+
+    /// Call `seq`'s answer was written out whole.
+    pub fn delivered(&self, rollout_id: &str, key: RetryKey, seq: u64) {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(latest) = all.get_mut(rollout_id).and_then(|m| m.get_mut(&key))
+            && latest.seq == seq
+        {
+            latest.delivered = true;
+        }
     }
 
     /// Drops a finished rollout's entries.
@@ -56,23 +86,71 @@ impl RetryIndex {
     }
 }
 
+/// Where an answer's body reports that it went out whole: the proxy fills
+/// in the call once it is committed, the body calls [`RetryIndex::delivered`]
+/// when the server polls past its last chunk.
+#[derive(Clone)]
+pub struct DeliveryNote {
+    retries: RetryIndex,
+    rollout_id: String,
+    call: Arc<OnceLock<(RetryKey, u64)>>,
+}
+
+impl DeliveryNote {
+    pub fn new(retries: RetryIndex, rollout_id: String) -> DeliveryNote {
+        DeliveryNote {
+            retries,
+            rollout_id,
+            call: Arc::default(),
+        }
+    }
+
+    /// The committed call this answer belongs to (retry key and seq).
+    pub fn set(&self, key: Option<RetryKey>, seq: u64) {
+        if let Some(key) = key {
+            let _ = self.call.set((key, seq));
+        }
+    }
+
+    /// `chunks` as a response body that reports its delivery on the end.
+    pub fn body<S>(self, chunks: S) -> Body
+    where
+        S: Stream<Item = Result<Bytes, io::Error>> + Send + 'static,
+    {
+        let end = stream::once(async move {
+            if let Some((key, seq)) = self.call.get() {
+                self.retries.delivered(&self.rollout_id, *key, *seq);
+            }
+        })
+        .filter_map(|()| future::ready(None));
+        Body::from_stream(chunks.chain(end))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn pairs_repeats_of_a_prompt_within_an_attempt() {
+    fn a_repeat_supersedes_only_an_undelivered_call() {
         let idx = RetryIndex::default();
         let key = |attempt, ids: &[u32]| retry_key(attempt, ids).expect("key");
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 5), None);
         assert_eq!(idx.observe("r", key(1, &[1, 3]), 6), None);
         assert_eq!(idx.observe("r", key(2, &[1, 2]), 7), None);
+        // 5 never reached its client: 9 is its retry.
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 9), Some((5, 9)));
         // A late commit of an older seq is superseded by the newer one.
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 8), Some((8, 9)));
+        // 9 was delivered: 10 is a deliberate repeat and supersedes nothing.
+        idx.delivered("r", key(1, &[1, 2]), 9);
+        assert_eq!(idx.observe("r", key(1, &[1, 2]), 10), None);
+        // A delivery note for a call that is no longer the latest is ignored.
+        idx.delivered("r", key(1, &[1, 2]), 9);
+        assert_eq!(idx.observe("r", key(1, &[1, 2]), 11), Some((10, 11)));
         assert_eq!(retry_key(1, &[]), None);
         idx.forget("r");
         assert_eq!(idx.len(), 0);
-        assert_eq!(idx.observe("r", key(1, &[1, 2]), 11), None);
+        assert_eq!(idx.observe("r", key(1, &[1, 2]), 12), None);
     }
 }

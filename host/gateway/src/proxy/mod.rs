@@ -7,11 +7,13 @@
 //! (model, temperature, token ids and logprobs, see `rewrite.rs`), sent to
 //! the rollout's pinned engine with retries (`upstream.rs`) and recorded as a
 //! `model_request` event that is committed before the client gets the end of
-//! the response (`call.rs`, `stream.rs`).
+//! the response (`forward.rs`, `call.rs`, `stream.rs`). A client that leaves
+//! stops its engine work, and its call is recorded as cancelled.
 
 mod assemble;
 mod call;
 mod dedup;
+mod forward;
 mod record;
 mod rewrite;
 mod stream;
@@ -21,12 +23,10 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 pub use dedup::RetryIndex;
@@ -36,10 +36,11 @@ use super::AppState;
 use super::auth::Principal;
 use super::control::now_ms;
 use super::error::ApiError;
-use super::extract::ApiPath;
+use super::extract::{ApiBody, ApiPath};
 use agl_store::Mode;
-use agl_wire::rollout::{ApiKind, JsonText};
-use call::{Call, CallOutcome};
+use agl_wire::json;
+use agl_wire::rollout::ApiKind;
+use call::Call;
 
 const PREFIX: &str = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1";
 
@@ -56,7 +57,7 @@ async fn chat(
     st: State<AppState>,
     path: ProxyPath,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<ApiBody, ApiError>,
 ) -> Response {
     serve(ApiKind::ChatCompletions, st, path, headers, body).await
 }
@@ -65,7 +66,7 @@ async fn completions(
     st: State<AppState>,
     path: ProxyPath,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<ApiBody, ApiError>,
 ) -> Response {
     serve(ApiKind::Completions, st, path, headers, body).await
 }
@@ -77,12 +78,19 @@ async fn serve(
     State(st): State<AppState>,
     ApiPath(path): ProxyPath,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<ApiBody, ApiError>,
 ) -> Response {
-    let body = body.map_err(|r| ApiError::rejection(r.status(), r.body_text()));
+    let body = body.map(|b| b.0);
     handle(st, api, path, headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A request or response body as its record keeps it: checked JSON with
+/// one level of nesting left for the record it sits in.
+fn record_body(text: &str) -> Result<Box<RawValue>, String> {
+    json::check(text, json::MAX_DEPTH - 1)?;
+    RawValue::from_string(text.to_owned()).map_err(|e| e.to_string())
 }
 
 /// 429 while the proxy is paused (e.g. during a weight update).
@@ -102,22 +110,20 @@ async fn handle(
     headers: HeaderMap,
     body: Result<Bytes, ApiError>,
 ) -> Result<Response, ApiError> {
-    if let Principal::Rollout(own) = st.auth.identify(&headers)?
-        && own != rollout_id
-    {
-        return Err(ApiError::forbidden(
-            "this rollout token is not valid for that rollout",
-        ));
+    if let Principal::Rollout(own) = st.auth.identify(&headers)? {
+        own.check(&rollout_id, attempt)?;
     }
-    let mode = Mode::parse(&mode)
+    let path_mode = Mode::parse(&mode)
         .ok_or_else(|| ApiError::not_found(format!("unknown proxy mode `{mode}`")))?;
     let body = body?;
     let mut forward = rewrite::parse(&body).map_err(ApiError::bad_request)?;
-    // Verbatim, as the harness sent it; `parse` has validated it.
+    // Verbatim, as the harness sent it, checked against the limits every
+    // stored document keeps.
     let request = std::str::from_utf8(&body)
-        .ok()
-        .and_then(|text| RawValue::from_string(text.to_owned()).ok())
-        .ok_or_else(|| ApiError::bad_request("invalid JSON body"))?;
+        .map_err(|_| ApiError::bad_request("invalid JSON body: not UTF-8"))
+        .and_then(|text| {
+            record_body(text).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        })?;
     let rec = st.store.rollout_gate(&rollout_id).await?;
     if rec.status.is_terminal() {
         return Err(ApiError::conflict(format!(
@@ -130,6 +136,15 @@ async fn handle(
             rec.attempt
         )));
     }
+    // Sampling follows the rollout's record; the agent cannot pick its
+    // temperature by choosing the other path.
+    if path_mode != rec.mode {
+        return Err(ApiError::forbidden(format!(
+            "rollout `{rollout_id}` is a {} rollout; call its proxy_base_url",
+            rec.mode.as_str()
+        )));
+    }
+    let mode = rec.mode;
     // Registered before the pause check, so a drain that starts between the
     // two still sees this call.
     let guard = st.control.register(&rollout_id, attempt);
@@ -174,78 +189,5 @@ async fn handle(
         st: st.clone(),
     };
     let out = Bytes::from(serde_json::to_vec(&forward).unwrap_or_default());
-    let resp = match st.upstream.send(&call.engine, &url, out).await {
-        Ok(r) => r,
-        Err(e) => {
-            let message = e.to_string();
-            call.commit(CallOutcome::failed(message.clone(), None))
-                .await?;
-            return Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                message,
-            ));
-        }
-    };
-    let status = resp.status();
-    if status.is_success() && streaming {
-        return Ok(stream::respond(call, resp));
-    }
-    complete(call, resp).await
-}
-
-/// A non-streamed call (or an upstream error answer): read it whole, commit
-/// the record, then answer.
-async fn complete(call: Call, resp: reqwest::Response) -> Result<Response, ApiError> {
-    let status = resp.status();
-    let bytes = match resp.bytes().await {
-        Ok(b) => b,
-        Err(e) => {
-            let message = format!("reading the engine's response: {e}");
-            call.commit(CallOutcome::failed(message.clone(), Some(status.as_u16())))
-                .await?;
-            return Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                message,
-            ));
-        }
-    };
-    // The engine's body is kept as its own JSON text; only the token
-    // fields are read out of it.
-    let raw: Option<Box<RawValue>> = serde_json::from_slice(&bytes).ok();
-    let valid = raw.is_some();
-    let outcome = match (raw, status.is_success()) {
-        (Some(body), true) => CallOutcome {
-            tokens: record::tokens_of_bytes(&bytes).unwrap_or_else(|| {
-                let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
-                record::tokens_of(call.api, &v)
-            }),
-            response: JsonText::from_raw(body),
-            error: None,
-            upstream_status: Some(status.as_u16()),
-        },
-        (None, true) => CallOutcome::failed(
-            "engine answered with invalid JSON".into(),
-            Some(status.as_u16()),
-        ),
-        (body, false) => CallOutcome {
-            response: body.map(JsonText::from_raw).unwrap_or_default(),
-            ..CallOutcome::failed(
-                format!("engine answered HTTP {status}"),
-                Some(status.as_u16()),
-            )
-        },
-    };
-    call.commit(outcome).await?;
-    if status.is_success() && !valid {
-        return Err(ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "server_error",
-            "engine answered with invalid JSON",
-        ));
-    }
-    // Client errors from the engine (bad parameters, context too long) are
-    // the harness's to see, verbatim.
-    Ok((status, [(CONTENT_TYPE, "application/json")], bytes).into_response())
+    Ok(forward::run(call, url, out, streaming).await)
 }

@@ -1,10 +1,11 @@
 //! Streamed calls: SSE chunks go to the client as they arrive while the
 //! record is assembled; `[DONE]` is held back until the record is committed,
 //! so a client that saw the end of the stream has its call in the store.
+//! The body reports when it went out whole (see `dedup.rs`).
 
 use std::io;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -12,6 +13,8 @@ use tokio::sync::mpsc;
 
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
+use super::dedup::DeliveryNote;
+use agl_wire::record::CallStatus;
 use agl_wire::rollout::JsonText;
 
 /// Chunks buffered between the upstream reader and the client.
@@ -20,8 +23,9 @@ const CHANNEL: usize = 64;
 pub fn respond(call: Call, upstream: reqwest::Response) -> Response {
     let status = upstream.status();
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL);
-    tokio::spawn(pump(call, upstream, tx));
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+    let note = DeliveryNote::new(call.st.retries.clone(), call.rollout_id.clone());
+    tokio::spawn(pump(call, upstream, tx, note.clone()));
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     });
     (
@@ -30,22 +34,38 @@ pub fn respond(call: Call, upstream: reqwest::Response) -> Response {
             (CONTENT_TYPE, "text/event-stream"),
             (CACHE_CONTROL, "no-cache"),
         ],
-        Body::from_stream(body),
+        note.body(chunks),
     )
         .into_response()
 }
 
 /// Copies upstream events to `tx`, commits the record, then ends the stream.
-/// A client that went away does not stop the pump: the call still happened
-/// and its tokens are still training data.
-async fn pump(call: Call, upstream: reqwest::Response, tx: mpsc::Sender<Result<Bytes, io::Error>>) {
+/// A client that goes away stops the call: the upstream response is dropped
+/// (the engine aborts the sequence) and the record says `cancelled`, with
+/// the tokens produced until then.
+async fn pump(
+    call: Call,
+    upstream: reqwest::Response,
+    tx: mpsc::Sender<Result<Bytes, io::Error>>,
+    note: DeliveryNote,
+) {
     let upstream_status = Some(upstream.status().as_u16());
     let mut chunks = upstream.bytes_stream();
     let mut asm = Assembler::new(call.api);
     let mut buf = Vec::new();
     let mut done = false;
+    let mut left = false;
     let mut error = None;
-    'read: while let Some(item) = chunks.next().await {
+    'read: loop {
+        let item = tokio::select! {
+            biased;
+            () = tx.closed() => {
+                left = true;
+                break;
+            }
+            item = chunks.next() => item,
+        };
+        let Some(item) = item else { break };
         let bytes = match item {
             Ok(b) => b,
             Err(e) => {
@@ -62,21 +82,48 @@ async fn pump(call: Call, upstream: reqwest::Response, tx: mpsc::Sender<Result<B
             if let Ok(v) = serde_json::from_str(&data) {
                 asm.push(&v);
             }
-            // A send error only means the client left; keep assembling.
-            let _ = tx.send(Ok(Bytes::from(format!("data: {data}\n\n")))).await;
+            if tx
+                .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
+                .await
+                .is_err()
+            {
+                left = true;
+                break 'read;
+            }
         }
+    }
+    // Closes the engine connection now, before the record is written.
+    drop(chunks);
+    let response = JsonText::from(asm.response());
+    let tokens = std::mem::take(&mut asm.tokens);
+    if left {
+        if let Err(e) = call
+            .commit(CallOutcome::cancelled(response, tokens, upstream_status))
+            .await
+        {
+            tracing::error!(rollout = %call.rollout_id, error = %e, "cannot record a cancelled call");
+        }
+        return;
     }
     if !done && error.is_none() {
         error = Some("upstream stream ended without [DONE]".into());
     }
     let outcome = CallOutcome {
-        response: JsonText::from(asm.response()),
-        tokens: std::mem::take(&mut asm.tokens),
+        status: if error.is_some() {
+            CallStatus::Error
+        } else {
+            CallStatus::Ok
+        },
+        response,
+        tokens,
         error: error.clone(),
         upstream_status,
     };
     let end = match (call.commit(outcome).await, error) {
-        (Ok(_), None) => Ok(Bytes::from_static(b"data: [DONE]\n\n")),
+        (Ok(committed), None) => {
+            note.set(committed.retry, committed.seq);
+            Ok(Bytes::from_static(b"data: [DONE]\n\n"))
+        }
         (Ok(_), Some(e)) => Err(io::Error::other(e)),
         (Err(e), _) => {
             tracing::error!(rollout = %call.rollout_id, error = %e, "cannot record streamed call");

@@ -48,7 +48,7 @@ async fn curl_plain_streamed_and_completions_are_recorded_exactly() {
     )
     .await;
     env.running(&["c1".into()]).await;
-    let token = env.auth.rollout_token("c1");
+    let token = env.auth.rollout_token("c1", 1);
     let auth = format!("Authorization: Bearer {token}");
     let base = format!("{}/proxy/c1/1/train/openai/v1", env.base);
     let chat = format!("{base}/chat/completions");

@@ -49,7 +49,7 @@ async fn a_thousand_concurrent_streams_lose_no_event() {
         .iter()
         .map(|id| {
             let url = env.chat_url(id);
-            let token = env.auth.rollout_token(id);
+            let token = env.auth.rollout_token(id, 1);
             let barrier = barrier.clone();
             let marker = format!("question from {id}");
             tokio::spawn(async move {

@@ -3,6 +3,7 @@
 
 mod api;
 mod curl;
+mod hostile;
 mod load;
 mod openai_sdk;
 #[allow(dead_code)]

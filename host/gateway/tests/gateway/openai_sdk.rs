@@ -38,7 +38,7 @@ async fn start() -> Env {
     local.running(&["r1".into()]).await;
     Env {
         base_url: format!("{}/proxy/r1/1/train/openai/v1", local.base),
-        token: local.auth.rollout_token("r1"),
+        token: local.auth.rollout_token("r1", 1),
         local,
     }
 }

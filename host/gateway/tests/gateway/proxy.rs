@@ -2,6 +2,7 @@
 //! the recorded `model_request` events read back through the store's export.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agl_gateway::GatewayConfig;
 use agl_gateway::{Gateway, ProxyControl};
@@ -42,8 +43,8 @@ async fn start(reply: Reply) -> Env {
         ..GatewayConfig::default()
     };
     let gateway = Gateway::new(store.clone(), config);
-    let token = gateway.state().auth.rollout_token("r1");
-    let other_token = gateway.state().auth.rollout_token("r2");
+    let token = gateway.state().auth.rollout_token("r1", 1);
+    let other_token = gateway.state().auth.rollout_token("r2", 1);
     let control = gateway.control();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     let new = |id: &str| NewRollout {
@@ -256,15 +257,16 @@ async fn upstream_5xx_is_retried_transparently() {
     }
     assert_eq!(env.engine.requests().len(), 6);
     // The proxy's own retries are not recorded; the second (identical) call
-    // counts as a client retry of the first, so one call is exported.
+    // got its answer too, so it is a repeat, not a retry: both are exported.
     let rollout = env.store.export_rollout("r1").await.expect("export");
-    assert_eq!(rollout.calls.len(), 1);
+    assert_eq!(rollout.calls.len(), 2);
 }
 
 #[tokio::test]
-async fn client_retries_supersede_the_earlier_call() {
+async fn a_delivered_call_repeated_is_kept_and_a_retry_supersedes() {
     let env = start(Reply::text("hello")).await;
     let url = env.url("r1", 1, "chat/completions");
+    // The same request twice, both answers received: a deliberate repeat.
     for step in ["1", "2"] {
         let resp = env
             .http
@@ -276,19 +278,55 @@ async fn client_retries_supersede_the_earlier_call() {
             .await
             .expect("send");
         assert_eq!(resp.status(), StatusCode::OK);
+        let _ = resp.text().await.expect("body");
     }
     let rollout = env.store.export_rollout("r1").await.expect("export");
-    assert_eq!(rollout.calls.len(), 1, "{:?}", rollout.calls);
-    // The later call is the one kept.
-    let step = rollout.calls[0].tags.get("x-agl-step");
-    assert_eq!(step.map(String::as_str), Some("2"));
+    assert_eq!(rollout.calls.len(), 2, "{:?}", rollout.calls);
 
-    // A different prompt is a new call, not a retry.
-    let other = json!({"messages": [{"role": "user", "content": "bye"}]});
-    let resp = env.post(&env.token, &url, &other).await;
-    assert_eq!(resp.status(), StatusCode::OK);
+    // A streamed call whose client leaves before `[DONE]`, then the same
+    // request again: the first never reached its client, so the export
+    // keeps only the retry (the first is superseded, or cancelled if the
+    // client left before it was recorded).
+    env.engine.set_faults(Faults {
+        chunk_latency: Duration::from_millis(30),
+        ..Faults::default()
+    });
+    let other = json!({"stream": true, "messages": [{"role": "user", "content": "bye"}]});
+    let mut resp = env
+        .http
+        .post(&url)
+        .bearer_auth(&env.token)
+        .header("x-agl-step", "3")
+        .json(&other)
+        .send()
+        .await
+        .expect("send");
+    let first = resp.chunk().await.expect("chunk").expect("a first chunk");
+    assert!(first.starts_with(b"data: "));
+    drop(resp);
+    env.engine.set_faults(Faults::default());
+    let resp = env
+        .http
+        .post(&url)
+        .bearer_auth(&env.token)
+        .header("x-agl-step", "4")
+        .json(&other)
+        .send()
+        .await
+        .expect("send");
+    assert!(
+        resp.text()
+            .await
+            .expect("body")
+            .ends_with("data: [DONE]\n\n")
+    );
     let rollout = env.store.export_rollout("r1").await.expect("export");
-    assert_eq!(rollout.calls.len(), 2);
+    let steps: Vec<_> = rollout
+        .calls
+        .iter()
+        .map(|c| c.tags.get("x-agl-step").cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(steps, ["1", "2", "4"]);
 }
 
 #[tokio::test]
@@ -325,14 +363,13 @@ async fn wrong_rollout_token_finished_and_unknown_rollouts_are_refused() {
         )
         .await;
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
-    let resp = env
-        .post(
-            &env.token,
-            &env.url("r1", 2, "chat/completions"),
-            &chat_body(false),
-        )
-        .await;
+    // Attempt 2 does not exist yet: the admin is told so, and attempt 1's
+    // token is not valid there at all.
+    let attempt2 = env.url("r1", 2, "chat/completions");
+    let resp = env.post(ADMIN, &attempt2, &chat_body(false)).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let resp = env.post(&env.token, &attempt2, &chat_body(false)).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
     let bad = env
         .http
         .post(&url)

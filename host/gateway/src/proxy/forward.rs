@@ -1,0 +1,149 @@
+//! Sending a checked call to its engine and answering it. The call runs in
+//! its own task: the handler only waits for the answer, so a client that
+//! disconnects (and makes the server drop the handler) cannot drop the call
+//! halfway. The task notices the departure, drops the engine request (vLLM
+//! and the embedded engine abort the sequence when their client goes) and
+//! records the call as cancelled.
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::call::{Call, CallOutcome};
+use super::dedup::DeliveryNote;
+use super::{record, record_body, stream};
+use crate::ApiError;
+use agl_wire::record::CallStatus;
+use agl_wire::rollout::JsonText;
+
+/// Runs `call` (POST `body` to `url`) and returns its answer.
+pub async fn run(call: Call, url: String, body: Bytes, streaming: bool) -> Response {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(drive(call, url, body, streaming, tx));
+    rx.await.unwrap_or_else(|_| {
+        ApiError::internal("the proxied call ended without an answer").into_response()
+    })
+}
+
+/// What the engine sent back, before anything reached the client.
+enum Fetched {
+    /// A successful stream, head only: `stream.rs` copies it on.
+    Stream(reqwest::Response),
+    /// A whole body (or the error reading it).
+    Whole(StatusCode, Result<Bytes, String>),
+    /// No answer at all.
+    Unreachable(String),
+}
+
+async fn fetch(call: &Call, url: &str, body: Bytes, streaming: bool) -> Fetched {
+    match call.st.upstream.send(&call.engine, url, body).await {
+        Err(e) => Fetched::Unreachable(e.to_string()),
+        Ok(resp) if resp.status().is_success() && streaming => Fetched::Stream(resp),
+        Ok(resp) => {
+            let status = resp.status();
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| format!("reading the engine's response: {e}"));
+            Fetched::Whole(status, bytes)
+        }
+    }
+}
+
+async fn drive(
+    call: Call,
+    url: String,
+    body: Bytes,
+    streaming: bool,
+    mut tx: oneshot::Sender<Response>,
+) {
+    let fetched = tokio::select! {
+        biased;
+        () = tx.closed() => None,
+        f = fetch(&call, &url, body, streaming) => Some(f),
+    };
+    let answer = match fetched {
+        None => {
+            let outcome = CallOutcome::cancelled(JsonText::default(), Default::default(), None);
+            if let Err(e) = call.commit(outcome).await {
+                tracing::error!(rollout = %call.rollout_id, error = %e, "cannot record a cancelled call");
+            }
+            return;
+        }
+        Some(Fetched::Stream(resp)) => stream::respond(call, resp),
+        Some(Fetched::Unreachable(message)) => {
+            failed(&call, CallOutcome::failed(message.clone(), None), message).await
+        }
+        Some(Fetched::Whole(status, Err(message))) => {
+            let outcome = CallOutcome::failed(message.clone(), Some(status.as_u16()));
+            failed(&call, outcome, message).await
+        }
+        Some(Fetched::Whole(status, Ok(bytes))) => complete(&call, status, bytes).await,
+    };
+    let _ = tx.send(answer);
+}
+
+/// Records a call that got no usable answer and answers 502.
+async fn failed(call: &Call, outcome: CallOutcome, message: String) -> Response {
+    if let Err(e) = call.commit(outcome).await {
+        return e.into_response();
+    }
+    ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message).into_response()
+}
+
+/// A non-streamed call (or an upstream error answer): commit the record,
+/// then answer with the engine's body.
+async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
+    // The engine's body is kept as its own JSON text; only the token
+    // fields are read out of it.
+    let raw = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|text| record_body(text).ok());
+    let valid = raw.is_some();
+    let outcome = match (raw, status.is_success()) {
+        (Some(body), true) => CallOutcome {
+            status: CallStatus::Ok,
+            tokens: record::tokens_of_bytes(&bytes).unwrap_or_else(|| {
+                let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
+                record::tokens_of(call.api, &v)
+            }),
+            response: JsonText::from_raw(body),
+            error: None,
+            upstream_status: Some(status.as_u16()),
+        },
+        (None, true) => CallOutcome::failed(
+            "engine answered with invalid JSON".into(),
+            Some(status.as_u16()),
+        ),
+        (body, false) => CallOutcome {
+            response: body.map(JsonText::from_raw).unwrap_or_default(),
+            ..CallOutcome::failed(
+                format!("engine answered HTTP {status}"),
+                Some(status.as_u16()),
+            )
+        },
+    };
+    let committed = match call.commit(outcome).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    if status.is_success() && !valid {
+        return ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "server_error",
+            "engine answered with invalid JSON",
+        )
+        .into_response();
+    }
+    let note = DeliveryNote::new(call.st.retries.clone(), call.rollout_id.clone());
+    note.set(committed.retry, committed.seq);
+    let body = note.body(futures_util::stream::once(async move {
+        Ok::<_, std::io::Error>(bytes)
+    }));
+    // Client errors from the engine (bad parameters, context too long) are
+    // the harness's to see, verbatim.
+    (status, [(CONTENT_TYPE, "application/json")], body).into_response()
+}
