@@ -228,6 +228,9 @@ mod tests {
         let config = Config::load(None, &[]).unwrap();
         assert_eq!(config.gateway.listen, "127.0.0.1:8400");
         assert_eq!(config.gateway.body_limit_bytes, 32 * 1024 * 1024);
+        // What the gateway takes, the embedded engine takes (it answered
+        // 413 above 2 MB once).
+        assert!(agl_inference::BODY_LIMIT_BYTES > config.gateway.body_limit_bytes);
         assert_eq!(config.gateway.admin_key, None);
         let config = Config::load(
             None,

@@ -648,3 +648,86 @@ fn durability_under_kill_9() {
         assert_eq!(payload, &text(json!({"t": t, "n": n})), "seq {seq}");
     }
 }
+
+#[tokio::test]
+async fn a_bad_row_left_by_an_older_agl_is_served_as_an_error_value() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("agl.db");
+    {
+        let store = Store::open(&path).expect("open");
+        one(&store, "r1").await;
+        one(&store, "r2").await;
+        store
+            .append_event("r1", 1, "log", JsonText::from(json!({"ok": 1})))
+            .await
+            .expect("log");
+        let call = json!({"api": "chat_completions", "request": {}, "response_ids": [1]});
+        store
+            .append_event("r1", 1, "model_request", JsonText::from(call))
+            .await
+            .expect("call");
+    }
+    // What an older agl accepted and stored: numbers out of range and
+    // nesting no tree parser takes.
+    let conn = rusqlite::Connection::open(&path).expect("raw open");
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    conn.execute("UPDATE rollouts SET input = '[1e999]' WHERE id = 'r1'", [])
+        .expect("input");
+    conn.execute("UPDATE events SET payload = ?1 WHERE kind = 'log'", [&deep])
+        .expect("log");
+    conn.execute(
+        "UPDATE events SET payload = '{\"api\": \"chat_completions\", \"x\": 1e999}' WHERE kind = 'model_request'",
+        [],
+    )
+    .expect("call");
+    drop(conn);
+    let store = Store::open(&path).expect("reopen");
+    let page = store.list_rollouts(None, None, 10).await.expect("list");
+    assert_eq!(page.rollouts.len(), 2);
+    let r1 = store.get_rollout("r1").await.expect("get");
+    let input = r1.input.parse().expect("an error value is JSON");
+    assert!(
+        input["agl_error"]
+            .as_str()
+            .expect("error")
+            .contains("input"),
+        "{input}"
+    );
+    let r2 = store.get_rollout("r2").await.expect("r2").input.parse();
+    assert_eq!(
+        r2.expect("r2 input"),
+        json!({"question": "2+2?", "answer": "4"})
+    );
+    let events = store.list_events("r1", 0, 10).await.expect("events");
+    assert_eq!(events.len(), 2);
+    for e in &events {
+        let payload = e.payload.parse().expect("JSON");
+        assert!(payload["agl_error"].is_string(), "{payload}");
+    }
+    // The unreadable call is left out; the rest of the rollout exports.
+    let exported = store.export_rollout("r1").await.expect("export");
+    assert!(exported.calls.is_empty());
+    assert_eq!(exported.events.len(), 1);
+}
+
+#[tokio::test]
+async fn store_files_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("agl.db");
+    let mode = |suffix: &str| {
+        let file = format!("{}{suffix}", path.display());
+        std::fs::metadata(file).expect("file").permissions().mode() & 0o777
+    };
+    {
+        let store = Store::open(&path).expect("open");
+        one(&store, "r").await;
+        for suffix in ["", "-wal", "-shm"] {
+            assert_eq!(mode(suffix), 0o600, "agl.db{suffix}");
+        }
+    }
+    // A file an older agl left world-readable is tightened on open.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let _store = Store::open(&path).expect("reopen");
+    assert_eq!(mode(""), 0o600);
+}

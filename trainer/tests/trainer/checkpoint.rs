@@ -166,6 +166,12 @@ fn resuming_from_a_checkpoint_is_bit_exact() {
     let at_checkpoint = weights(&model);
     let saved = save_checkpoint(root.path(), &model, &opt, &meta(2), 3).unwrap();
     assert_eq!(saved, root.path().join("step-000002"));
+    // Weights are the user's: owner-only folders.
+    for dir in [saved.clone(), saved.join("model")] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
     train(&model, &mut opt, 2..4);
     let w_a = weights(&model);
     assert!(max_diff(&w_a, &at_checkpoint) > 1e-3);
