@@ -370,3 +370,55 @@ async fn cancelling_a_running_rollout_kills_its_process_group() {
         RolloutStatus::Cancelled
     );
 }
+
+/// What an older agl let into a store: JSON no tree parser reads back.
+fn unreadable(text: &str) -> agl_wire::rollout::JsonText {
+    let raw = serde_json::value::RawValue::from_string(text.into()).expect("raw JSON");
+    agl_wire::rollout::JsonText::from_raw(raw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_stored_rows_do_not_keep_the_controller_from_the_rest() {
+    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let mut ids = stack
+        .create([("ok1".to_string(), json!({})), ("ok2".to_string(), json!({}))])
+        .await;
+    // A queued rollout with an unreadable input, and a running one (left by
+    // an earlier controller) with an unreadable execution record.
+    let bad = |id: &str, input: &str| agl_store::NewRollout {
+        id: Some(id.into()),
+        group_id: "g".into(),
+        mode: agl_store::Mode::Train,
+        input: unreadable(input),
+        config: Default::default(),
+    };
+    stack
+        .store
+        .create_rollouts(vec![bad("bad", "[1e999]"), bad("stuck", "{}")])
+        .await
+        .expect("create");
+    stack
+        .store
+        .set_status("stuck", &agl_wire::api::StatusPatch::to(1, RolloutStatus::Running))
+        .await
+        .expect("running");
+    stack
+        .store
+        .append_event("stuck", 1, "execution", unreadable(r#"{"runner": "local", "pid": 1e999}"#))
+        .await
+        .expect("execution");
+    ids.extend(["bad".to_string(), "stuck".to_string()]);
+    let ctl = stack.spawn_controller(config(&stack, sh("echo fine")));
+    stack.wait_terminal(&ids, Duration::from_secs(30)).await;
+    ctl.stop().await;
+    let recs = stack.records(&ids).await;
+    let status: BTreeMap<&str, RolloutStatus> =
+        recs.iter().map(|r| (r.id.as_str(), r.status)).collect();
+    assert_eq!(status["ok1"], RolloutStatus::Succeeded);
+    assert_eq!(status["ok2"], RolloutStatus::Succeeded);
+    // Its input reached the agent as the error value, not as a crash.
+    assert_eq!(status["bad"], RolloutStatus::Succeeded);
+    // Nothing of the old execution could be read: lost, a system failure.
+    let stuck = &recs[3];
+    assert_eq!((stuck.status, stuck.failure), (RolloutStatus::Failed, Some(FailureKind::System)));
+}
