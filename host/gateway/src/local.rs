@@ -2,8 +2,9 @@
 //! port is the admin, and that includes any web page the user has open: a
 //! browser will POST cross-site to `127.0.0.1` without asking. This guard
 //! keeps browsers out:
-//! - a request body must be `application/json` (a page cannot send that
-//!   cross-site without a CORS preflight, which the gateway never answers);
+//! - a request body must be `application/json` (or `application/wasm`, a
+//!   plugin upload): a page cannot send either cross-site without a CORS
+//!   preflight, which the gateway never answers;
 //! - `Host` must name loopback (or the host of `public_base_url`), so a
 //!   DNS-rebound name cannot reach the port;
 //! - an `Origin` (browsers send it with every POST) must be one of those
@@ -61,12 +62,17 @@ fn has_body(headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.trim() != "0")
 }
 
-fn is_json(headers: &HeaderMap) -> bool {
+/// The body types the gateway takes: JSON, and a Wasm component for
+/// `POST /v1/plugins/{role}`. Neither is one a browser sends cross-site
+/// without a preflight.
+const BODY_TYPES: [&str; 2] = ["application/json", "application/wasm"];
+
+fn has_body_type(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+        .is_some_and(|m| BODY_TYPES.iter().any(|t| m.trim().eq_ignore_ascii_case(t)))
 }
 
 /// Checks one request against the rules above.
@@ -95,11 +101,12 @@ pub fn check(hosts: &LocalHosts, uri: &Uri, headers: &HeaderMap) -> Result<(), A
             ));
         }
     }
-    if has_body(headers) && !is_json(headers) {
+    if has_body(headers) && !has_body_type(headers) {
         return Err(ApiError::new(
             axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "invalid_request_error",
-            "with auth off a request body must be sent as Content-Type: application/json",
+            "with auth off a request body must be sent as Content-Type: application/json \
+             (application/wasm for a plugin upload)",
         ));
     }
     Ok(())

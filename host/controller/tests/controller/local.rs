@@ -381,7 +381,10 @@ fn unreadable(text: &str) -> agl_wire::rollout::JsonText {
 async fn bad_stored_rows_do_not_keep_the_controller_from_the_rest() {
     let stack = Stack::start(|_| Reply::text("unused")).await;
     let mut ids = stack
-        .create([("ok1".to_string(), json!({})), ("ok2".to_string(), json!({}))])
+        .create([
+            ("ok1".to_string(), json!({})),
+            ("ok2".to_string(), json!({})),
+        ])
         .await;
     // A queued rollout with an unreadable input, and a running one (left by
     // an earlier controller) with an unreadable execution record.
@@ -399,12 +402,20 @@ async fn bad_stored_rows_do_not_keep_the_controller_from_the_rest() {
         .expect("create");
     stack
         .store
-        .set_status("stuck", &agl_wire::api::StatusPatch::to(1, RolloutStatus::Running))
+        .set_status(
+            "stuck",
+            &agl_wire::api::StatusPatch::to(1, RolloutStatus::Running),
+        )
         .await
         .expect("running");
     stack
         .store
-        .append_event("stuck", 1, "execution", unreadable(r#"{"runner": "local", "pid": 1e999}"#))
+        .append_event(
+            "stuck",
+            1,
+            "execution",
+            unreadable(r#"{"runner": "local", "pid": 1e999}"#),
+        )
         .await
         .expect("execution");
     ids.extend(["bad".to_string(), "stuck".to_string()]);
@@ -420,5 +431,8 @@ async fn bad_stored_rows_do_not_keep_the_controller_from_the_rest() {
     assert_eq!(status["bad"], RolloutStatus::Succeeded);
     // Nothing of the old execution could be read: lost, a system failure.
     let stuck = &recs[3];
-    assert_eq!((stuck.status, stuck.failure), (RolloutStatus::Failed, Some(FailureKind::System)));
+    assert_eq!(
+        (stuck.status, stuck.failure),
+        (RolloutStatus::Failed, Some(FailureKind::System))
+    );
 }
