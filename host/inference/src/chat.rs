@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
 
-use super::tools::{self, ToolCall};
 use super::{Generation, logprob_entry};
+use agl_conversation::ToolCall;
 
 /// Renders `messages` (+ `tools`) with the chat template and tokenizes the
 /// result without adding special tokens (the template has them), as vLLM does.
@@ -36,13 +36,31 @@ pub fn prompt(tokenizer: &Tokenizer, body: &Value) -> Result<Vec<u32>, ApiError>
         .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-/// Content and tool calls of the final text.
+/// Content and tool calls of the final text, read as the template's model
+/// family writes them (`agl_conversation::family`).
 pub fn message_parts(job: &Generation, text: String) -> (Option<String>, Vec<ToolCall>) {
     if job.tools {
-        tools::parse(&text)
+        let turn = job.family.parse(&text);
+        (turn.content, turn.tool_calls)
     } else {
         (Some(text), Vec::new())
     }
+}
+
+/// OpenAI `tool_calls` entries; `with_index` for stream deltas.
+fn calls_json(calls: &[ToolCall], id_prefix: &str, with_index: bool) -> Vec<Value> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut v = json!({"id": format!("call_{id_prefix}_{i}"), "type": "function",
+                               "function": {"name": c.name, "arguments": c.arguments_text}});
+            if with_index {
+                v["index"] = json!(i);
+            }
+            v
+        })
+        .collect()
 }
 
 pub fn body(job: &Generation, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
@@ -55,7 +73,7 @@ pub fn body(job: &Generation, text: String, ids: &[u32], logprobs: &[f32], finis
     let mut choice = json!({
         "index": 0,
         "message": {"role": "assistant", "content": content,
-                    "tool_calls": tools::to_json(&calls, &job.id, false)},
+                    "tool_calls": calls_json(&calls, &job.id, false)},
         "logprobs": job.opts.logprobs.then(|| logprobs_json(job, ids, logprobs)),
         "finish_reason": finish,
         "stop_reason": null,
@@ -109,7 +127,7 @@ pub fn last_chunk(job: &Generation, rest: &str, calls: &[ToolCall], finish: &str
     let (delta, finish) = if calls.is_empty() {
         (json!({"content": rest}), finish)
     } else {
-        let calls = tools::to_json(calls, &job.id, true);
+        let calls = calls_json(calls, &job.id, true);
         (json!({"content": rest, "tool_calls": calls}), "tool_calls")
     };
     let mut chunk = job.envelope("chat.completion.chunk");

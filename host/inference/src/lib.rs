@@ -12,8 +12,9 @@
 //! produced it; a request spanning a weight update ends with `abort`).
 //!
 //! Chat prompts use the model's tokenizer and chat template; with `tools`,
-//! Hermes `<tool_call>` blocks in the output become `tool_calls` while
-//! `token_ids` stay exactly the sampled ids.
+//! the tool calls the template's model family writes (Hermes `<tool_call>`
+//! blocks by default, see `agl_conversation::family`) become `tool_calls`
+//! while `token_ids` stay exactly the sampled ids.
 //!
 //! The router serves over HTTP (`agl engine serve`) or in-process: `agl run`
 //! registers it with the gateway as engine `embedded://NAME`, dispatched
@@ -24,7 +25,6 @@ mod completions;
 mod options;
 mod stream;
 mod text;
-mod tools;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -49,6 +49,7 @@ use axum::routing::{get, post};
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 use serde_json::{Value, json};
 
+use agl_conversation::{Family, ToolFormat};
 use agl_tokenizer::Tokenizer;
 use agl_wire::{ApiError, WEIGHT_VERSION_HEADER};
 use options::Options;
@@ -68,6 +69,7 @@ pub struct InferenceServer {
     model_name: Arc<str>,
     /// Ids that end generation unless `ignore_eos`.
     eos: Arc<[u32]>,
+    family: Family,
 }
 
 impl InferenceServer {
@@ -77,11 +79,18 @@ impl InferenceServer {
         model_name: &str,
         eos: Vec<u32>,
     ) -> Self {
+        // A template that shows no tool-call format gets Hermes blocks, the
+        // format this engine has always parsed.
+        let mut family = Family::detect(tokenizer.chat_template_source().unwrap_or_default());
+        if family.tools == ToolFormat::None {
+            family.tools = ToolFormat::Hermes;
+        }
         InferenceServer {
             engine,
             tokenizer,
             model_name: model_name.into(),
             eos: eos.into(),
+            family,
         }
     }
 
@@ -164,8 +173,10 @@ pub struct Generation {
     pub model: Arc<str>,
     pub prompt_ids: Vec<u32>,
     pub opts: Options,
-    /// Parse Hermes tool calls out of the output.
+    /// Parse tool calls out of the output (the request had `tools`).
     pub tools: bool,
+    /// How the template's model family writes tool calls.
+    pub family: Family,
     pub tokenizer: Arc<Tokenizer>,
 }
 
@@ -250,6 +261,7 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
         prompt_ids,
         opts,
         tools,
+        family: s.family,
         tokenizer: s.tokenizer.clone(),
     };
     let mut resp = if job.opts.stream {

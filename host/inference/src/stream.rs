@@ -12,10 +12,12 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::text::{TextState, final_text};
-use super::tools::OPEN;
 use super::{Api, Generation, chat, completions};
 
 const CHANNEL: usize = 64;
+
+/// Text from here on is held back from content deltas: it is a tool call.
+const TOOL_CALL_OPEN: &str = "<tool_call>";
 
 pub fn respond(job: Generation, events: mpsc::UnboundedReceiver<EngineEvent>) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL);
@@ -46,7 +48,7 @@ async fn pump(
 ) {
     let mut markers = job.opts.stop.clone();
     if job.tools {
-        markers.push(OPEN.to_string());
+        markers.push(TOOL_CALL_OPEN.to_string());
     }
     let mut text = TextState::new(job.tokenizer.clone(), markers);
     if job.api == Api::Chat && tx.send(sse(&chat::first_chunk(&job))).await.is_err() {

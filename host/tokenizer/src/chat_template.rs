@@ -12,6 +12,7 @@ const NAME: &str = "chat";
 /// A compiled chat template plus the special tokens it may reference.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: Option<String>,
     eos_token: Option<String>,
 }
@@ -39,9 +40,15 @@ impl ChatTemplate {
         env.add_template_owned(NAME, strip_generation_tags(source))?;
         Ok(Self {
             env,
+            source: source.to_string(),
             bos_token,
             eos_token,
         })
+    }
+
+    /// The template's Jinja source, as configured.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders `messages` (and `tools`, if any) as a prompt string.

@@ -59,6 +59,11 @@ impl Tokenizer {
             .map_err(|e| TokenizerError::Tokenize(e.to_string()))
     }
 
+    /// The chat template's source, if there is a template.
+    pub fn chat_template_source(&self) -> Option<&str> {
+        self.template.as_ref().map(ChatTemplate::source)
+    }
+
     /// `messages_json`: an OpenAI `messages` array; `tools_json`: a `tools` array.
     pub fn apply_chat_template(
         &self,

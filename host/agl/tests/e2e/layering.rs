@@ -15,6 +15,7 @@ use crate::support::repo_root;
 const TORCH_FREE: &[&str] = &[
     "agl-wire",
     "agl-tokenizer",
+    "agl-conversation",
     "agl-store",
     "agl-gateway",
     "agl-plugin-host",

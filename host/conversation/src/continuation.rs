@@ -1,0 +1,126 @@
+//! Token-exact continuation. Per rollout attempt the gateway keeps the
+//! token sequences it served; a request whose conversation extends one of
+//! them (its earlier messages equal that call's, its next message is the
+//! assistant turn the gateway returned, compared on the parsed form, and
+//! something new follows) gets the earlier prompt ids + the sampled
+//! response ids + the tokens of only the new messages. Anything else (a
+//! summary, a truncation, a sub-agent's own history) is rendered fresh and
+//! starts a new chain.
+//!
+//! Only the newest call of each chain is kept (a continuation replaces
+//! the call it continued: its prompt holds all of it), and at most
+//! [`MAX_CHAINS`] chains per attempt, so memory stays bounded by the
+//! attempt's longest sequences.
+
+use serde_json::Value;
+
+use crate::ConversationError;
+use crate::message::{AssistantTurn, Conversation, Message};
+use crate::render::Renderer;
+
+/// Chains kept per rollout attempt (a harness with sub-agents interleaves
+/// a few); the least recently extended is dropped beyond it.
+pub const MAX_CHAINS: usize = 8;
+
+/// One call the gateway served, as the next call may extend it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The call's id in the store (the `model_request` event seq).
+    pub call: u64,
+    pub messages: Vec<Message>,
+    pub tools: Option<Value>,
+    pub prompt_ids: Vec<u32>,
+    pub response_ids: Vec<u32>,
+    /// The reply as the gateway returned it (parsed).
+    pub reply: AssistantTurn,
+}
+
+/// How to prompt a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    /// The call this one continues (its prompt + response are a prefix of
+    /// `ids`), or `None` for a fresh render: a new chain.
+    pub continues: Option<u64>,
+}
+
+/// The chains of one rollout attempt, newest first.
+#[derive(Debug, Default, Clone)]
+pub struct Chains {
+    leaves: Vec<Served>,
+}
+
+impl Chains {
+    /// The prompt for `conv`: continued from a chain it extends, else fresh.
+    pub fn prompt(
+        &self,
+        renderer: &Renderer,
+        conv: &Conversation,
+    ) -> Result<Prompt, ConversationError> {
+        for leaf in &self.leaves {
+            if let Some(ids) = continue_from(renderer, leaf, conv)? {
+                return Ok(Prompt {
+                    ids,
+                    continues: Some(leaf.call),
+                });
+            }
+        }
+        Ok(Prompt {
+            ids: renderer.fresh(conv)?,
+            continues: None,
+        })
+    }
+
+    /// Records a served call; it replaces the leaf it continued.
+    pub fn served(&mut self, call: Served, continued: Option<u64>) {
+        if let Some(prev) = continued {
+            self.leaves.retain(|l| l.call != prev);
+        }
+        self.leaves.insert(0, call);
+        self.leaves.truncate(MAX_CHAINS);
+    }
+
+    pub fn len(&self) -> usize {
+        self.leaves.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leaves.is_empty()
+    }
+}
+
+/// The continued prompt when `conv` extends `leaf`.
+fn continue_from(
+    renderer: &Renderer,
+    leaf: &Served,
+    conv: &Conversation,
+) -> Result<Option<Vec<u32>>, ConversationError> {
+    let n = leaf.messages.len();
+    if conv.tools != leaf.tools || conv.messages.len() < n + 2 {
+        return Ok(None);
+    }
+    let earlier_same = conv.messages[..n]
+        .iter()
+        .zip(&leaf.messages)
+        .all(|(a, b)| a.same_as(b));
+    let reply_same = matches!(&conv.messages[n], Message::Assistant(t) if t.same_as(&leaf.reply));
+    if !earlier_same || !reply_same {
+        return Ok(None);
+    }
+    let sampled_end = leaf
+        .response_ids
+        .last()
+        .and_then(|&id| renderer.tokenizer().decode(&[id], false).ok())
+        .unwrap_or_default();
+    let Some(appended) =
+        renderer.appended(&conv.messages[n + 1..], conv.tools.as_ref(), &sampled_end)?
+    else {
+        return Ok(None);
+    };
+    let mut ids =
+        Vec::with_capacity(leaf.prompt_ids.len() + leaf.response_ids.len() + appended.len());
+    ids.extend_from_slice(&leaf.prompt_ids);
+    ids.extend_from_slice(&leaf.response_ids);
+    ids.extend(appended);
+    Ok(Some(ids))
+}

@@ -1,0 +1,270 @@
+//! How a model family writes tool calls and reasoning in its output, and
+//! parsing a finished output into an [`AssistantTurn`]:
+//! - Hermes / Qwen2.5 / Qwen3: `<tool_call>{"name": .., "arguments": ..}</tool_call>`
+//! - Qwen3-coder: `<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`
+//! - Llama 3.x: the whole reply is `{"name": .., "parameters": ..}` (after an
+//!   optional `<|python_tag|>`), calls separated by `;`
+//! - reasoning: `<think>...</think>` before the reply (the generation prompt
+//!   may already have opened the block).
+//!
+//! The sampled token ids are never touched; only the message shape is read
+//! out of their text. A block that does not parse leaves the text as
+//! content, so nothing the model wrote is lost.
+
+use serde_json::{Map, Value};
+
+use crate::message::{AssistantTurn, ToolCall};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    None,
+    Hermes,
+    Qwen3Coder,
+    Llama3Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Family {
+    pub tools: ToolFormat,
+    /// Outputs may open with `<think>...</think>`.
+    pub reasoning: bool,
+}
+
+impl Family {
+    /// The family a chat template writes for.
+    pub fn detect(template: &str) -> Family {
+        let tools = if template.contains("<function=") && template.contains("<parameter=") {
+            ToolFormat::Qwen3Coder
+        } else if template.contains("<tool_call>") {
+            ToolFormat::Hermes
+        } else if template.contains("<|python_tag|>") || template.contains("ipython") {
+            ToolFormat::Llama3Json
+        } else {
+            ToolFormat::None
+        };
+        Family {
+            tools,
+            reasoning: template.contains("</think>"),
+        }
+    }
+
+    /// Reads a finished output's text.
+    pub fn parse(&self, text: &str) -> AssistantTurn {
+        let (reasoning, rest) = if self.reasoning {
+            split_reasoning(text)
+        } else {
+            (None, text)
+        };
+        let (content, tool_calls) = match self.tools {
+            ToolFormat::None => (Some(rest.to_string()), Vec::new()),
+            ToolFormat::Hermes => blocks(rest, hermes_call),
+            ToolFormat::Qwen3Coder => blocks(rest, coder_call),
+            ToolFormat::Llama3Json => llama_calls(rest),
+        };
+        // Text beside tool calls is trimmed (it sat between blocks); a plain
+        // reply is kept as written, less the blank line after `</think>`.
+        let content = match (content, tool_calls.is_empty(), reasoning.is_some()) {
+            (Some(c), false, _) => Some(c.trim().to_string()),
+            (Some(c), true, true) => Some(c.trim_start().to_string()),
+            (c, _, _) => c,
+        }
+        .filter(|c| !c.is_empty());
+        AssistantTurn {
+            content,
+            reasoning,
+            tool_calls,
+        }
+    }
+}
+
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
+
+/// `(reasoning, rest)`: text up to `</think>` is reasoning, whether or not
+/// the output itself opened the block.
+fn split_reasoning(text: &str) -> (Option<String>, &str) {
+    let Some(end) = text.find(THINK_CLOSE) else {
+        return (None, text);
+    };
+    let head = text[..end].trim_start();
+    let head = head.strip_prefix(THINK_OPEN).unwrap_or(head);
+    let reasoning = head.trim();
+    let rest = &text[end + THINK_CLOSE.len()..];
+    ((!reasoning.is_empty()).then(|| reasoning.to_string()), rest)
+}
+
+const CALL_OPEN: &str = "<tool_call>";
+const CALL_CLOSE: &str = "</tool_call>";
+
+/// Content outside `<tool_call>` blocks and the calls read from them; the
+/// text untouched (no calls) when any block does not parse.
+fn blocks(text: &str, read: fn(&str) -> Option<ToolCall>) -> (Option<String>, Vec<ToolCall>) {
+    let untouched = || (Some(text.to_string()), Vec::new());
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(CALL_OPEN) {
+        content.push_str(&rest[..start]);
+        let inner = &rest[start + CALL_OPEN.len()..];
+        // An unclosed last block (stopped at EOS) runs to the end.
+        let (body, after) = match inner.find(CALL_CLOSE) {
+            Some(end) => (&inner[..end], &inner[end + CALL_CLOSE.len()..]),
+            None => (inner, ""),
+        };
+        match read(body) {
+            Some(call) => calls.push(call),
+            None => return untouched(),
+        }
+        rest = after;
+    }
+    content.push_str(rest);
+    (Some(content), calls)
+}
+
+fn hermes_call(body: &str) -> Option<ToolCall> {
+    let v: Value = serde_json::from_str(body.trim()).ok()?;
+    named_call(&v, "arguments")
+}
+
+/// `{"name": .., <args_key>: ..}` (arguments as an object or its JSON text).
+fn named_call(v: &Value, args_key: &str) -> Option<ToolCall> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let arguments = match v.get(args_key).or_else(|| v.get("parameters")) {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "{}".to_string(),
+    };
+    Some(ToolCall::new(None, name, arguments))
+}
+
+/// `<function=NAME><parameter=K>V</parameter>...</function>`; a value that
+/// parses as JSON is kept as that value, else as a string.
+fn coder_call(body: &str) -> Option<ToolCall> {
+    let body = body.trim();
+    let rest = body.strip_prefix("<function=")?;
+    let (name, mut rest) = rest.split_once('>')?;
+    let mut args = Map::new();
+    while let Some(start) = rest.find("<parameter=") {
+        let after = &rest[start + "<parameter=".len()..];
+        let (key, after) = after.split_once('>')?;
+        let end = after.find("</parameter>")?;
+        let raw = after[..end].trim_matches('\n');
+        let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+        args.insert(key.trim().to_string(), value);
+        rest = &after[end + "</parameter>".len()..];
+    }
+    rest.trim().strip_prefix("</function>")?;
+    let arguments = Value::Object(args).to_string();
+    Some(ToolCall::new(None, name.trim().to_string(), arguments))
+}
+
+/// Llama 3.x: a reply that is one or more `;`-separated JSON calls.
+fn llama_calls(text: &str) -> (Option<String>, Vec<ToolCall>) {
+    let untouched = || (Some(text.to_string()), Vec::new());
+    let body = text.trim();
+    let mut rest = body.strip_prefix("<|python_tag|>").unwrap_or(body).trim();
+    if !rest.starts_with('{') {
+        return untouched();
+    }
+    let mut calls = Vec::new();
+    while !rest.is_empty() {
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let Some(Ok(v)) = values.next() else {
+            return untouched();
+        };
+        let Some(call) = named_call(&v, "parameters") else {
+            return untouched();
+        };
+        calls.push(call);
+        let after = rest[values.byte_offset()..].trim_start();
+        rest = after.strip_prefix(';').unwrap_or(after).trim_start();
+    }
+    (None, calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const HERMES: Family = Family {
+        tools: ToolFormat::Hermes,
+        reasoning: true,
+    };
+
+    #[test]
+    fn detects_families_from_templates() {
+        assert_eq!(
+            Family::detect("{{ '<tool_call>' }}").tools,
+            ToolFormat::Hermes
+        );
+        assert_eq!(
+            Family::detect("<tool_call>\n<function={{ n }}>\n<parameter={{ k }}>").tools,
+            ToolFormat::Qwen3Coder
+        );
+        assert_eq!(
+            Family::detect("<|python_tag|>{{ x }}").tools,
+            ToolFormat::Llama3Json
+        );
+        let plain = Family::detect("{{ m.content }}");
+        assert_eq!((plain.tools, plain.reasoning), (ToolFormat::None, false));
+        assert!(Family::detect("<think>\n{{ r }}\n</think>").reasoning);
+    }
+
+    #[test]
+    fn hermes_calls_and_reasoning() {
+        let out = "<think>\nlook first\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>";
+        let turn = HERMES.parse(out);
+        assert_eq!(turn.reasoning.as_deref(), Some("look first"));
+        assert_eq!(turn.content.as_deref(), Some("Let me check."));
+        assert_eq!(turn.tool_calls.len(), 1);
+        assert_eq!(turn.tool_calls[0].name, "bash");
+        assert_eq!(turn.tool_calls[0].arguments, json!({"cmd": "ls"}));
+        // The generation prompt opened the block: only its end is sampled.
+        let turn = HERMES.parse("planning\n</think>\n\nDone.");
+        assert_eq!(
+            (turn.reasoning.as_deref(), turn.content.as_deref()),
+            (Some("planning"), Some("Done."))
+        );
+        // A block that is not a call stays text.
+        let bad = "<tool_call>not json</tool_call>";
+        assert_eq!(HERMES.parse(bad).content.as_deref(), Some(bad));
+        // Two calls, the last unclosed (stopped at EOS).
+        let two =
+            "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\"}";
+        let turn = HERMES.parse(two);
+        assert_eq!((turn.content, turn.tool_calls.len()), (None, 2));
+    }
+
+    #[test]
+    fn qwen3_coder_and_llama_calls() {
+        let coder = Family {
+            tools: ToolFormat::Qwen3Coder,
+            reasoning: false,
+        };
+        let out = "I'll run it.\n<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>";
+        let turn = coder.parse(out);
+        assert_eq!(turn.content.as_deref(), Some("I'll run it."));
+        assert_eq!(turn.tool_calls[0].name, "bash");
+        assert_eq!(
+            turn.tool_calls[0].arguments,
+            json!({"command": "ls -la", "timeout": 30})
+        );
+        let llama = Family {
+            tools: ToolFormat::Llama3Json,
+            reasoning: false,
+        };
+        let turn = llama.parse("<|python_tag|>{\"name\": \"get\", \"parameters\": {\"q\": 1}}; {\"name\": \"put\", \"parameters\": {}}");
+        assert_eq!(turn.tool_calls.len(), 2);
+        assert_eq!(turn.tool_calls[0].arguments, json!({"q": 1}));
+        assert_eq!(
+            llama.parse("plain answer").content.as_deref(),
+            Some("plain answer")
+        );
+        // A plain reply is kept as written.
+        assert_eq!(
+            HERMES.parse(" two\n\n").content.as_deref(),
+            Some(" two\n\n")
+        );
+    }
+}
