@@ -240,7 +240,12 @@ async fn setup(engine_ms: u64, durability: Durability) -> Setup {
     let auth = gateway.state().auth.clone();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     store
-        .register_engine("e1", &engine.base_url(), "served-model")
+        .register_engine(
+            "e1",
+            &engine.base_url(),
+            "served-model",
+            agl_store::Render::Engine,
+        )
         .await
         .expect("register engine");
     Setup {

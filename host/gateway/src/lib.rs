@@ -38,6 +38,7 @@ pub use error::ApiError;
 pub use metrics::{Metrics, MetricsSource};
 pub use plugins::{PluginAdmin, PluginFuture, PluginSource, SharedPluginAdmin};
 
+use agl_conversation::Renderer;
 use agl_store::Store;
 pub use config::GatewayConfig;
 
@@ -65,6 +66,11 @@ pub struct AppState {
     pub plugins: Option<SharedPluginAdmin>,
     /// Hosts a gateway with auth off answers to (see `local.rs`).
     pub local_hosts: Arc<local::LocalHosts>,
+    /// The policy's template and tokenizer, for engines that render on the
+    /// gateway (see [`Gateway::with_renderer`]).
+    pub renderer: Option<Arc<Renderer>>,
+    /// Token-exact continuation state per rollout attempt.
+    pub chains: proxy::ChainIndex,
 }
 
 pub struct Gateway {
@@ -102,6 +108,8 @@ impl Gateway {
                 extra_metrics: None,
                 plugins: None,
                 local_hosts: Arc::new(local::LocalHosts::new(config.public_base_url.as_deref())),
+                renderer: None,
+                chains: proxy::ChainIndex::default(),
                 config: Arc::new(config),
             },
         }
@@ -111,6 +119,14 @@ impl Gateway {
     /// `agl run` hosts the gateway). Call before [`Gateway::router`].
     pub fn with_metrics_source(mut self, source: Arc<dyn MetricsSource>) -> Gateway {
         self.state.extra_metrics = Some(source);
+        self
+    }
+
+    /// Renders chat calls for engines registered with `render =
+    /// "gateway"` with the policy's `renderer`. Call before
+    /// [`Gateway::router`].
+    pub fn with_renderer(mut self, renderer: Renderer) -> Gateway {
+        self.state.renderer = Some(Arc::new(renderer));
         self
     }
 

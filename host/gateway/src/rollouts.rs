@@ -106,6 +106,7 @@ pub async fn patch(
     let rec = st.store.set_status(&id, &body).await?;
     if rec.status.is_terminal() {
         st.retries.forget(&id);
+        st.chains.forget(&id);
     }
     Ok(Json(st.view(rec)))
 }
@@ -116,6 +117,7 @@ pub async fn cancel(
 ) -> Result<Json<RolloutView>, ApiError> {
     let rec = st.store.cancel(&id).await?;
     st.retries.forget(&id);
+    st.chains.forget(&id);
     Ok(Json(st.view(rec)))
 }
 

@@ -130,8 +130,8 @@ impl InferenceServer {
 }
 
 /// `eos_token_id` of generation_config.json / config.json (int or list),
-/// plus the tokenizer config's `eos_token`.
-fn eos_ids(dir: &Path, tokenizer: &Tokenizer) -> Vec<u32> {
+/// plus the tokenizer config's `eos_token`: the ids that end the model's turn.
+pub fn eos_ids(dir: &Path, tokenizer: &Tokenizer) -> Vec<u32> {
     let read = |file: &str| -> Value {
         std::fs::read_to_string(dir.join(file))
             .ok()

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
-pub use agl_wire::api::{Engine, EventRecord, NewRollout, StatusPatch};
+pub use agl_wire::api::{Engine, EventRecord, NewRollout, Render, StatusPatch};
 pub use agl_wire::record::MODEL_REQUEST;
 pub use agl_wire::rollout::Mode;
 pub use config::StoreConfig;
@@ -281,10 +281,11 @@ impl Store {
         name: &str,
         base_url: &str,
         model: &str,
+        render: Render,
     ) -> Result<Engine, StoreError> {
         let (n, u, m) = (name.to_string(), base_url.to_string(), model.to_string());
         let out = self
-            .write(move |c| writes::register_engine(c, &n, &u, &m))
+            .write(move |c| writes::register_engine(c, &n, &u, &m, render))
             .await;
         self.inner.engines.invalidate(None);
         out

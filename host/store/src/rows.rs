@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::StoreError;
 use super::types::{RolloutRecord, WeightVersion};
-use agl_wire::api::{Engine, EventRecord};
+use agl_wire::api::{Engine, EventRecord, Render};
 use agl_wire::rollout::JsonText;
 use agl_wire::rollout::{FailureKind, Mode, RolloutStatus};
 
@@ -108,6 +108,7 @@ pub fn engine(row: &Row) -> rusqlite::Result<Engine> {
         base_url: row.get("base_url")?,
         model: row.get("model")?,
         created_ms: u64_col(row, "created_ms")?,
+        render: Render::parse(&row.get::<_, String>("render")?).ok_or_else(|| bad("render"))?,
     })
 }
 

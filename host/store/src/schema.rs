@@ -68,6 +68,11 @@ UPDATE attempts SET failure = CASE WHEN reason LIKE 'system: %' THEN 'system' EL
 UPDATE rollouts SET reason = substr(reason, 9) WHERE failure = 'system' AND reason LIKE 'system: %';
 UPDATE attempts SET reason = substr(reason, 9) WHERE failure = 'system' AND reason LIKE 'system: %';
 "#,
+    // 3: who renders an engine's chat prompts (`agl_wire::api::Render`).
+    r#"
+ALTER TABLE engines ADD COLUMN render TEXT NOT NULL DEFAULT 'engine'
+    CHECK (render IN ('engine', 'gateway'));
+"#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -412,15 +412,15 @@ async fn a_background_checkpointer_keeps_the_log_bounded() {
 async fn engines_and_weight_versions() {
     let (_d, store) = open();
     store
-        .register_engine("b", "http://b:8000/v1", "m")
+        .register_engine("b", "http://b:8000/v1", "m", agl_store::Render::Engine)
         .await
         .expect("register b");
     store
-        .register_engine("a", "http://a:8000/v1", "m")
+        .register_engine("a", "http://a:8000/v1", "m", agl_store::Render::Engine)
         .await
         .expect("register a");
     let moved = store
-        .register_engine("a", "http://a2:8000/v1", "m2")
+        .register_engine("a", "http://a2:8000/v1", "m2", agl_store::Render::Engine)
         .await
         .expect("re-register a");
     assert_eq!(moved.base_url, "http://a2:8000/v1");

@@ -200,6 +200,39 @@ pub struct RegisterEngine {
     /// [`crate::urls::engine_base_url`]).
     pub base_url: String,
     pub model: String,
+    #[serde(default)]
+    pub render: Render,
+}
+
+/// Who renders a chat call's prompt for an engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Render {
+    /// The engine's own chat template and tool parser: Chat Completions
+    /// passed through.
+    #[default]
+    Engine,
+    /// The gateway renders with the policy's template and tokenizer, sends
+    /// token ids to the engine's `/v1/completions` and continues a
+    /// conversation token-exactly (`agl-conversation`).
+    Gateway,
+}
+
+impl Render {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Render::Engine => "engine",
+            Render::Gateway => "gateway",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Render> {
+        match s {
+            "engine" => Some(Render::Engine),
+            "gateway" => Some(Render::Gateway),
+            _ => None,
+        }
+    }
 }
 
 /// An OpenAI-compatible engine the proxy sends calls to.
@@ -211,6 +244,8 @@ pub struct Engine {
     pub base_url: String,
     pub model: String,
     pub created_ms: u64,
+    #[serde(default)]
+    pub render: Render,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -58,6 +58,10 @@ pub struct ModelRequest<Req = JsonText> {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_status: Option<u16>,
+    /// The call (event seq) whose prompt and response this call's prompt
+    /// continues token-exactly (gateway-rendered calls only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +165,7 @@ mod tests {
             status: CallStatus::Ok,
             error: None,
             upstream_status: None,
+            continues: None,
         };
         let read: ModelRequest = serde_json::from_str(written.to_payload().as_str()).unwrap();
         let call = read.into_call(7);

@@ -1,6 +1,7 @@
 //! `[run]`, `[train]` and `[engine]` in `agl.toml`: what `agl run` trains
 //! on, how, and which engine serves the policy.
 
+use agl_wire::api::Render;
 use std::path::PathBuf;
 
 use agl_trainer::engine::EngineConfig as TchEngineConfig;
@@ -269,6 +270,10 @@ pub struct PolicyEngineConfig {
     /// defaults are the engine's own (`agl engine serve` uses the same).
     pub max_seqs: usize,
     pub max_len: usize,
+    /// Who renders chat prompts: `"engine"` (its own template, Chat
+    /// Completions passed through) or `"gateway"` (the policy's template,
+    /// token ids to `/v1/completions`, token-exact continuation).
+    pub render: Render,
 }
 
 impl Default for PolicyEngineConfig {
@@ -280,6 +285,7 @@ impl Default for PolicyEngineConfig {
             reload: ReloadKind::Sglang,
             max_seqs: TchEngineConfig::default().max_seqs,
             max_len: TchEngineConfig::default().max_len,
+            render: Render::Engine,
         }
     }
 }

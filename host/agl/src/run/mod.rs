@@ -123,9 +123,12 @@ pub async fn run(
     let admin_key = gw.admin_key.clone();
     let temperature = gw.train_temperature;
     let gauges = Arc::new(TrainerGauges::new());
-    let gateway = Gateway::new(store.clone(), gw)
+    let mut gateway = Gateway::new(store.clone(), gw)
         .with_metrics_source(gauges.clone())
         .with_plugin_admin(plugins.clone());
+    if config.engine.render == agl_wire::api::Render::Gateway {
+        gateway = gateway.with_renderer(policy::renderer(&model_dir)?);
+    }
     let control = gateway.control();
 
     let kind = config.model.kind();

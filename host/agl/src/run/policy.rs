@@ -8,12 +8,15 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 
+use agl_conversation::Renderer;
 use agl_gateway::Gateway;
 use agl_inference::InferenceServer;
 use agl_store::Store;
+use agl_tokenizer::Tokenizer;
 use agl_trainer::engine::EngineConfig as TchEngineConfig;
-use agl_wire::api::Engine;
+use agl_wire::api::{Engine, Render};
 use agl_wire::urls;
+use std::sync::Arc;
 
 use super::config::{EngineKind, PolicyEngineConfig, ReloadKind};
 use super::worker::Trainer;
@@ -30,12 +33,20 @@ pub async fn embed(
     store: &Store,
     name: &str,
     server: &InferenceServer,
+    render: Render,
 ) -> anyhow::Result<Engine> {
     gateway.register_embedded(name, server.router());
     let url = format!("embedded://{name}");
     Ok(store
-        .register_engine(name, &url, server.model_name())
+        .register_engine(name, &url, server.model_name(), render)
         .await?)
+}
+
+/// The policy's template and tokenizer for gateway-rendered chat calls.
+pub fn renderer(model_dir: &Path) -> anyhow::Result<Renderer> {
+    let tokenizer = Tokenizer::from_file(&model_dir.join("tokenizer.json"))?;
+    let eos = agl_inference::eos_ids(model_dir, &tokenizer);
+    Ok(Renderer::new(Arc::new(tokenizer), &eos)?)
 }
 
 pub enum Policy {
@@ -75,7 +86,7 @@ impl Policy {
                     InferenceServer::load(&dir, &name, kind, engine_cfg)
                 })
                 .await??;
-                embed(gateway, store, ENGINE_NAME, &server).await?;
+                embed(gateway, store, ENGINE_NAME, &server, cfg.render).await?;
                 Ok(Policy::Embedded(server))
             }
             EngineKind::External => {
@@ -88,7 +99,7 @@ impl Policy {
                 let openai_base = urls::engine_base_url(&base_url);
                 let base_url = urls::engine_root_url(&base_url);
                 store
-                    .register_engine(ENGINE_NAME, &openai_base, &name)
+                    .register_engine(ENGINE_NAME, &openai_base, &name, cfg.render)
                     .await?;
                 Ok(Policy::External {
                     base_url,

@@ -11,7 +11,7 @@ use agl::run::policy::embed;
 use agl_gateway::Gateway;
 use agl_gateway::GatewayConfig;
 use agl_inference::InferenceServer;
-use agl_store::{Mode, NewRollout, Store};
+use agl_store::{Mode, NewRollout, Render, Store};
 use agl_tokenizer::Tokenizer;
 use agl_trainer::engine::EngineConfig;
 use agl_trainer::model::{Model, ModelConfig, token_logprobs};
@@ -86,6 +86,11 @@ async fn start() -> Env {
 
 /// [`start`] on the model folder `model_dir`.
 async fn start_on(model_dir: &Path) -> Env {
+    start_rendered(model_dir, Render::Engine).await
+}
+
+/// [`start_on`], chat prompts rendered by `render`.
+async fn start_rendered(model_dir: &Path, render: Render) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("agl.db")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -95,8 +100,11 @@ async fn start_on(model_dir: &Path) -> Env {
         admin_key: Some("admin-key".into()),
         ..GatewayConfig::default()
     };
-    let gateway = Gateway::new(store.clone(), config);
-    embed(&gateway, &store, "embedded", &server(model_dir))
+    let mut gateway = Gateway::new(store.clone(), config);
+    if render == Render::Gateway {
+        gateway = gateway.with_renderer(agl::run::policy::renderer(model_dir).unwrap());
+    }
+    embed(&gateway, &store, "embedded", &server(model_dir), render)
         .await
         .unwrap();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
@@ -418,5 +426,63 @@ async fn smollm2_greedy_matches_transformers() {
         .zip(expected["prompt_ids"].as_array().unwrap())
     {
         assert_eq!(json!(call.prompt_ids), *ids);
+    }
+}
+
+/// A 4-turn chat whose harness echoes every reply: rendered by the
+/// gateway, every call after the first continues the one before token for
+/// token, and each response is the reference greedy decode of its prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_rendered_turns_continue_token_exactly_on_the_embedded_engine() {
+    let model_dir = model_dir(5);
+    let env = start_rendered(model_dir.path(), Render::Gateway).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/proxy/r1/1/val/openai/v1/chat/completions", env.base);
+    let mut messages = vec![json!({"role": "user", "content": PROMPTS[0]})];
+    for turn in 0..4 {
+        let resp: Value = http
+            .post(&url)
+            .bearer_auth("admin-key")
+            .json(&json!({"model": "tiny", "messages": messages, "max_tokens": MAX_TOKENS}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let reply = resp["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        messages.push(json!({"role": "assistant", "content": reply}));
+        messages.push(json!({"role": "user", "content": PROMPTS[(turn + 1) % PROMPTS.len()]}));
+    }
+    let events = env.store.list_events("r1", 0, 100).await.unwrap();
+    let calls: Vec<Value> = events.iter().map(|e| e.payload.parse().unwrap()).collect();
+    assert_eq!(calls.len(), 4);
+    let ids = |v: &Value| -> Vec<u32> { serde_json::from_value(v.clone()).unwrap() };
+    let eos = eos(&env.tokenizer);
+    for (k, call) in calls.iter().enumerate() {
+        let prompt = ids(&call["prompt_ids"]);
+        let response = ids(&call["response_ids"]);
+        assert_eq!(
+            response,
+            reference_greedy(&env.model, eos, &prompt, MAX_TOKENS),
+            "call {k}: the engine decoded the prompt the gateway rendered"
+        );
+        if k == 0 {
+            assert_eq!(prompt, chat_prompt(&env.tokenizer, PROMPTS[0]));
+            assert!(call.get("continues").is_none());
+            continue;
+        }
+        let before = &calls[k - 1];
+        assert_eq!(call["continues"], json!(events[k - 1].seq), "call {k}");
+        let prefix = [ids(&before["prompt_ids"]), ids(&before["response_ids"])].concat();
+        assert_eq!(
+            &prompt[..prefix.len()],
+            &prefix[..],
+            "call {k} extends call {}",
+            k - 1
+        );
     }
 }

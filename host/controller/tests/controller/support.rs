@@ -43,7 +43,12 @@ impl Stack {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path().join("agl.db")).expect("store");
         store
-            .register_engine("e1", &engine.base_url(), "served-model")
+            .register_engine(
+                "e1",
+                &engine.base_url(),
+                "served-model",
+                agl_store::Render::Engine,
+            )
             .await
             .expect("engine");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

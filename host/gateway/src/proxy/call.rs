@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 
 use super::dedup::{RetryKey, retry_key};
 use super::record::Tokens;
+use super::rendered::RenderedCall;
 use crate::control::now_ms;
 use crate::{ApiError, AppState, CallGuard};
 use agl_store::Engine;
@@ -73,6 +74,8 @@ pub struct Call {
     pub started: Instant,
     /// Keeps the call in flight (for drain) until the record is committed.
     pub _guard: CallGuard,
+    /// Set when the gateway rendered the prompt (`rendered.rs`).
+    pub rendered: Option<RenderedCall>,
 }
 
 impl Call {
@@ -107,6 +110,7 @@ impl Call {
             status: out.status,
             error: out.error,
             upstream_status: out.upstream_status,
+            continues: self.rendered.as_ref().and_then(|r| r.continues),
         };
         let mut payload = record.to_payload();
         // An assembled stream can nest deeper than any one chunk did.

@@ -97,6 +97,16 @@ async fn failed(call: &Call, outcome: CallOutcome, message: String) -> Response 
 /// A non-streamed call (or an upstream error answer): commit the record,
 /// then answer with the engine's body.
 async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
+    // A gateway-rendered call: the engine answered Completions; the
+    // harness gets Chat Completions, and the record keeps what it got.
+    let (bytes, engine_bytes) = match &call.rendered {
+        Some(r) if status.is_success() => {
+            let completion: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let chat = r.chat_body(&completion, &call.rollout_id);
+            (Bytes::from(chat.to_string()), bytes)
+        }
+        _ => (bytes.clone(), bytes),
+    };
     // The engine's body is kept as its own JSON text; only the token
     // fields are read out of it.
     let raw = std::str::from_utf8(&bytes)
@@ -106,7 +116,7 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     let outcome = match (raw, status.is_success()) {
         (Some(body), true) => CallOutcome {
             status: CallStatus::Ok,
-            tokens: record::tokens_of_bytes(&bytes).unwrap_or_else(|| {
+            tokens: record::tokens_of_bytes(&engine_bytes).unwrap_or_else(|| {
                 let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
                 record::tokens_of(call.api, &v)
             }),
@@ -126,10 +136,23 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
             )
         },
     };
+    let response_ids = outcome.tokens.response_ids.clone();
+    let ok = outcome.status == CallStatus::Ok;
     let committed = match call.commit(outcome).await {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
+    if let Some(r) = call.rendered.as_ref().filter(|_| ok) {
+        let text = serde_json::from_slice::<Value>(&engine_bytes)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/choices/0/text")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        r.served(committed.seq, response_ids, r.parse(&text));
+    }
     if status.is_success() && !valid {
         return ApiError::new(
             StatusCode::BAD_GATEWAY,

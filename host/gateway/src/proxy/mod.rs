@@ -15,6 +15,7 @@ mod call;
 mod dedup;
 mod forward;
 mod record;
+mod rendered;
 mod rewrite;
 mod stream;
 mod upstream;
@@ -30,6 +31,7 @@ use axum::routing::post;
 use serde_json::value::RawValue;
 
 pub use dedup::RetryIndex;
+pub use rendered::ChainIndex;
 pub use upstream::{Upstream, UpstreamError};
 
 use super::AppState;
@@ -37,10 +39,11 @@ use super::auth::Principal;
 use super::control::now_ms;
 use super::error::ApiError;
 use super::extract::{ApiBody, ApiPath};
-use agl_store::Mode;
+use agl_store::{Mode, Render};
 use agl_wire::json;
 use agl_wire::rollout::ApiKind;
 use call::Call;
+use rendered::RenderedCall;
 
 const PREFIX: &str = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1";
 
@@ -170,8 +173,29 @@ async fn handle(
     };
     rewrite::rewrite(&mut forward, api, &engine.model, temperature);
     let streaming = rewrite::is_stream(&forward);
-    let endpoint = match api {
-        ApiKind::ChatCompletions => "chat/completions",
+    let rendered = if api == ApiKind::ChatCompletions && engine.render == Render::Gateway {
+        let renderer = st.renderer.clone().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!(
+                    "engine `{}` renders on the gateway, but this gateway has no policy tokenizer",
+                    engine.name
+                ),
+            )
+        })?;
+        Some(RenderedCall::prepare(
+            renderer,
+            &st.chains,
+            &rollout_id,
+            attempt,
+            &body,
+        )?)
+    } else {
+        None
+    };
+    let endpoint = match (api, &rendered) {
+        (ApiKind::ChatCompletions, None) => "chat/completions",
         _ => "completions",
     };
     let url = format!("{}/{endpoint}", engine.base_url);
@@ -187,7 +211,11 @@ async fn handle(
         started: Instant::now(),
         _guard: guard,
         st: st.clone(),
+        rendered,
     };
-    let out = Bytes::from(serde_json::to_vec(&forward).unwrap_or_default());
+    let out = match &call.rendered {
+        Some(r) => Bytes::from(r.completions_body(&forward)),
+        None => Bytes::from(serde_json::to_vec(&forward).unwrap_or_default()),
+    };
     Ok(forward::run(call, url, out, streaming).await)
 }

@@ -14,8 +14,10 @@ use tokio::sync::mpsc;
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
+use super::rendered::ChatChunks;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::JsonText;
+use serde_json::Value;
 
 /// Chunks buffered between the upstream reader and the client.
 const CHANNEL: usize = 64;
@@ -52,6 +54,11 @@ async fn pump(
     let upstream_status = Some(upstream.status().as_u16());
     let mut chunks = upstream.bytes_stream();
     let mut asm = Assembler::new(call.api);
+    // Gateway-rendered: completion chunks in, chat chunks out.
+    let mut translate = call
+        .rendered
+        .as_ref()
+        .map(|r| ChatChunks::new(r.renderer.family(), r.prompt_ids.clone(), &call.rollout_id));
     let mut buf = Vec::new();
     let mut done = false;
     let mut left = false;
@@ -79,16 +86,28 @@ async fn pump(
                 done = true;
                 break 'read;
             }
-            if let Ok(v) = serde_json::from_str(&data) {
-                asm.push(&v);
-            }
-            if tx
-                .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
-                .await
-                .is_err()
-            {
-                left = true;
-                break 'read;
+            let parsed = serde_json::from_str::<Value>(&data).ok();
+            let out = match (&mut translate, parsed) {
+                (Some(t), Some(v)) => t.push(&v).iter().map(Value::to_string).collect(),
+                (_, parsed) => {
+                    parsed.iter().for_each(|v| asm.push(v));
+                    vec![data]
+                }
+            };
+            for data in out {
+                if translate.is_some()
+                    && let Ok(v) = serde_json::from_str::<Value>(&data)
+                {
+                    asm.push(&v);
+                }
+                if tx
+                    .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
+                    .await
+                    .is_err()
+                {
+                    left = true;
+                    break 'read;
+                }
             }
         }
     }
@@ -108,6 +127,7 @@ async fn pump(
     if !done && error.is_none() {
         error = Some("upstream stream ended without [DONE]".into());
     }
+    let response_ids = tokens.response_ids.clone();
     let outcome = CallOutcome {
         status: if error.is_some() {
             CallStatus::Error
@@ -122,6 +142,9 @@ async fn pump(
     let end = match (call.commit(outcome).await, error) {
         (Ok(committed), None) => {
             note.set(committed.retry, committed.seq);
+            if let (Some(r), Some(t)) = (&call.rendered, &translate) {
+                r.served(committed.seq, response_ids, r.parse(t.text()));
+            }
             Ok(Bytes::from_static(b"data: [DONE]\n\n"))
         }
         (Ok(_), Some(e)) => Err(io::Error::other(e)),

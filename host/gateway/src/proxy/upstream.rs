@@ -165,6 +165,7 @@ mod tests {
             base_url: format!("http://{name}"),
             model: "m".into(),
             created_ms: 0,
+            render: Default::default(),
         }
     }
 

@@ -10,5 +10,6 @@ mod openai_sdk;
 #[path = "../../../../tests/support/process.rs"]
 mod process;
 mod proxy;
+mod rendered;
 #[allow(dead_code)] // each module uses a subset
 mod support;

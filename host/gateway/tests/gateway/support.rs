@@ -25,6 +25,16 @@ pub struct Local {
 }
 
 pub async fn start_local(engine: TestEngineConfig, config: GatewayConfig) -> Local {
+    start_local_with(engine, config, None).await
+}
+
+/// [`start_local`] with the policy's renderer: engine `e1` renders on the
+/// gateway.
+pub async fn start_local_with(
+    engine: TestEngineConfig,
+    config: GatewayConfig,
+    renderer: Option<agl_conversation::Renderer>,
+) -> Local {
     let engine = TestEngine::start(engine).await.expect("engine");
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path().join("agl.db")).expect("open store");
@@ -37,13 +47,20 @@ pub async fn start_local(engine: TestEngineConfig, config: GatewayConfig) -> Loc
         admin_key: Some(ADMIN.into()),
         ..config
     };
-    let gateway = Gateway::new(store.clone(), config);
+    let render = match renderer {
+        Some(_) => agl_store::Render::Gateway,
+        None => agl_store::Render::Engine,
+    };
+    let mut gateway = Gateway::new(store.clone(), config);
+    if let Some(r) = renderer {
+        gateway = gateway.with_renderer(r);
+    }
     let auth = gateway.state().auth.clone();
     let control = gateway.control();
     let metrics = gateway.state().metrics.clone();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     store
-        .register_engine("e1", &engine.base_url(), "served-model")
+        .register_engine("e1", &engine.base_url(), "served-model", render)
         .await
         .expect("engine");
     Local {

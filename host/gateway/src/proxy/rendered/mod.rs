@@ -1,0 +1,187 @@
+//! Chat calls the gateway renders itself (engines registered with
+//! `render = "gateway"`): the request becomes an `agl_conversation`
+//! conversation, the prompt is the rollout attempt's chain continued
+//! token-exactly (or a fresh render), the engine gets token ids on its
+//! `/v1/completions`, and its completion is answered as Chat Completions,
+//! tool calls and reasoning parsed as the policy's model family writes them.
+
+mod chunks;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use agl_conversation::{AssistantTurn, Chains, Conversation, Renderer, Served, openai_chat};
+
+pub use chunks::ChatChunks;
+
+use super::rewrite::RawBody;
+use crate::ApiError;
+
+/// One rollout attempt's chains, locked while a call finds its prompt.
+type AttemptChains = Arc<Mutex<Chains>>;
+
+/// The chains of every live rollout attempt.
+#[derive(Clone, Default)]
+pub struct ChainIndex(Arc<Mutex<HashMap<(String, u32), AttemptChains>>>);
+
+impl ChainIndex {
+    fn of(&self, rollout_id: &str, attempt: u32) -> AttemptChains {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        all.entry((rollout_id.to_string(), attempt))
+            .or_default()
+            .clone()
+    }
+
+    /// Drops a finished rollout's chains (every attempt).
+    pub fn forget(&self, rollout_id: &str) {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|(id, _), _| id != rollout_id);
+    }
+}
+
+/// What a gateway-rendered call carries until its record is committed.
+pub struct RenderedCall {
+    pub renderer: Arc<Renderer>,
+    pub conversation: Conversation,
+    pub prompt_ids: Vec<u32>,
+    /// The call (store seq) this one continues; `None` = a new chain.
+    pub continues: Option<u64>,
+    chains: AttemptChains,
+}
+
+impl RenderedCall {
+    /// Reads the chat request `body` and finds its prompt.
+    pub fn prepare(
+        renderer: Arc<Renderer>,
+        index: &ChainIndex,
+        rollout_id: &str,
+        attempt: u32,
+        body: &[u8],
+    ) -> Result<RenderedCall, ApiError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+        let conversation =
+            openai_chat::conversation(&value).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let chains = index.of(rollout_id, attempt);
+        let prompt = chains
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .prompt(&renderer, &conversation)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(RenderedCall {
+            renderer,
+            conversation,
+            prompt_ids: prompt.ids,
+            continues: prompt.continues,
+            chains,
+        })
+    }
+
+    /// The engine request: the chat body's sampling options as a
+    /// completions request over the prompt ids (vLLM's `return_token_ids`
+    /// and one logprob per sampled token).
+    pub fn completions_body(&self, chat: &RawBody) -> Vec<u8> {
+        const CHAT_ONLY: [&str; 8] = [
+            "messages",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "logprobs",
+            "top_logprobs",
+            "max_completion_tokens",
+            "response_format",
+        ];
+        let mut body = chat.clone();
+        if let Some(max) = chat.get("max_completion_tokens") {
+            body.insert("max_tokens".into(), max.clone());
+        }
+        body.retain(|k, _| !CHAT_ONLY.contains(&k.as_str()));
+        let raw = |v: Value| {
+            RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
+        };
+        body.insert("prompt".into(), raw(json!(self.prompt_ids)));
+        body.insert("logprobs".into(), raw(json!(1)));
+        body.insert("return_token_ids".into(), raw(json!(true)));
+        // Markers like `<tool_call>` must reach the parser.
+        body.insert("skip_special_tokens".into(), raw(json!(false)));
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// The reply parsed from the completion's text.
+    pub fn parse(&self, text: &str) -> AssistantTurn {
+        self.renderer.family().parse(text)
+    }
+
+    /// The engine's completions body answered as Chat Completions, with
+    /// vLLM's token fields so the record reads the same as a passthrough.
+    pub fn chat_body(&self, completion: &Value, id_prefix: &str) -> Value {
+        let choice = completion.pointer("/choices/0").unwrap_or(&Value::Null);
+        let text = choice
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let turn = self.parse(text);
+        let finish = match choice.get("finish_reason") {
+            _ if !turn.tool_calls.is_empty() => json!("tool_calls"),
+            Some(f) => f.clone(),
+            None => Value::Null,
+        };
+        let logprobs = chat_logprobs(choice.get("logprobs"));
+        json!({
+            "id": completion.get("id").cloned().unwrap_or_else(|| json!(id_prefix)),
+            "object": "chat.completion",
+            "created": completion.get("created").cloned().unwrap_or(json!(0)),
+            "model": completion.get("model").cloned().unwrap_or(Value::Null),
+            "prompt_token_ids": self.prompt_ids,
+            "choices": [{
+                "index": 0,
+                "message": openai_chat::response_message(&turn, id_prefix),
+                "logprobs": logprobs,
+                "finish_reason": finish,
+                "token_ids": choice.get("token_ids").cloned().unwrap_or(json!([])),
+            }],
+            "usage": completion.get("usage").cloned().unwrap_or(Value::Null),
+        })
+    }
+
+    /// Keeps the served call for the next one to continue.
+    pub fn served(&self, call: u64, response_ids: Vec<u32>, reply: AssistantTurn) {
+        let served = Served {
+            call,
+            messages: self.conversation.messages.clone(),
+            tools: self.conversation.tools.clone(),
+            prompt_ids: self.prompt_ids.clone(),
+            response_ids,
+            reply,
+        };
+        self.chains
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .served(served, self.continues);
+    }
+}
+
+/// Completions logprobs (`tokens`, `token_logprobs`) as chat `content`
+/// entries.
+fn chat_logprobs(lp: Option<&Value>) -> Value {
+    let Some(lp) = lp.filter(|v| !v.is_null()) else {
+        return Value::Null;
+    };
+    let tokens = lp.get("tokens").and_then(Value::as_array);
+    let values = lp.get("token_logprobs").and_then(Value::as_array);
+    let content: Vec<Value> = values
+        .map(|v| {
+            v.iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    let token = tokens.and_then(|t| t.get(i)).cloned().unwrap_or(json!(""));
+                    json!({"token": token, "logprob": x.as_f64().unwrap_or(0.0), "top_logprobs": []})
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({ "content": content })
+}

@@ -1,0 +1,150 @@
+//! Chat calls the gateway renders (engine `render = "gateway"`): the
+//! engine sees token ids on `/v1/completions`, the harness sees Chat
+//! Completions with parsed tool calls, and each call that extends the
+//! previous one continues its tokens exactly. The policy here is the
+//! byte-level fixture tokenizer under the Hermes/Qwen-style tools template.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agl_conversation::Renderer;
+use agl_gateway::GatewayConfig;
+use agl_testengine::{Reply, TestEngineConfig};
+use agl_tokenizer::Tokenizer;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{ADMIN, start_local_with};
+
+fn renderer(dir: &Path) -> Renderer {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let fixture = repo.join("examples/fixtures/tokenizer");
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixture.join(file), dir.join(file)).expect("copy");
+    }
+    std::fs::copy(
+        repo.join("tests/python/tools_template.jinja"),
+        dir.join("chat_template.jinja"),
+    )
+    .expect("template");
+    let tok = Arc::new(Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer"));
+    let eos = tok.encode("<|im_end|>", false).expect("eos");
+    Renderer::new(tok, &eos).expect("renderer")
+}
+
+const CALL: &str =
+    "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\":\"ls\"}}\n</tool_call>";
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}])
+}
+
+async fn chat(url: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(url)
+        .bearer_auth(ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .expect("send")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_rendered_calls_continue_token_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let turn = Arc::new(AtomicUsize::new(0));
+    let counter = turn.clone();
+    let engine = TestEngineConfig::default().with_script(move |_| {
+        match counter.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::text(CALL),
+            _ => Reply::text("There are 3 files."),
+        }
+    });
+    let env = start_local_with(engine, GatewayConfig::default(), Some(renderer(dir.path()))).await;
+    env.running(&["r1".to_string()]).await;
+    let url = env.chat_url("r1");
+    let user = json!({"role": "user", "content": "How many files?"});
+
+    // 1: not streamed; the reply's call comes back parsed.
+    let resp = chat(&url, json!({"messages": [user], "tools": tools()})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let first: Value = resp.json().await.expect("json");
+    let message = &first["choices"][0]["message"];
+    assert_eq!(
+        first["choices"][0]["finish_reason"], "tool_calls",
+        "{first}"
+    );
+    assert_eq!(message["tool_calls"][0]["function"]["name"], "bash");
+    let sent = env.engine.requests();
+    assert_eq!(sent[0].path, "/v1/completions");
+    let body = sent[0].body.as_ref().expect("body");
+    assert!(body["prompt"].is_array(), "token ids: {body}");
+    assert!(body.get("messages").is_none());
+
+    // 2: streamed, the harness re-serialising the call's arguments.
+    let assistant = json!({"role": "assistant", "content": null, "tool_calls": [{
+        "id": "c1", "type": "function",
+        "function": {"name": "bash", "arguments": "{\"cmd\": \"ls\"}"}}]});
+    let tool = json!({"role": "tool", "tool_call_id": "c1", "content": "a b c"});
+    let resp = chat(
+        &url,
+        json!({"messages": [user, assistant, tool], "tools": tools(), "stream": true}),
+    )
+    .await;
+    let text = resp.text().await.expect("stream");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let content: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(content, "There are 3 files.");
+
+    // 3: a history whose middle was replaced by a summary starts anew.
+    let summary = json!({"role": "assistant", "content": "Summary: listed files."});
+    let resp = chat(
+        &url,
+        json!({"messages": [user, summary, {"role": "user", "content": "go on"}],
+                                  "tools": tools()}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    let calls: Vec<Value> = events
+        .iter()
+        .map(|e| e.payload.parse().expect("payload"))
+        .collect();
+    assert_eq!(calls.len(), 3);
+    let ids = |v: &Value| -> Vec<u64> {
+        v.as_array()
+            .expect("ids")
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect()
+    };
+    // Call 2 continues call 1: its prompt starts with call 1's prompt and
+    // sampled response, token for token.
+    assert_eq!(calls[1]["continues"], json!(events[0].seq));
+    let prefix = [ids(&calls[0]["prompt_ids"]), ids(&calls[0]["response_ids"])].concat();
+    let second = ids(&calls[1]["prompt_ids"]);
+    assert!(second.len() > prefix.len());
+    assert_eq!(&second[..prefix.len()], &prefix[..]);
+    assert!(calls[2].get("continues").is_none(), "{}", calls[2]);
+    // The records keep what the harness was answered.
+    assert_eq!(
+        calls[0]["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "bash"
+    );
+    assert_eq!(
+        calls[1]["response"]["choices"][0]["message"]["content"],
+        "There are 3 files."
+    );
+    assert!(!ids(&calls[1]["response_ids"]).is_empty());
+}
