@@ -96,6 +96,16 @@ fn message(i: usize, m: &Value) -> Result<Message, ConversationError> {
     })
 }
 
+/// An assistant `message` (a response's, or a request's) as a turn.
+pub fn assistant_turn(message: &Value) -> Result<AssistantTurn, ConversationError> {
+    let mut m = message.clone();
+    m["role"] = json!("assistant");
+    match self::message(0, &m)? {
+        Message::Assistant(turn) => Ok(turn),
+        _ => Err(ConversationError::unsupported("not an assistant message")),
+    }
+}
+
 /// A content string, or a list of `text` parts joined.
 fn text(content: Option<&Value>, i: usize) -> Result<String, ConversationError> {
     match content {

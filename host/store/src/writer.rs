@@ -148,7 +148,7 @@ mod tests {
         let insert = |name: &'static str, fail: bool| {
             job(move |c: &Connection| {
                 c.execute(
-                    "INSERT INTO engines VALUES (?1, 'http://x', 'm', 0)",
+                    "INSERT INTO engines (name, base_url, model, created_ms) VALUES (?1, 'http://x', 'm', 0)",
                     [name],
                 )?;
                 // Fails after writing, so only the savepoint can undo it.

@@ -547,6 +547,7 @@ async fn schema_1_failures_migrate_to_a_failure_kind() {
          UPDATE rollouts SET reason = 'exit code 1' WHERE id = 'agent';
          ALTER TABLE rollouts DROP COLUMN failure;
          ALTER TABLE attempts DROP COLUMN failure;
+         ALTER TABLE engines DROP COLUMN render;
          PRAGMA user_version = 1;",
     )
     .expect("rewind to schema 1");

@@ -17,6 +17,8 @@ pub struct Assembler {
     api: ApiKind,
     head: Map<String, Value>,
     text: String,
+    /// Chat `reasoning_content` (or vLLM's `reasoning`) deltas.
+    reasoning: String,
     tools: Vec<ToolCall>,
     /// Chat logprob entries, or completions' sampled logprobs.
     chat_logprobs: Vec<Value>,
@@ -30,6 +32,7 @@ impl Assembler {
             api,
             head: Map::new(),
             text: String::new(),
+            reasoning: String::new(),
             tools: Vec::new(),
             chat_logprobs: Vec::new(),
             tokens: Tokens::default(),
@@ -84,6 +87,12 @@ impl Assembler {
         if let Some(t) = delta.get("content").and_then(Value::as_str) {
             self.text.push_str(t);
         }
+        let reasoning = delta
+            .get("reasoning_content")
+            .or_else(|| delta.get("reasoning"));
+        if let Some(r) = reasoning.and_then(Value::as_str) {
+            self.reasoning.push_str(r);
+        }
         let calls = delta.get("tool_calls").and_then(Value::as_array);
         for call in calls.into_iter().flatten() {
             let index = call.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -129,8 +138,13 @@ impl Assembler {
                 } else {
                     json!(self.text)
                 };
+                let mut message =
+                    json!({"role": "assistant", "content": content, "tool_calls": calls});
+                if !self.reasoning.is_empty() {
+                    message["reasoning_content"] = json!(self.reasoning);
+                }
                 json!({"index": 0,
-                       "message": {"role": "assistant", "content": content, "tool_calls": calls},
+                       "message": message,
                        "logprobs": {"content": self.chat_logprobs},
                        "finish_reason": t.finish_reason, "token_ids": t.response_ids})
             }

@@ -184,13 +184,10 @@ async fn handle(
                 ),
             )
         })?;
-        Some(RenderedCall::prepare(
-            renderer,
-            &st.chains,
-            &rollout_id,
-            attempt,
-            &body,
-        )?)
+        Some(
+            RenderedCall::prepare(renderer, &st.chains, &st.store, &rollout_id, attempt, &body)
+                .await?,
+        )
     } else {
         None
     };

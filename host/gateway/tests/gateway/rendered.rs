@@ -148,3 +148,54 @@ async fn gateway_rendered_calls_continue_token_exactly() {
     );
     assert!(!ids(&calls[1]["response_ids"]).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_gateway_rebuilds_its_chains_from_the_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = TestEngineConfig::default().with_replies([Reply::text(CALL)]);
+    let env = start_local_with(engine, GatewayConfig::default(), Some(renderer(dir.path()))).await;
+    env.running(&["r1".to_string()]).await;
+    let user = json!({"role": "user", "content": "How many files?"});
+    // Streamed, so the record's response is the assembled one.
+    let resp = chat(
+        &env.chat_url("r1"),
+        json!({"messages": [user], "tools": tools(), "stream": true}),
+    )
+    .await;
+    assert!(
+        resp.text()
+            .await
+            .expect("stream")
+            .ends_with("data: [DONE]\n\n")
+    );
+    let first = env.store.list_events("r1", 0, 10).await.expect("events")[0].seq;
+
+    // A new gateway process on the same store: no chains in memory.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let restarted = agl_gateway::Gateway::new(
+        env.store.clone(),
+        GatewayConfig {
+            listen: addr.to_string(),
+            admin_key: Some(ADMIN.into()),
+            ..GatewayConfig::default()
+        },
+    )
+    .with_renderer(renderer(dir.path()));
+    tokio::spawn(restarted.serve(listener, std::future::pending()));
+    let assistant = json!({"role": "assistant", "tool_calls": [{"id": "x", "type": "function",
+        "function": {"name": "bash", "arguments": {"cmd": "ls"}}}]});
+    let tool = json!({"role": "tool", "tool_call_id": "x", "content": "a b c"});
+    let url = format!("http://{addr}/proxy/r1/1/train/openai/v1/chat/completions");
+    let resp = chat(
+        &url,
+        json!({"messages": [user, assistant, tool], "tools": tools()}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    let second = events[1].payload.parse().expect("payload");
+    assert_eq!(second["continues"], json!(first), "{second}");
+}

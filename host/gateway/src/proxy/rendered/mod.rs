@@ -6,6 +6,7 @@
 //! tool calls and reasoning parsed as the policy's model family writes them.
 
 mod chunks;
+mod restore;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,6 +20,7 @@ pub use chunks::ChatChunks;
 
 use super::rewrite::RawBody;
 use crate::ApiError;
+use agl_store::Store;
 
 /// One rollout attempt's chains, locked while a call finds its prompt.
 type AttemptChains = Arc<Mutex<Chains>>;
@@ -28,11 +30,30 @@ type AttemptChains = Arc<Mutex<Chains>>;
 pub struct ChainIndex(Arc<Mutex<HashMap<(String, u32), AttemptChains>>>);
 
 impl ChainIndex {
-    fn of(&self, rollout_id: &str, attempt: u32) -> AttemptChains {
+    /// The attempt's chains; rebuilt from the store the first time an
+    /// attempt is seen (after a restart it may have calls already).
+    async fn of(
+        &self,
+        store: &Store,
+        rollout_id: &str,
+        attempt: u32,
+    ) -> Result<AttemptChains, ApiError> {
+        let key = (rollout_id.to_string(), attempt);
+        if let Some(found) = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(found.clone());
+        }
+        let rebuilt = restore::chains_from_store(store, rollout_id, attempt).await?;
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        all.entry((rollout_id.to_string(), attempt))
-            .or_default()
-            .clone()
+        // A call that raced this one may have inserted it first: keep that.
+        Ok(all
+            .entry(key)
+            .or_insert_with(|| Arc::new(Mutex::new(rebuilt)))
+            .clone())
     }
 
     /// Drops a finished rollout's chains (every attempt).
@@ -54,9 +75,10 @@ pub struct RenderedCall {
 
 impl RenderedCall {
     /// Reads the chat request `body` and finds its prompt.
-    pub fn prepare(
+    pub async fn prepare(
         renderer: Arc<Renderer>,
         index: &ChainIndex,
+        store: &Store,
         rollout_id: &str,
         attempt: u32,
         body: &[u8],
@@ -65,7 +87,7 @@ impl RenderedCall {
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
         let conversation =
             openai_chat::conversation(&value).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let chains = index.of(rollout_id, attempt);
+        let chains = index.of(store, rollout_id, attempt).await?;
         let prompt = chains
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
