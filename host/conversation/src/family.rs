@@ -11,6 +11,7 @@
 //! out of their text. A block that does not parse leaves the text as
 //! content, so nothing the model wrote is lost.
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::message::{AssistantTurn, ToolCall};
@@ -121,9 +122,27 @@ fn blocks(text: &str, read: fn(&str) -> Option<ToolCall>) -> (Option<String>, Ve
     (Some(content), calls)
 }
 
+/// `{"name": .., "arguments": ..}`; the arguments keep the text the model
+/// wrote (so a streamed call's argument deltas add up to them).
 fn hermes_call(body: &str) -> Option<ToolCall> {
-    let v: Value = serde_json::from_str(body.trim()).ok()?;
-    named_call(&v, "arguments")
+    #[derive(serde::Deserialize)]
+    struct Call<'a> {
+        name: String,
+        #[serde(borrow)]
+        arguments: Option<&'a RawValue>,
+        #[serde(borrow)]
+        parameters: Option<&'a RawValue>,
+    }
+    let call: Call = serde_json::from_str(body.trim()).ok()?;
+    let arguments = match call.arguments.or(call.parameters) {
+        // Arguments sent as a JSON string hold the JSON text.
+        Some(raw) if raw.get().starts_with('"') => {
+            serde_json::from_str::<String>(raw.get()).ok()?
+        }
+        Some(raw) => raw.get().to_string(),
+        None => "{}".to_string(),
+    };
+    Some(ToolCall::new(None, call.name, arguments))
 }
 
 /// `{"name": .., <args_key>: ..}` (arguments as an object or its JSON text).
@@ -220,6 +239,10 @@ mod tests {
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.tool_calls[0].name, "bash");
         assert_eq!(turn.tool_calls[0].arguments, json!({"cmd": "ls"}));
+        assert_eq!(
+            turn.tool_calls[0].arguments_text, r#"{"cmd": "ls"}"#,
+            "as written"
+        );
         // The generation prompt opened the block: only its end is sampled.
         let turn = HERMES.parse("planning\n</think>\n\nDone.");
         assert_eq!(

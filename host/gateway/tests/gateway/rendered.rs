@@ -79,8 +79,20 @@ async fn gateway_rendered_calls_continue_token_exactly() {
     let sent = env.engine.requests();
     assert_eq!(sent[0].path, "/v1/completions");
     let body = sent[0].body.as_ref().expect("body");
-    assert!(body["prompt"].is_array(), "token ids: {body}");
-    assert!(body.get("messages").is_none());
+    // vLLM's token-in request (>= 0.10.2): token ids as the prompt, the
+    // sampled ids and one logprob each back, markers kept in the text.
+    assert!(
+        body["prompt"]
+            .as_array()
+            .is_some_and(|p| p.iter().all(Value::is_u64)),
+        "{body}"
+    );
+    assert_eq!(body["return_token_ids"], true);
+    assert_eq!(body["logprobs"], 1);
+    assert_eq!(body["skip_special_tokens"], false);
+    for chat_only in ["messages", "tools", "top_logprobs", "max_completion_tokens"] {
+        assert!(body.get(chat_only).is_none(), "{chat_only}: {body}");
+    }
 
     // 2: streamed, the harness re-serialising the call's arguments.
     let assistant = json!({"role": "assistant", "content": null, "tool_calls": [{

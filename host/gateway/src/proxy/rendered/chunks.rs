@@ -1,10 +1,10 @@
 //! A streamed completion answered as Chat Completions chunks: reasoning
-//! (`reasoning_content`) and content stream as they are generated; text
-//! from a `<tool_call>` on is held back and the parsed calls arrive with the
+//! (`reasoning_content`) and content stream as they are generated; a
+//! Hermes `<tool_call>` streams its name once it is complete and its
+//! arguments (an object or list, as the model writes it) as they grow; the
+//! rest of every call (all of a Qwen3-coder or Llama call) arrives with the
 //! finish reason. Every chunk keeps its completion chunk's token ids and
 //! logprobs, so the record assembles as for a passthrough stream.
-//! (Streaming each call's name and argument deltas as generated is still to
-//! come; today they arrive whole in the last chunk.)
 
 use serde_json::{Value, json};
 
@@ -15,6 +15,15 @@ use super::chat_logprobs;
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 const CALL_OPEN: &str = "<tool_call>";
+const CALL_CLOSE: &str = "</tool_call>";
+
+/// How much of one tool call has been streamed.
+#[derive(Default)]
+struct CallSent {
+    name: bool,
+    /// Bytes of the arguments' text sent.
+    args: usize,
+}
 
 pub struct ChatChunks {
     family: Family,
@@ -23,6 +32,7 @@ pub struct ChatChunks {
     text: String,
     sent_reasoning: usize,
     sent_content: usize,
+    calls: Vec<CallSent>,
     first: bool,
 }
 
@@ -35,6 +45,7 @@ impl ChatChunks {
             text: String::new(),
             sent_reasoning: 0,
             sent_content: 0,
+            calls: Vec::new(),
             first: true,
         }
     }
@@ -101,6 +112,7 @@ impl ChatChunks {
             } else {
                 json!("tool_calls")
             };
+            let calls = self.unsent(calls);
             let delta = if calls.is_empty() {
                 json!({})
             } else {
@@ -113,9 +125,66 @@ impl ChatChunks {
         chunks
     }
 
-    /// The reasoning and content not yet sent that can be sent now.
+    /// What of the parsed calls has not been streamed yet.
+    fn unsent(&self, calls: Vec<Value>) -> Vec<Value> {
+        calls
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, call)| {
+                let Some(sent) = self.calls.get(i).filter(|s| s.name) else {
+                    return Some(call);
+                };
+                let args = call["function"]["arguments"].as_str().unwrap_or_default();
+                let rest = args.get(sent.args..).unwrap_or_default();
+                (!rest.is_empty()).then(|| json!({"index": i, "function": {"arguments": rest}}))
+            })
+            .collect()
+    }
+
+    /// Name and argument deltas of the Hermes calls in `calls_text` (the
+    /// text from the first `<tool_call>` on).
+    fn call_deltas(&mut self, calls_text: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (i, block) in calls_text.split(CALL_OPEN).skip(1).enumerate() {
+            let block = block.split(CALL_CLOSE).next().unwrap_or_default();
+            if self.calls.len() <= i {
+                self.calls.push(CallSent::default());
+            }
+            let sent = &mut self.calls[i];
+            if !sent.name {
+                let Some(name) = string_after(block, "\"name\"") else {
+                    break;
+                };
+                sent.name = true;
+                out.push(
+                    json!({"index": i, "id": format!("call_{}_{i}", self.id_prefix),
+                                "type": "function", "function": {"name": name, "arguments": ""}}),
+                );
+            }
+            let Some(start) = value_start(block, "\"arguments\"") else {
+                continue;
+            };
+            let value = &block[start..];
+            let ready = structured_prefix(value);
+            if ready > sent.args {
+                out.push(json!({"index": i, "function": {"arguments": &value[sent.args..ready]}}));
+                sent.args = ready;
+            }
+        }
+        out
+    }
+
+    /// The reasoning, content and call deltas that can be sent now.
     fn deltas(&mut self) -> Value {
         let mut delta = json!({});
+        if self.family.tools == ToolFormat::Hermes
+            && let Some(calls_text) = self.calls_text().map(str::to_string)
+        {
+            let calls = self.call_deltas(&calls_text);
+            if !calls.is_empty() {
+                delta["tool_calls"] = json!(calls);
+            }
+        }
         let (reasoning, content) = self.regions();
         let (reasoning, content) = (reasoning.map(str::to_string), content.map(str::to_string));
         if let Some(r) = reasoning
@@ -131,6 +200,15 @@ impl ChatChunks {
             self.sent_content = c.len();
         }
         delta
+    }
+
+    /// The text from the first `<tool_call>` on, once one has begun.
+    fn calls_text(&self) -> Option<&str> {
+        let text = match self.family.reasoning {
+            true => &self.text[self.text.find(THINK_CLOSE)? + THINK_CLOSE.len()..],
+            false => self.text.as_str(),
+        };
+        text.find(CALL_OPEN).map(|i| &text[i..])
     }
 
     /// What of the text so far is safely reasoning and content (no marker
@@ -158,6 +236,52 @@ impl ChatChunks {
         };
         (reasoning, Some(content))
     }
+}
+
+/// Where the value after `"key":` starts in `block`.
+fn value_start(block: &str, key: &str) -> Option<usize> {
+    let at = block.find(key)? + key.len();
+    let rest = &block[at..];
+    let colon = rest.find(|c: char| !c.is_whitespace())?;
+    if !rest[colon..].starts_with(':') {
+        return None;
+    }
+    let after = &rest[colon + 1..];
+    let value = after.find(|c: char| !c.is_whitespace())?;
+    Some(at + colon + 1 + value)
+}
+
+/// The complete JSON string after `"key":`, once it has been generated.
+fn string_after(block: &str, key: &str) -> Option<String> {
+    let start = value_start(block, key)?;
+    let mut values = serde_json::Deserializer::from_str(&block[start..]).into_iter::<String>();
+    values.next()?.ok()
+}
+
+/// How much of `value` (JSON being generated) is surely part of it: all of
+/// an object or list still open, up to its closing bracket once closed; 0
+/// for a string, number or literal (sent whole at the end).
+fn structured_prefix(value: &str) -> usize {
+    if !(value.starts_with('{') || value.starts_with('[')) {
+        return 0;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, c) in value.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            '{' | '[' if !in_string => depth += 1,
+            '}' | ']' if !in_string => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    value.len()
 }
 
 /// Where text that may be followed by `marker` can be cut: before the
@@ -216,7 +340,13 @@ mod tests {
                         .cloned(),
                 );
                 if let Some(tc) = choice["delta"]["tool_calls"].as_array() {
-                    calls.extend(tc.iter().cloned());
+                    calls.extend(
+                        tc.iter()
+                            .filter(|c| c["function"].get("name").is_some())
+                            .cloned(),
+                    );
+                }
+                if last && !choice["finish_reason"].is_null() {
                     assert_eq!(choice["finish_reason"], "tool_calls");
                 }
                 if i == 0 {
@@ -232,7 +362,51 @@ mod tests {
     }
 
     #[test]
+    fn hermes_call_names_and_arguments_stream_as_generated() {
+        let family = Family {
+            tools: ToolFormat::Hermes,
+            reasoning: false,
+        };
+        let mut t = ChatChunks::new(family, vec![], "x");
+        let pieces = [
+            "<tool_call>\n{\"na",
+            "me\": \"bash\", \"argu",
+            "ments\": {\"cmd\": \"l",
+            "s}\"}",
+            "}\n</tool_call>",
+        ];
+        let mut deltas = Vec::new();
+        for (i, p) in pieces.iter().enumerate() {
+            let last = i == pieces.len() - 1;
+            for c in t.push(&chunk(p, &[], last.then_some("stop"))) {
+                deltas.extend(
+                    c["choices"][0]["delta"]["tool_calls"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        // The name arrives once, before the end; the arguments in pieces.
+        assert_eq!(deltas[0]["function"]["name"], "bash");
+        assert!(deltas.len() >= 3, "{deltas:?}");
+        let args: String = deltas
+            .iter()
+            .filter_map(|d| d["function"]["arguments"].as_str())
+            .collect();
+        assert_eq!(args, r#"{"cmd": "ls}"}"#);
+        let names = deltas
+            .iter()
+            .filter(|d| d["function"].get("name").is_some())
+            .count();
+        assert_eq!(names, 1);
+    }
+
+    #[test]
     fn a_half_marker_is_held_back() {
+        assert_eq!(structured_prefix(r#"{"a": "}", "b": [1]} trailing"#), 20);
+        assert_eq!(structured_prefix(r#"{"a": "x"#), 8);
+        assert_eq!(structured_prefix("12"), 0);
         assert_eq!(safe_end("abc <tool", CALL_OPEN), 4);
         assert_eq!(safe_end("abc", CALL_OPEN), 3);
         assert_eq!(safe_end("a<tool_call>b", CALL_OPEN), 1);
