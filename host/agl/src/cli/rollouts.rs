@@ -8,8 +8,10 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
-use agl_store::{DEFAULT_FILE, MAX_PAGE, RolloutRecord, Store};
+use agl_store::{DEFAULT_FILE, MAX_PAGE, MODEL_REQUEST, RolloutRecord, Store};
+use agl_wire::record::ModelRequest;
 use agl_wire::rollout::RolloutStatus;
+use serde_json::{Value, json};
 
 #[derive(Subcommand)]
 pub enum RolloutsCommand {
@@ -24,7 +26,9 @@ pub enum RolloutsCommand {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Print one rollout's record as JSON.
+    /// Print one rollout's record as JSON, with a line per model call of
+    /// its current attempt: status, token counts, and the call it
+    /// continued token-exactly (`continues`, an event seq).
     Show {
         id: String,
         #[arg(long, default_value = DEFAULT_FILE)]
@@ -73,8 +77,12 @@ async fn dispatch(cmd: RolloutsCommand) -> anyhow::Result<()> {
             }
         }
         RolloutsCommand::Show { id, db } => {
-            let rec = open(&db)?.get_rollout(&id).await?;
-            println!("{}", serde_json::to_string_pretty(&rec)?);
+            let store = open(&db)?;
+            let rec = store.get_rollout(&id).await?;
+            let calls = calls_of(&store, &rec).await?;
+            let mut shown = serde_json::to_value(&rec)?;
+            shown["calls"] = Value::Array(calls);
+            println!("{}", serde_json::to_string_pretty(&shown)?);
         }
         RolloutsCommand::Export {
             ids,
@@ -111,6 +119,37 @@ async fn dispatch(cmd: RolloutsCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One summary per `model_request` of the rollout's current attempt.
+async fn calls_of(store: &Store, rec: &RolloutRecord) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.list_events(&rec.id, after, MAX_PAGE).await?;
+        let Some(last) = page.last() else {
+            return Ok(out);
+        };
+        after = last.seq;
+        for ev in page
+            .iter()
+            .filter(|e| e.attempt == rec.attempt && e.kind == MODEL_REQUEST)
+        {
+            let call: Option<ModelRequest> = serde_json::from_str(ev.payload.as_str()).ok();
+            out.push(match call {
+                Some(c) => json!({
+                    "seq": ev.seq,
+                    "status": c.status,
+                    "prompt_tokens": c.prompt_ids.len(),
+                    "response_tokens": c.response_ids.len(),
+                    "finish_reason": c.finish_reason,
+                    "continues": c.continues,
+                    "superseded_by": ev.superseded_by,
+                }),
+                None => json!({"seq": ev.seq, "status": "unreadable"}),
+            });
+        }
+    }
 }
 
 fn open(db: &std::path::Path) -> anyhow::Result<Store> {
