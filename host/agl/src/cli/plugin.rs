@@ -268,9 +268,10 @@ impl Totals {
             )
         };
         format!(
-            "summary: {} rollouts, {} samples, {} trained tokens; breaks: {}; reward mean {} ({} scored, {} without); {} failed",
+            "summary: {} rollouts, {} samples ({} per rollout), {} trained tokens; breaks: {}; reward mean {} ({} scored, {} without); {} failed",
             self.rollouts,
             self.samples,
+            agl::run::report::per_rollout(self.samples, self.rollouts),
             self.trained_tokens,
             breaks.join(", "),
             mean,

@@ -93,7 +93,20 @@ fn fixture(id: &str) -> Rollout {
 
 #[test]
 fn trajectory_merges_the_clean_rollout_into_one_masked_sample() {
-    let samples = json_samples(&plugin_test("trajectory", &["--json"]));
+    let out = plugin_test("trajectory", &["--json"]);
+    let samples = json_samples(&out);
+    // The summary names samples per rollout.
+    let rollouts = read_jsonl(&fixtures().join("rollouts.jsonl"))
+        .expect("fixtures")
+        .len();
+    let want = format!(
+        "{} rollouts, {} samples ({:.2} per rollout)",
+        rollouts,
+        samples.len(),
+        samples.len() as f64 / rollouts as f64
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&want), "{want} in {stderr}");
     let clean = of(&samples, "clean");
     assert_eq!(clean.len(), 1);
     let s = &clean[0]["sample"];

@@ -154,7 +154,12 @@ fn summary_line_shows_the_step_numbers() {
         format!("step {}/{} v{}", r.step, r.total_steps, r.weight_version),
         format!("reward {:.3}", r.reward_mean.unwrap()),
         format!("val {:.3}", r.val_reward.unwrap()),
-        format!("{} rollouts {} samples 2.0k tok", r.rollouts, r.samples),
+        format!(
+            "{} rollouts {} samples ({:.2}/rollout) 2.0k tok",
+            r.rollouts,
+            r.samples,
+            r.samples as f64 / r.rollouts as f64
+        ),
         format!(
             "breaks retok {} tmpl {} other {}",
             r.breaks_of(BREAK_RETOKENIZE),

@@ -21,7 +21,7 @@ pub use log::{MetricsLog, read_records};
 pub use plot::{Labels, plot};
 pub use progress::Progress;
 pub use record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord};
-pub use text::{summary_line, summary_table};
+pub use text::{per_rollout, summary_line, summary_table};
 
 use std::path::PathBuf;
 

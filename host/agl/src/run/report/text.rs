@@ -6,8 +6,16 @@ use std::fmt::Write;
 use super::StepRecord;
 use super::record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE};
 
+/// Samples per rollout, the figure token-exact continuation drives to 1.00.
+pub fn per_rollout(samples: usize, rollouts: usize) -> String {
+    match rollouts {
+        0 => "-".into(),
+        n => format!("{:.2}", samples as f64 / n as f64),
+    }
+}
+
 /// One line per step, fields always in the same order, e.g.
-/// `step 3/20 v3 | reward 0.420 | val 0.550 | 32 rollouts 41 samples 3.1k tok
+/// `step 3/20 v3 | reward 0.420 | val 0.550 | 32 rollouts 41 samples (1.28/rollout) 3.1k tok
 /// | breaks retok 1 tmpl 0 other 2 | excl sys 1 noreward 0 | drain 0.4s
 /// | step 38.2s (wait 20.1 train 17.5) | loss 0.0123 grad 3.10 ent 1.52`.
 /// (With one optimizer step per batch the loss is ~0 by construction: the
@@ -37,9 +45,10 @@ pub fn summary_line(r: &StepRecord) -> String {
     }
     let _ = write!(
         s,
-        " | {} rollouts {} samples {} tok | breaks {} | excl sys {} noreward {}",
+        " | {} rollouts {} samples ({}/rollout) {} tok | breaks {} | excl sys {} noreward {}",
         r.rollouts,
         r.samples,
+        per_rollout(r.samples, r.rollouts),
         si(r.tokens as f64),
         breaks(
             &r.breaks,
