@@ -5,6 +5,9 @@ Python SDK (host/agl/tests/e2e/engine_server.rs). Prints one JSON summary.
     engine_client.py stream PROMPT...   the same, streamed
     engine_client.py concurrent N       N chats one at a time, then all at once
     engine_client.py completion PROMPT  one completion
+    engine_client.py conversation PROMPT...  one chat, a turn per prompt,
+                                        every reply echoed back verbatim,
+                                        streamed and whole turns alternating
 """
 
 import json
@@ -38,6 +41,27 @@ def streamed(client, text):
     return {"text": out, "chunks": chunks, "usage": usage, "finish": finish}
 
 
+def conversation(client, prompts):
+    """A harness that keeps its history as text: each reply (the message the
+    SDK returned, or the streamed deltas joined) goes back as it was read."""
+    messages, replies = [], []
+    for i, prompt in enumerate(prompts):
+        messages.append({"role": "user", "content": prompt})
+        if i % 2:
+            stream = client.chat.completions.create(
+                model="policy", messages=messages, max_tokens=MAX_TOKENS, stream=True
+            )
+            reply = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        else:
+            answer = client.chat.completions.create(
+                model="policy", messages=messages, max_tokens=MAX_TOKENS
+            )
+            reply = answer.choices[0].message.content or ""
+        messages.append({"role": "assistant", "content": reply})
+        replies.append(reply)
+    return {"replies": replies}
+
+
 def main():
     client = OpenAI()
     mode, args = sys.argv[1], sys.argv[2:]
@@ -60,6 +84,8 @@ def main():
         with ThreadPoolExecutor(len(prompts)) as pool:
             together = list(pool.map(one, prompts))
         result = {"alone": alone, "together": together}
+    elif mode == "conversation":
+        result = conversation(client, args)
     elif mode == "completion":
         c = client.completions.create(model="policy", prompt=args[0], max_tokens=MAX_TOKENS)
         result = {"text": c.choices[0].text, "finish": c.choices[0].finish_reason}

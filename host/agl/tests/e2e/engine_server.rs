@@ -486,3 +486,67 @@ async fn gateway_rendered_turns_continue_token_exactly_on_the_embedded_engine() 
         );
     }
 }
+
+/// Real weights and template: SmolLM2 behind the gateway-rendered path, a
+/// 4-turn chat through the OpenAI SDK that echoes every reply as text
+/// (streamed and whole turns). The trajectory plugin makes one sample of
+/// the rollout, each reply trained and everything between masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smollm2_conversation_is_one_sample_when_the_gateway_renders() {
+    let dir = smollm2_dir();
+    let env = start_rendered(&dir, Render::Gateway).await;
+    let prompts = [
+        "What is the capital of France?",
+        "And of Italy?",
+        "Write a haiku about rust.",
+        "List three colors.",
+    ];
+    let got = client(&env, "r1", &[&["conversation"][..], &prompts].concat()).await;
+    assert_eq!(got["replies"].as_array().map(Vec::len), Some(4));
+    let rollout = env.store.export_rollout("r1").await.unwrap();
+    assert_eq!(rollout.calls.len(), 4);
+    let export = env._dir.path().join("r1.jsonl");
+    std::fs::write(&export, serde_json::to_string(&rollout).unwrap() + "\n").unwrap();
+    let trajectory = crate::support::repo_root().join("build/plugins/trajectory.wasm");
+    let out = Command::new(crate::support::AGL)
+        .args(["plugin", "test", "--json", "--plugin"])
+        .arg(&trajectory)
+        .arg("--rollouts")
+        .arg(&export)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        samples.len(),
+        1,
+        "one chain, one sample: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sample = &samples[0]["sample"];
+    assert_eq!(sample["source_calls"], json!([0, 1, 2, 3]));
+    let trained: u64 = sample["trainable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["end"].as_u64().unwrap() - s["start"].as_u64().unwrap())
+        .sum();
+    let sampled: usize = rollout.calls.iter().map(|c| c.response_ids.len()).sum();
+    assert_eq!(
+        trained as usize, sampled,
+        "every sampled token trained, nothing else"
+    );
+    // Each call after the first continued the one before.
+    let events = env.store.list_events("r1", 0, 100).await.unwrap();
+    for k in 1..events.len() {
+        let call = events[k].payload.parse().unwrap();
+        assert_eq!(call["continues"], json!(events[k - 1].seq), "call {k}");
+    }
+}
