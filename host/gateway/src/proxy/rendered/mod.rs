@@ -88,11 +88,17 @@ impl RenderedCall {
         let conversation =
             openai_chat::conversation(&value).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let chains = index.of(store, rollout_id, attempt).await?;
-        let prompt = chains
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .prompt(&renderer, &conversation)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        // Rendering and tokenizing a long history is CPU work: off the
+        // async workers.
+        let (r, c, conv) = (renderer.clone(), chains.clone(), conversation.clone());
+        let prompt = tokio::task::spawn_blocking(move || {
+            c.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .prompt(&r, &conv)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("rendering the prompt: {e}")))?
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok(RenderedCall {
             renderer,
             conversation,
