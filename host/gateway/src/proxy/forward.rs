@@ -99,13 +99,12 @@ async fn failed(call: &Call, outcome: CallOutcome, message: String) -> Response 
 async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     // A gateway-rendered call: the engine answered Completions; the
     // harness gets Chat Completions, and the record keeps what it got.
-    let (bytes, engine_bytes) = match &call.rendered {
+    let (bytes, engine_bytes, reply) = match &call.rendered {
         Some(r) if status.is_success() => {
-            let completion: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let chat = r.chat_body(&completion, &call.rollout_id);
-            (Bytes::from(chat.to_string()), bytes)
+            let (chat, reply) = r.chat_body(&bytes, &call.rollout_id);
+            (Bytes::from(chat), bytes, Some(reply))
         }
-        _ => (bytes.clone(), bytes),
+        _ => (bytes.clone(), bytes, None),
     };
     // The engine's body is kept as its own JSON text; only the token
     // fields are read out of it.
@@ -142,16 +141,8 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    if let Some(r) = call.rendered.as_ref().filter(|_| ok) {
-        let text = serde_json::from_slice::<Value>(&engine_bytes)
-            .ok()
-            .and_then(|v| {
-                v.pointer("/choices/0/text")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
-            .unwrap_or_default();
-        r.served(committed.seq, response_ids, r.parse(&text));
+    if let (Some(r), Some(reply), true) = (&call.rendered, reply, ok) {
+        r.served(committed.seq, response_ids, reply);
     }
     if status.is_success() && !valid {
         return ApiError::new(

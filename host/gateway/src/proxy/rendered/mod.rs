@@ -11,6 +11,7 @@ mod restore;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -144,35 +145,34 @@ impl RenderedCall {
     }
 
     /// The engine's completions body answered as Chat Completions, with
-    /// vLLM's token fields so the record reads the same as a passthrough.
-    pub fn chat_body(&self, completion: &Value, id_prefix: &str) -> Value {
-        let choice = completion.pointer("/choices/0").unwrap_or(&Value::Null);
-        let text = choice
-            .get("text")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let turn = self.parse(text);
-        let finish = match choice.get("finish_reason") {
-            _ if !turn.tool_calls.is_empty() => json!("tool_calls"),
-            Some(f) => f.clone(),
-            None => Value::Null,
+    /// vLLM's token fields so the record reads the same as a passthrough,
+    /// and the reply parsed from its text. Read and written without a JSON
+    /// tree for the (long) id lists.
+    pub fn chat_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
+        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
+        let choice = completion.choices.into_iter().next().unwrap_or_default();
+        let turn = self.parse(&choice.text);
+        let finish_reason = if turn.tool_calls.is_empty() {
+            choice.finish_reason
+        } else {
+            json!("tool_calls")
         };
-        let logprobs = chat_logprobs(choice.get("logprobs"));
-        json!({
-            "id": completion.get("id").cloned().unwrap_or_else(|| json!(id_prefix)),
-            "object": "chat.completion",
-            "created": completion.get("created").cloned().unwrap_or(json!(0)),
-            "model": completion.get("model").cloned().unwrap_or(Value::Null),
-            "prompt_token_ids": self.prompt_ids,
-            "choices": [{
-                "index": 0,
-                "message": openai_chat::response_message(&turn, id_prefix),
-                "logprobs": logprobs,
-                "finish_reason": finish,
-                "token_ids": choice.get("token_ids").cloned().unwrap_or(json!([])),
+        let body = ChatBody {
+            id: completion.id.unwrap_or_else(|| json!(id_prefix)),
+            object: "chat.completion",
+            created: completion.created,
+            model: completion.model,
+            prompt_token_ids: &self.prompt_ids,
+            choices: [ChatChoice {
+                index: 0,
+                message: openai_chat::response_message(&turn, id_prefix),
+                logprobs: chat_logprobs(Some(&choice.logprobs)),
+                finish_reason,
+                token_ids: &choice.token_ids,
             }],
-            "usage": completion.get("usage").cloned().unwrap_or(Value::Null),
-        })
+            usage: completion.usage,
+        };
+        (serde_json::to_vec(&body).unwrap_or_default(), turn)
     }
 
     /// Keeps the served call for the next one to continue.
@@ -190,6 +190,54 @@ impl RenderedCall {
             .unwrap_or_else(PoisonError::into_inner)
             .served(served, self.continues);
     }
+}
+
+/// The parts of a completions body the answer needs (the echoed prompt
+/// ids are skipped unread: the gateway has them).
+#[derive(Default, Deserialize)]
+struct Completion {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    created: Value,
+    #[serde(default)]
+    model: Value,
+    #[serde(default)]
+    usage: Value,
+    #[serde(default)]
+    choices: Vec<CompletionChoice>,
+}
+
+#[derive(Default, Deserialize)]
+struct CompletionChoice {
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    token_ids: Vec<u32>,
+    #[serde(default)]
+    finish_reason: Value,
+    #[serde(default)]
+    logprobs: Value,
+}
+
+#[derive(Serialize)]
+struct ChatBody<'a> {
+    id: Value,
+    object: &'static str,
+    created: Value,
+    model: Value,
+    prompt_token_ids: &'a [u32],
+    choices: [ChatChoice<'a>; 1],
+    usage: Value,
+}
+
+#[derive(Serialize)]
+struct ChatChoice<'a> {
+    index: u32,
+    message: Value,
+    logprobs: Value,
+    finish_reason: Value,
+    token_ids: &'a [u32],
 }
 
 /// Completions logprobs (`tokens`, `token_logprobs`) as chat `content`

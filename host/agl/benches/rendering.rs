@@ -1,0 +1,205 @@
+//! What rendering on the gateway costs: per-call latency of a growing
+//! multi-turn tool conversation through the gateway, passthrough (`render =
+//! "engine"`: the engine renders) vs gateway-rendered (`render =
+//! "gateway"`: the gateway renders with the policy template and continues
+//! the chain token-exactly), in one run, on loopback.
+//!
+//! `cargo bench -p agl --bench rendering [-- --turns N --runs R]`
+//!
+//! The policy is the fixture tokenizer under the Hermes/Qwen-style tools
+//! template (`tests/python/tools_template.jinja`); the engine is the test
+//! engine answering at once, so the figures are the gateway's own work
+//! (render, tokenize, record) plus loopback. Each run is one rollout whose
+//! history grows by an assistant tool call and a tool result per turn. The
+//! target (issue 16): gateway-rendered p50 within 1.5x of passthrough.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use agl_conversation::Renderer;
+use agl_gateway::{Gateway, GatewayConfig};
+use agl_store::{Mode, NewRollout, Render, Store};
+use agl_testengine::{Reply, TestEngine, TestEngineConfig};
+use agl_tokenizer::Tokenizer;
+use agl_wire::api::StatusPatch;
+use agl_wire::rollout::RolloutStatus;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "bench-admin";
+const REPLY: &str =
+    "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls -la\"}}\n</tool_call>";
+
+fn renderer(dir: &Path) -> Renderer {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let fixture = repo.join("examples/fixtures/tokenizer");
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixture.join(file), dir.join(file)).expect("copy");
+    }
+    std::fs::copy(
+        repo.join("tests/python/tools_template.jinja"),
+        dir.join("chat_template.jinja"),
+    )
+    .expect("template");
+    let tok = Arc::new(Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer"));
+    let eos = tok.encode("<|im_end|>", false).expect("eos");
+    Renderer::new(tok, &eos).expect("renderer")
+}
+
+/// A gateway over its own store with the test engine as `e1`.
+async fn gateway(engine: &TestEngine, render: Render, dir: &Path) -> (String, Store) {
+    let store = Store::open(dir.join(format!("{}.db", render.as_str()))).expect("store");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let config = GatewayConfig {
+        listen: addr.to_string(),
+        admin_key: Some(ADMIN.into()),
+        ..GatewayConfig::default()
+    };
+    let mut gw = Gateway::new(store.clone(), config);
+    if render == Render::Gateway {
+        gw = gw.with_renderer(renderer(dir));
+    }
+    tokio::spawn(gw.serve(listener, std::future::pending()));
+    store
+        .register_engine("e1", &engine.base_url(), "m", render)
+        .await
+        .expect("engine");
+    (format!("http://{addr}"), store)
+}
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}])
+}
+
+/// One rollout of `turns` calls; the latency of each call, in ms.
+async fn rollout(base: &str, store: &Store, id: &str, turns: usize) -> Vec<f64> {
+    let new = NewRollout {
+        id: Some(id.into()),
+        group_id: "bench".into(),
+        mode: Mode::Train,
+        input: Default::default(),
+        config: Default::default(),
+    };
+    store.create_rollouts(vec![new]).await.expect("create");
+    store
+        .set_status(id, &StatusPatch::to(1, RolloutStatus::Running))
+        .await
+        .expect("running");
+    let http = reqwest::Client::new();
+    let url = format!("{base}/proxy/{id}/1/train/openai/v1/chat/completions");
+    let mut messages = vec![
+        json!({"role": "system", "content": "You fix bugs in a repository with the bash tool."}),
+        json!({"role": "user", "content": "The test test_parse fails; find and fix the bug."}),
+    ];
+    let mut out = Vec::with_capacity(turns);
+    for turn in 0..turns {
+        let body = json!({"messages": messages, "tools": tools(), "max_tokens": 256});
+        let t = Instant::now();
+        let resp: Value = http
+            .post(&url)
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+        out.push(t.elapsed().as_secs_f64() * 1e3);
+        let message = resp["choices"][0]["message"].clone();
+        let call_id = format!("c{turn}");
+        messages.push(json!({"role": "assistant", "content": message["content"],
+            "tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": "bash", "arguments": "{\"cmd\": \"ls -la\"}"}}]}));
+        let listing = format!(
+            "total {turn}\n{}",
+            "-rw-r--r-- 1 user user 1024 src/parse.py\n".repeat(8)
+        );
+        messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": listing}));
+    }
+    out
+}
+
+/// Calls that continued the one before, of all calls, over the runs.
+async fn continued(store: &Store, runs: usize) -> String {
+    let (mut linked, mut calls) = (0, 0);
+    for r in 0..runs {
+        let events = store
+            .list_events(&format!("r{r}"), 0, 1000)
+            .await
+            .expect("events");
+        calls += events.len();
+        linked += events
+            .iter()
+            .filter(|e| e.payload.parse().is_ok_and(|p| !p["continues"].is_null()))
+            .count();
+    }
+    format!("{linked}/{calls}")
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str, default: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (turns, runs) = (arg("--turns", 30), arg("--runs", 5));
+    let rt = agl::runtime::build().expect("runtime");
+    rt.block_on(async {
+        let engine =
+            TestEngine::start(TestEngineConfig::default().with_replies([Reply::text(REPLY)]))
+                .await
+                .expect("engine");
+        let dir = tempfile::tempdir().expect("tempdir");
+        println!("{turns} turns x {runs} rollouts per mode, one at a time; latency per call (ms)");
+        println!(
+            "{:<10} {:>8} {:>8} {:>8} {:>10}",
+            "render", "p50", "p90", "max", "last turn"
+        );
+        let mut p50s = Vec::new();
+        for render in [Render::Engine, Render::Gateway] {
+            let (base, store) = gateway(&engine, render, dir.path()).await;
+            let mut all = Vec::new();
+            let mut last = Vec::new();
+            // A warm-up rollout, not counted.
+            rollout(&base, &store, "warm", 3).await;
+            for r in 0..runs {
+                let lat = rollout(&base, &store, &format!("r{r}"), turns).await;
+                last.push(*lat.last().expect("a call"));
+                all.extend(lat);
+            }
+            all.sort_by(f64::total_cmp);
+            last.sort_by(f64::total_cmp);
+            let p50 = percentile(&all, 0.5);
+            p50s.push(p50);
+            println!(
+                "{:<10} {:>8.2} {:>8.2} {:>8.2} {:>10.2} {:>10}",
+                render.as_str(),
+                p50,
+                percentile(&all, 0.9),
+                all[all.len() - 1],
+                percentile(&last, 0.5),
+                continued(&store, runs).await
+            );
+        }
+        println!(
+            "gateway / engine p50: {:.2}x (target <= 1.5x)",
+            p50s[1] / p50s[0]
+        );
+    });
+}
