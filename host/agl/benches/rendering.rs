@@ -14,7 +14,6 @@
 //! target (issue 16): gateway-rendered p50 within 1.5x of passthrough.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 #[global_allocator]
@@ -24,7 +23,6 @@ use agl_conversation::Renderer;
 use agl_gateway::{Gateway, GatewayConfig};
 use agl_store::{Mode, NewRollout, Render, Store};
 use agl_testengine::{Reply, TestEngine, TestEngineConfig};
-use agl_tokenizer::Tokenizer;
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::RolloutStatus;
 use serde_json::{Value, json};
@@ -33,20 +31,12 @@ const ADMIN: &str = "bench-admin";
 const REPLY: &str =
     "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls -la\"}}\n</tool_call>";
 
+#[path = "../../../tests/support/policy.rs"]
+mod policy;
+
 fn renderer(dir: &Path) -> Renderer {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let fixture = repo.join("examples/fixtures/tokenizer");
-    for file in ["tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(fixture.join(file), dir.join(file)).expect("copy");
-    }
-    std::fs::copy(
-        repo.join("tests/python/tools_template.jinja"),
-        dir.join("chat_template.jinja"),
-    )
-    .expect("template");
-    let tok = Arc::new(Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer"));
-    let eos = tok.encode("<|im_end|>", false).expect("eos");
-    Renderer::new(tok, &eos).expect("renderer")
+    let (tok, eos) = policy::tools_policy(dir);
+    Renderer::new(tok, &[eos]).expect("renderer")
 }
 
 /// A gateway over its own store with the test engine as `e1`.

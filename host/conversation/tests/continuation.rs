@@ -2,38 +2,23 @@
 //! Hermes/Qwen-style template (`tests/python/tools_template.jinja`, the one
 //! the template parity test renders like transformers).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use agl_conversation::{Chains, Message, Renderer, Served, ToolFormat, openai_chat};
 use agl_tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+#[path = "../../../tests/support/policy.rs"]
+mod policy;
 
 /// The fixture tokenizer with the tools template beside it.
 fn tokenizer(dir: &Path) -> Arc<Tokenizer> {
-    let fixture = repo().join("examples/fixtures/tokenizer");
-    std::fs::copy(fixture.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
-    std::fs::copy(
-        fixture.join("tokenizer_config.json"),
-        dir.join("tokenizer_config.json"),
-    )
-    .unwrap();
-    std::fs::copy(
-        repo().join("tests/python/tools_template.jinja"),
-        dir.join("chat_template.jinja"),
-    )
-    .unwrap();
-    Arc::new(Tokenizer::from_file(&dir.join("tokenizer.json")).unwrap())
+    policy::tools_policy(dir).0
 }
 
 fn eos(tok: &Tokenizer) -> u32 {
-    let ids = tok.encode("<|im_end|>", false).unwrap();
-    assert_eq!(ids.len(), 1, "<|im_end|> is one token");
-    ids[0]
+    tok.encode("<|im_end|>", false).unwrap()[0]
 }
 
 fn tools() -> Value {

@@ -6,6 +6,8 @@ mod curl;
 mod hostile;
 mod load;
 mod openai_sdk;
+#[path = "../../../../tests/support/policy.rs"]
+mod policy;
 #[allow(dead_code)]
 #[path = "../../../../tests/support/process.rs"]
 mod process;

@@ -11,26 +11,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use agl_conversation::Renderer;
 use agl_gateway::GatewayConfig;
 use agl_testengine::{Reply, TestEngineConfig};
-use agl_tokenizer::Tokenizer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::{ADMIN, start_local_with};
 
 fn renderer(dir: &Path) -> Renderer {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let fixture = repo.join("examples/fixtures/tokenizer");
-    for file in ["tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(fixture.join(file), dir.join(file)).expect("copy");
-    }
-    std::fs::copy(
-        repo.join("tests/python/tools_template.jinja"),
-        dir.join("chat_template.jinja"),
-    )
-    .expect("template");
-    let tok = Arc::new(Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer"));
-    let eos = tok.encode("<|im_end|>", false).expect("eos");
-    Renderer::new(tok, &eos).expect("renderer")
+    let (tok, eos) = crate::policy::tools_policy(dir);
+    Renderer::new(tok, &[eos]).expect("renderer")
 }
 
 const CALL: &str =
