@@ -110,9 +110,16 @@ impl Config {
             toml::Value::Table(table)
                 .try_into()
                 .map_err(|e: toml::de::Error| ConfigError::Parse {
-                    path: shown,
+                    path: shown.clone(),
                     message: e.to_string(),
                 })?;
+        config
+            .gateway
+            .check()
+            .map_err(|message| ConfigError::Parse {
+                path: shown,
+                message,
+            })?;
         config.resolve_paths(&base);
         Ok(config)
     }
@@ -231,6 +238,15 @@ mod tests {
         // What the gateway takes, the embedded engine takes (it answered
         // 413 above 2 MB once).
         assert!(agl_inference::BODY_LIMIT_BYTES > config.gateway.body_limit_bytes);
+        for bad in [
+            "gateway.max_connections=0",
+            "gateway.header_timeout_secs=-1",
+            "gateway.body_timeout_secs=0",
+        ] {
+            let e = Config::load(None, &[bad.into()]).unwrap_err().to_string();
+            let key = bad.split('=').next().unwrap();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
         assert_eq!(config.gateway.admin_key, None);
         let config = Config::load(
             None,

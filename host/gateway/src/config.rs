@@ -56,7 +56,26 @@ impl Default for GatewayConfig {
 }
 
 impl GatewayConfig {
-    /// `secs` as a duration; a bad value (negative, NaN) falls back to 1 s.
+    /// Refuses limits the server cannot run with, naming the key.
+    pub fn check(&self) -> Result<(), String> {
+        if self.max_connections == 0 {
+            return Err("gateway.max_connections must be at least 1".into());
+        }
+        for (key, secs) in [
+            ("header_timeout_secs", self.header_timeout_secs),
+            ("body_timeout_secs", self.body_timeout_secs),
+        ] {
+            if !(secs.is_finite() && secs > 0.0) {
+                return Err(format!(
+                    "gateway.{key} must be a positive number of seconds, not {secs}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `secs` as a duration; a value [`GatewayConfig::check`] refuses
+    /// (negative, NaN) falls back to 1 s.
     pub fn seconds(secs: f64) -> std::time::Duration {
         std::time::Duration::try_from_secs_f64(secs).unwrap_or(std::time::Duration::from_secs(1))
     }

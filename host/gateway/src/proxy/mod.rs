@@ -211,7 +211,7 @@ async fn handle(
         rendered,
     };
     let out = match &call.rendered {
-        Some(r) => Bytes::from(r.completions_body(&forward)),
+        Some(r) => Bytes::from(r.completions_body(forward)),
         None => Bytes::from(serde_json::to_vec(&forward).unwrap_or_default()),
     };
     Ok(forward::run(call, url, out, streaming).await)

@@ -87,19 +87,23 @@ async fn pump(
                 break 'read;
             }
             let parsed = serde_json::from_str::<Value>(&data).ok();
-            let out = match (&mut translate, parsed) {
-                (Some(t), Some(v)) => t.push(&v).iter().map(Value::to_string).collect(),
+            // What the client gets: the engine's chunk as it came, or the
+            // chat chunks a completion chunk becomes; each is assembled once.
+            let out: Vec<String> = match (&mut translate, parsed) {
+                (Some(t), Some(v)) => t
+                    .push(&v)
+                    .iter()
+                    .map(|c| {
+                        asm.push(c);
+                        c.to_string()
+                    })
+                    .collect(),
                 (_, parsed) => {
                     parsed.iter().for_each(|v| asm.push(v));
                     vec![data]
                 }
             };
             for data in out {
-                if translate.is_some()
-                    && let Ok(v) = serde_json::from_str::<Value>(&data)
-                {
-                    asm.push(&v);
-                }
                 if tx
                     .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
                     .await

@@ -91,15 +91,17 @@ impl RenderedCall {
         let chains = index.of(store, rollout_id, attempt).await?;
         // Rendering and tokenizing a long history is CPU work: off the
         // async workers.
-        let (r, c, conv) = (renderer.clone(), chains.clone(), conversation.clone());
-        let prompt = tokio::task::spawn_blocking(move || {
-            c.lock()
+        let (r, c) = (renderer.clone(), chains.clone());
+        let (prompt, conversation) = tokio::task::spawn_blocking(move || {
+            let prompt = c
+                .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .prompt(&r, &conv)
+                .prompt(&r, &conversation);
+            (prompt, conversation)
         })
         .await
-        .map_err(|e| ApiError::internal(format!("rendering the prompt: {e}")))?
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(|e| ApiError::internal(format!("rendering the prompt: {e}")))?;
+        let prompt = prompt.map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok(RenderedCall {
             renderer,
             conversation,
@@ -112,7 +114,7 @@ impl RenderedCall {
     /// The engine request: the chat body's sampling options as a
     /// completions request over the prompt ids (vLLM's `return_token_ids`
     /// and one logprob per sampled token).
-    pub fn completions_body(&self, chat: &RawBody) -> Vec<u8> {
+    pub fn completions_body(&self, mut body: RawBody) -> Vec<u8> {
         const CHAT_ONLY: [&str; 8] = [
             "messages",
             "tools",
@@ -123,9 +125,8 @@ impl RenderedCall {
             "max_completion_tokens",
             "response_format",
         ];
-        let mut body = chat.clone();
-        if let Some(max) = chat.get("max_completion_tokens") {
-            body.insert("max_tokens".into(), max.clone());
+        if let Some(max) = body.shift_remove("max_completion_tokens") {
+            body.insert("max_tokens".into(), max);
         }
         body.retain(|k, _| !CHAT_ONLY.contains(&k.as_str()));
         let raw = |v: Value| {
