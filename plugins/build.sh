@@ -6,7 +6,8 @@
 #
 # <name> is the crate's directory name (plugins/<name> or plugins/testing/<name>).
 # The test plugin `faulty` is also built with `--features reward` as
-# faulty-reward.wasm, a component of the other world.
+# faulty-reward.wasm, a component of the other world, and with
+# `--features wit-v0-1` as faulty-v0.1.wasm, a plugin of agl:adapter 0.1.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,5 +53,6 @@ for name in "${names[@]}"; do
     build "$name" "$crate" "$name"
     if [[ "$name" == faulty ]]; then
         build "$name" "$crate" faulty-reward --features reward
+        build "$name" "$crate" faulty-v0.1 --features wit-v0-1
     fi
 done

@@ -57,6 +57,7 @@ fn long_rollout() -> Rollout {
             started_at_ms: 0,
             finished_at_ms: 0,
             tags: Default::default(),
+            continues: None,
         });
         prompt.extend(&response);
         prompt.extend(ids.take(OBSERVATION));
@@ -98,6 +99,7 @@ fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
                 started_at_ms: c.started_at_ms,
                 finished_at_ms: c.finished_at_ms,
                 tags: vec![],
+                continues: c.continues,
             })
             .collect(),
         events: vec![],

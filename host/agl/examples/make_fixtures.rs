@@ -184,6 +184,7 @@ impl<'a> Recorder<'a> {
             started_at_ms: self.clock,
             finished_at_ms: self.clock + 400,
             tags,
+            continues: None,
         });
     }
 

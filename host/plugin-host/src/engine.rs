@@ -10,7 +10,7 @@ use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::sample::SampleAdapter;
+use super::bindings::{v0_1, v0_2};
 use super::state::PluginState;
 
 const MIB: usize = 1024 * 1024;
@@ -84,12 +84,15 @@ pub(crate) fn build_engine(config: &HostConfig) -> Result<Engine, HostError> {
 }
 
 /// WASI p2 (std guests need it even for pure computation) plus the
-/// `agl:adapter` imports; both worlds import the same interfaces.
+/// `agl:adapter` imports of every served version; both worlds import the
+/// same interfaces.
 pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<PluginState>, HostError> {
     let mut linker = Linker::new(engine);
     let err = |e: wasmtime::Error| HostError::Linker(format!("{e:#}"));
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(err)?;
-    SampleAdapter::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |state| state)
+    v0_2::sample::SampleAdapter::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)
+        .map_err(err)?;
+    v0_1::sample::SampleAdapter::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)
         .map_err(err)?;
     Ok(linker)
 }

@@ -59,16 +59,17 @@ impl PluginHost {
             .compile(&spec.path)
             .await
             .map_err(|message| load_err(&spec, message))?;
-        world::check_version(&self.engine, &component).map_err(|m| load_err(&spec, m))?;
+        let versions =
+            world::candidate_versions(&self.engine, &component).map_err(|m| load_err(&spec, m))?;
         let world = world::detect(&self.engine, &component).map_err(|m| load_err(&spec, m))?;
-        let pre = WorldPre::new(&self.linker, &component, world)
+        let pre = WorldPre::new(&self.linker, &component, world, &versions)
             .map_err(|e| load_err(&spec, format!("does not fit world {world}: {e:#}")))?;
         let env = Arc::new(PluginEnv {
             name: spec.name.clone(),
             config_json,
             tokenizer: spec.tokenizer.clone(),
         });
-        tracing::debug!(plugin = %spec.name, %world, cache_hit = report.cache_hit, "plugin loaded");
+        tracing::debug!(plugin = %spec.name, %world, wit = %pre.version(), cache_hit = report.cache_hit, "plugin loaded");
         Plugin::start(Parts {
             spec,
             report,
@@ -87,6 +88,7 @@ impl PluginHost {
         Ok(Inspection {
             path: path.to_path_buf(),
             world: plugin.world(),
+            wit: plugin.wit_version(),
             info: plugin.info().clone(),
             imports: inspect::imports(&self.engine, plugin.component()),
             exports: inspect::exports(&self.engine, plugin.component()),

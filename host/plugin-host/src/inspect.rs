@@ -8,12 +8,14 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 use wasmtime::component::types::{ComponentFunc, ComponentItem, Type};
 
-use super::{LoadReport, PluginInfo, World};
+use super::{LoadReport, PluginInfo, WitVersion, World};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Inspection {
     pub path: PathBuf,
     pub world: World,
+    /// The `agl:adapter` version it was built against.
+    pub wit: WitVersion,
     /// What the plugin's `describe` export returned.
     pub info: PluginInfo,
     pub imports: Vec<Item>,

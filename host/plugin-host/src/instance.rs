@@ -10,16 +10,18 @@
 use std::sync::Arc;
 
 use tokio::time::error::Elapsed;
-use wasmtime::component::{ComponentType, Instance, Lift};
+use wasmtime::component::{ComponentNamedList, ComponentType, Instance, Lift, Lower};
 use wasmtime::{Store, WasmBacktrace};
 
 use super::PluginLimits;
-use super::bindings::{RolloutView, wit};
+use super::bindings::{v0_1, v0_2, wit};
 use super::error::PluginErrorKind;
 use super::sandbox::STDERR_TAIL;
 use super::state::{PluginEnv, PluginState};
 use super::stdio::TailPipe;
-use super::world::{WorldExports, WorldPre};
+use super::view::{ModelCallView, ModelCallViewV0_1, RolloutView};
+use super::world::{WitVersion, World, WorldPre};
+use agl_wire::rollout::{Rollout, Sample};
 
 /// Why a guest call produced no result. The instance is unusable afterwards.
 pub(crate) struct Fault {
@@ -29,7 +31,9 @@ pub(crate) struct Fault {
 
 pub(crate) struct Live {
     store: Store<PluginState>,
-    exports: WorldExports,
+    instance: Instance,
+    world: World,
+    version: WitVersion,
     stderr: TailPipe,
     limits: PluginLimits,
 }
@@ -47,7 +51,7 @@ impl Live {
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
         let outcome = tokio::time::timeout(limits.deadline, pre.instantiate(&mut store)).await;
-        let exports = match outcome {
+        let instance = match outcome {
             Ok(Err(e))
                 if e.downcast_ref::<wasmtime::Trap>().is_none()
                     && !store.data().limits.exceeded =>
@@ -61,7 +65,9 @@ impl Live {
         };
         Ok(Self {
             store,
-            exports,
+            instance,
+            world: pre.world(),
+            version: pre.version(),
             stderr,
             limits,
         })
@@ -69,12 +75,8 @@ impl Live {
 
     pub(crate) async fn describe(&mut self) -> Result<wit::PluginInfo, Fault> {
         self.stderr.clear();
-        let call = async {
-            match &self.exports {
-                WorldExports::SampleAdapter(b, _) => b.call_describe(&mut self.store).await,
-                WorldExports::Reward(b, _) => b.call_describe(&mut self.store).await,
-            }
-        };
+        let call =
+            call_entry::<(), wit::PluginInfo>(&mut self.store, &self.instance, "describe", ());
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
         classify(outcome, &self.store, &self.stderr, self.limits)
     }
@@ -82,13 +84,40 @@ impl Live {
     /// `None` if this instance is not a sample adapter.
     pub(crate) async fn build_samples(
         &mut self,
-        rollout: &RolloutView<'_>,
-    ) -> Option<Result<Result<Vec<wit::Sample>, String>, Fault>> {
-        let WorldExports::SampleAdapter(_, instance) = &self.exports else {
+        rollout: &Rollout,
+    ) -> Option<Result<Result<Vec<Sample>, String>, Fault>> {
+        if self.world != World::SampleAdapter {
             return None;
-        };
+        }
         self.stderr.clear();
-        let call = call_entry(&mut self.store, instance, "build-samples", rollout);
+        let (store, instance, version) = (&mut self.store, &self.instance, self.version);
+        let name = "build-samples";
+        let call = async move {
+            Ok(match version {
+                WitVersion::V0_2 => {
+                    let view = RolloutView::<ModelCallView>::new(rollout);
+                    call_entry::<_, Result<Vec<v0_2::wit::Sample>, String>>(
+                        store,
+                        instance,
+                        name,
+                        (&view,),
+                    )
+                    .await?
+                    .map(|s| s.into_iter().map(Sample::from).collect())
+                }
+                WitVersion::V0_1 => {
+                    let view = RolloutView::<ModelCallViewV0_1>::new(rollout);
+                    call_entry::<_, Result<Vec<v0_1::wit::Sample>, String>>(
+                        store,
+                        instance,
+                        name,
+                        (&view,),
+                    )
+                    .await?
+                    .map(|s| s.into_iter().map(Sample::from).collect())
+                }
+            })
+        };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
@@ -96,13 +125,25 @@ impl Live {
     /// `None` if this instance is not a reward plugin.
     pub(crate) async fn reward(
         &mut self,
-        rollout: &RolloutView<'_>,
+        rollout: &Rollout,
     ) -> Option<Result<Result<Option<f64>, String>, Fault>> {
-        let WorldExports::Reward(_, instance) = &self.exports else {
+        if self.world != World::Reward {
             return None;
-        };
+        }
         self.stderr.clear();
-        let call = call_entry(&mut self.store, instance, "reward", rollout);
+        let (store, instance, version) = (&mut self.store, &self.instance, self.version);
+        let call = async move {
+            match version {
+                WitVersion::V0_2 => {
+                    let view = RolloutView::<ModelCallView>::new(rollout);
+                    call_entry(store, instance, "reward", (&view,)).await
+                }
+                WitVersion::V0_1 => {
+                    let view = RolloutView::<ModelCallViewV0_1>::new(rollout);
+                    call_entry(store, instance, "reward", (&view,)).await
+                }
+            }
+        };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
@@ -113,19 +154,20 @@ impl Live {
     }
 }
 
-/// Calls a world's entry point, `func(rollout) -> R`. The export's type was
-/// checked at link time (`WorldPre::new`); `typed` re-checks it cheaply.
-async fn call_entry<R>(
+/// Calls an export `func(params) -> R`. Its type was checked at link time
+/// (`WorldPre::new`); `typed` re-checks it cheaply.
+async fn call_entry<P, R>(
     store: &mut Store<PluginState>,
     instance: &Instance,
     name: &str,
-    rollout: &RolloutView<'_>,
+    params: P,
 ) -> wasmtime::Result<R>
 where
+    P: ComponentNamedList + Lower + Send + Sync,
     R: ComponentType + Lift + Send + Sync + 'static,
 {
-    let func = instance.get_typed_func::<(&RolloutView<'_>,), (R,)>(&mut *store, name)?;
-    let (result,) = func.call_async(&mut *store, (rollout,)).await?;
+    let func = instance.get_typed_func::<P, (R,)>(&mut *store, name)?;
+    let (result,) = func.call_async(&mut *store, params).await?;
     Ok(result)
 }
 

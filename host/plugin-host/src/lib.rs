@@ -28,6 +28,7 @@ mod slot;
 mod state;
 mod stdio;
 mod validate;
+mod view;
 mod world;
 
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ pub use limits::PluginLimits;
 pub use loaded::Plugin;
 pub use slot::PluginSlot;
 pub use validate::{InvalidSample, validate_reward, validate_samples};
-pub use world::{WIT_PACKAGE, WIT_VERSION, World};
+pub use world::{WIT_PACKAGE, WIT_VERSION, WitVersion, World};
 
 use agl_tokenizer::Tokenizer;
 use agl_wire::rollout::{Rollout, Sample};

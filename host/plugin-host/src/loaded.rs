@@ -7,13 +7,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use wasmtime::component::Component;
 
-use super::bindings::RolloutView;
 use super::engine::EpochTicker;
 use super::error::{PluginError, PluginErrorKind};
 use super::instance::{Fault, Live};
 use super::state::PluginEnv;
 use super::validate::{validate_reward, validate_samples};
-use super::world::{World, WorldPre};
+use super::world::{WitVersion, World, WorldPre};
 use super::{LoadReport, PluginInfo, PluginSpec};
 use agl_wire::rollout::{Rollout, Sample};
 
@@ -95,6 +94,11 @@ impl Plugin {
         self.inner.pre.world()
     }
 
+    /// The `agl:adapter` version the component was built against.
+    pub fn wit_version(&self) -> WitVersion {
+        self.inner.pre.version()
+    }
+
     /// What the plugin's `describe` export returned at load.
     pub fn info(&self) -> &PluginInfo {
         &self.inner.info
@@ -115,14 +119,9 @@ impl Plugin {
     /// Runs `build-samples` and validates the result.
     pub async fn build_samples(&self, rollout: &Rollout) -> Result<Vec<Sample>, PluginError> {
         self.require(World::SampleAdapter)?;
-        let input = RolloutView::new(rollout);
         let (mut live, _permit) = self.checkout().await?;
-        let outcome = live.build_samples(&input).await;
-        let samples: Vec<Sample> = self
-            .settle(live, outcome)?
-            .into_iter()
-            .map(Sample::from)
-            .collect();
+        let outcome = live.build_samples(rollout).await;
+        let samples: Vec<Sample> = self.settle(live, outcome)?;
         validate_samples(&samples, rollout, self.inner.vocab_size)
             .map_err(|invalid| self.error(invalid.into(), String::new()))?;
         Ok(samples)
@@ -131,9 +130,8 @@ impl Plugin {
     /// Runs `reward`; `None` means the rollout has no reward.
     pub async fn reward(&self, rollout: &Rollout) -> Result<Option<f64>, PluginError> {
         self.require(World::Reward)?;
-        let input = RolloutView::new(rollout);
         let (mut live, _permit) = self.checkout().await?;
-        let outcome = live.reward(&input).await;
+        let outcome = live.reward(rollout).await;
         let reward = self.settle(live, outcome)?;
         validate_reward(reward)
             .map_err(|value| self.error(PluginErrorKind::InvalidReward(value), String::new()))

@@ -6,7 +6,8 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::sample::agl::adapter::{config, log, tokenizer, types};
+use super::bindings::v0_1::sample::agl::adapter as v0_1;
+use super::bindings::v0_2::sample::agl::adapter::{config, log, tokenizer, types};
 use super::sandbox;
 use super::stdio::TailPipe;
 use agl_tokenizer::Tokenizer;
@@ -177,6 +178,56 @@ impl tokenizer::Host for PluginState {
                 .apply_chat_template(&messages_json, tools_json.as_deref(), add_generation_prompt)
                 .map_err(|e| e.to_string())
         })
+    }
+}
+
+// 0.1's imports are 0.2's under the older version: the same functions.
+impl v0_1::types::Host for PluginState {}
+
+impl v0_1::log::Host for PluginState {
+    fn log(&mut self, level: v0_1::log::Level, message: String) {
+        use v0_1::log::Level as Old;
+        let level = match level {
+            Old::Trace => log::Level::Trace,
+            Old::Debug => log::Level::Debug,
+            Old::Info => log::Level::Info,
+            Old::Warn => log::Level::Warn,
+            Old::Error => log::Level::Error,
+        };
+        log::Host::log(self, level, message)
+    }
+}
+
+impl v0_1::config::Host for PluginState {
+    fn get(&mut self) -> String {
+        config::Host::get(self)
+    }
+}
+
+impl v0_1::tokenizer::Host for PluginState {
+    fn available(&mut self) -> bool {
+        tokenizer::Host::available(self)
+    }
+
+    fn vocab_size(&mut self) -> Result<u32, String> {
+        tokenizer::Host::vocab_size(self)
+    }
+
+    fn encode(&mut self, text: String, add_special_tokens: bool) -> Result<Vec<u32>, String> {
+        tokenizer::Host::encode(self, text, add_special_tokens)
+    }
+
+    fn decode(&mut self, ids: Vec<u32>, skip_special_tokens: bool) -> Result<String, String> {
+        tokenizer::Host::decode(self, ids, skip_special_tokens)
+    }
+
+    fn apply_chat_template(
+        &mut self,
+        messages_json: String,
+        tools_json: Option<String>,
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        tokenizer::Host::apply_chat_template(self, messages_json, tools_json, add_generation_prompt)
     }
 }
 

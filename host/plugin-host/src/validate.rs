@@ -134,6 +134,7 @@ mod tests {
                     started_at_ms: 0,
                     finished_at_ms: 0,
                     tags: Default::default(),
+                    continues: None,
                 })
                 .collect(),
             events: vec![],

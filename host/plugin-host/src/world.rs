@@ -4,11 +4,9 @@ use std::fmt;
 
 use serde::Serialize;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, Instance, Linker};
+use wasmtime::component::{Component, Instance, InstancePre, Linker};
 use wasmtime::{Engine, Store};
 
-use super::bindings::reward::{Reward, RewardPre};
-use super::bindings::sample::{SampleAdapter, SampleAdapterPre};
 use super::state::PluginState;
 
 /// The two kinds of plugin, named as in `wit/agl.wit`.
@@ -44,10 +42,47 @@ impl fmt::Display for World {
 
 /// The WIT package the host implements (`wit/agl.wit`).
 pub const WIT_PACKAGE: &str = "agl:adapter";
-/// Its version. A component built against a semver-compatible version loads
-/// (the same major; for 0.x, the same minor, as semver and wasmtime's linker
-/// count it); any other is refused with both versions named.
-pub const WIT_VERSION: &str = "0.1.0";
+/// Its current version. The host serves every [`WitVersion`]: a component
+/// built against a semver-compatible version of one of them loads (the same
+/// major; for 0.x, the same minor, as semver and wasmtime's linker count
+/// it); any other is refused with the versions named.
+pub const WIT_VERSION: &str = "0.2.0";
+
+/// The `agl:adapter` versions the host serves, newest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WitVersion {
+    /// `wit/agl.wit`: `model-call.continues`, break kinds `summary`, `sub-agent`.
+    #[serde(rename = "0.2.0")]
+    V0_2,
+    /// `wit/v0.1/agl.wit`, frozen.
+    #[serde(rename = "0.1.0")]
+    V0_1,
+}
+
+impl WitVersion {
+    pub const ALL: [WitVersion; 2] = [WitVersion::V0_2, WitVersion::V0_1];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WitVersion::V0_2 => "0.2.0",
+            WitVersion::V0_1 => "0.1.0",
+        }
+    }
+
+    /// The served version `version` is compatible with.
+    fn matching(version: &str) -> Option<WitVersion> {
+        let track = compat_track(version);
+        Self::ALL
+            .into_iter()
+            .find(|v| compat_track(v.as_str()) == track)
+    }
+}
+
+impl fmt::Display for WitVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The part of a version that must match: `1.4.2` -> `1`, `0.1.3` -> `0.1`.
 fn compat_track(version: &str) -> String {
@@ -76,21 +111,45 @@ pub(crate) fn wit_versions(engine: &Engine, component: &Component) -> Vec<String
     found
 }
 
-/// Refuses a component built against an `agl:adapter` version this host is
-/// not compatible with, naming both versions.
-pub(crate) fn check_version(engine: &Engine, component: &Component) -> Result<(), String> {
+/// The served version(s) `component` may be built against, from the
+/// `agl:adapter` versions it imports: exactly one when it imports any,
+/// every served one (newest first) when it imports none (its exports'
+/// types then decide). Refuses an unserved or mixed version, naming them.
+pub(crate) fn candidate_versions(
+    engine: &Engine,
+    component: &Component,
+) -> Result<Vec<WitVersion>, String> {
+    let served: Vec<String> = WitVersion::ALL
+        .iter()
+        .map(|v| format!("{WIT_PACKAGE}@{v}"))
+        .collect();
+    let mut found = Vec::new();
     for v in wit_versions(engine, component) {
-        if v.is_empty() || compat_track(&v) != compat_track(WIT_VERSION) {
-            let shown = if v.is_empty() { "(no version)" } else { &v };
-            return Err(format!(
-                "built against {WIT_PACKAGE}@{shown}, but this agl implements \
-                 {WIT_PACKAGE}@{WIT_VERSION} (compatible: {}.x); rebuild the plugin against \
-                 this agl's wit/ or use an agl that speaks its version",
-                compat_track(WIT_VERSION)
-            ));
+        match WitVersion::matching(&v).filter(|_| !v.is_empty()) {
+            Some(version) if !found.contains(&version) => found.push(version),
+            Some(_) => {}
+            None => {
+                let shown = if v.is_empty() { "(no version)" } else { &v };
+                return Err(format!(
+                    "built against {WIT_PACKAGE}@{shown}, but this agl serves {}; rebuild the \
+                     plugin against this agl's wit/ or use an agl that speaks its version",
+                    served.join(" and ")
+                ));
+            }
         }
     }
-    Ok(())
+    match found.len() {
+        0 => Ok(WitVersion::ALL.to_vec()),
+        1 => Ok(found),
+        _ => Err(format!(
+            "imports more than one {WIT_PACKAGE} version ({}); a plugin is built against one",
+            found
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 /// The world whose entry point `component` exports (types unchecked).
@@ -116,66 +175,86 @@ pub(crate) fn detect(engine: &Engine, component: &Component) -> Result<World, St
     }
 }
 
-/// A component linked and type-checked against its world, ready to instantiate.
-#[derive(Clone)]
-pub(crate) enum WorldPre {
-    SampleAdapter(SampleAdapterPre<PluginState>),
-    Reward(RewardPre<PluginState>),
-}
-
-/// A live instance's typed exports. The raw instance is kept too: the
-/// entry points are called with a borrowed [`RolloutView`] argument, which
-/// the generated bindings (taking owned WIT values) cannot do.
+/// A component linked and type-checked against its world and version,
+/// ready to instantiate. The entry points are called through the raw
+/// instance with a borrowed [`RolloutView`] argument, which the generated
+/// bindings (taking owned WIT values) cannot do; those bindings only check
+/// the export types here.
 ///
-/// [`RolloutView`]: super::bindings::RolloutView
-pub(crate) enum WorldExports {
-    SampleAdapter(SampleAdapter, Instance),
-    Reward(Reward, Instance),
+/// [`RolloutView`]: super::view::RolloutView
+#[derive(Clone)]
+pub(crate) struct WorldPre {
+    pre: InstancePre<PluginState>,
+    world: World,
+    version: WitVersion,
 }
 
 impl WorldPre {
     /// Fails if an import cannot be satisfied or an export is missing or
-    /// has the wrong type.
+    /// has the wrong type for every candidate version (the newest
+    /// candidate's error is the one reported).
     pub(crate) fn new(
         linker: &Linker<PluginState>,
         component: &Component,
         world: World,
+        candidates: &[WitVersion],
     ) -> wasmtime::Result<Self> {
         let pre = linker.instantiate_pre(component)?;
-        Ok(match world {
-            World::SampleAdapter => Self::SampleAdapter(SampleAdapterPre::new(pre)?),
-            World::Reward => Self::Reward(RewardPre::new(pre)?),
-        })
+        let mut first_error = None;
+        for &version in candidates {
+            match typecheck(&pre, world, version) {
+                Ok(()) => {
+                    return Ok(Self {
+                        pre,
+                        world,
+                        version,
+                    });
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| wasmtime::format_err!("no agl:adapter version to check")))
     }
 
     pub(crate) fn world(&self) -> World {
-        match self {
-            Self::SampleAdapter(_) => World::SampleAdapter,
-            Self::Reward(_) => World::Reward,
-        }
+        self.world
+    }
+
+    pub(crate) fn version(&self) -> WitVersion {
+        self.version
     }
 
     pub(crate) fn engine(&self) -> &Engine {
-        match self {
-            Self::SampleAdapter(pre) => pre.engine(),
-            Self::Reward(pre) => pre.engine(),
-        }
+        self.pre.engine()
     }
 
     pub(crate) async fn instantiate(
         &self,
         store: &mut Store<PluginState>,
-    ) -> wasmtime::Result<WorldExports> {
-        Ok(match self {
-            Self::SampleAdapter(pre) => {
-                let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
-                WorldExports::SampleAdapter(SampleAdapter::new(&mut *store, &instance)?, instance)
-            }
-            Self::Reward(pre) => {
-                let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
-                WorldExports::Reward(Reward::new(&mut *store, &instance)?, instance)
-            }
-        })
+    ) -> wasmtime::Result<Instance> {
+        self.pre.instantiate_async(store).await
+    }
+}
+
+/// Checks the component's exports against `world` at `version`.
+fn typecheck(
+    pre: &InstancePre<PluginState>,
+    world: World,
+    version: WitVersion,
+) -> wasmtime::Result<()> {
+    use super::bindings::{v0_1, v0_2};
+    let pre = pre.clone();
+    match (version, world) {
+        (WitVersion::V0_2, World::SampleAdapter) => {
+            v0_2::sample::SampleAdapterPre::new(pre).map(drop)
+        }
+        (WitVersion::V0_2, World::Reward) => v0_2::reward::RewardPre::new(pre).map(drop),
+        (WitVersion::V0_1, World::SampleAdapter) => {
+            v0_1::sample::SampleAdapterPre::new(pre).map(drop)
+        }
+        (WitVersion::V0_1, World::Reward) => v0_1::reward::RewardPre::new(pre).map(drop),
     }
 }
 
@@ -189,6 +268,10 @@ mod tests {
         assert_eq!(compat_track("0.1.7"), "0.1");
         assert_eq!(compat_track("1.4.2"), "1");
         assert_ne!(compat_track("0.2.0"), compat_track("0.1.0"));
+        assert_eq!(WitVersion::matching("0.1.4"), Some(WitVersion::V0_1));
+        assert_eq!(WitVersion::matching("0.2.0"), Some(WitVersion::V0_2));
+        assert_eq!(WitVersion::matching("0.3.0"), None);
+        assert_eq!(WitVersion::matching("1.0.0"), None);
     }
 
     #[test]
@@ -198,5 +281,8 @@ mod tests {
             wit.contains(&format!("package {WIT_PACKAGE}@{WIT_VERSION};")),
             "wit/agl.wit declares another package version than WIT_VERSION"
         );
+        assert_eq!(WitVersion::ALL[0].as_str(), WIT_VERSION);
+        let frozen = include_str!("../../../wit/v0.1/agl.wit");
+        assert!(frozen.contains("package agl:adapter@0.1.0;"));
     }
 }

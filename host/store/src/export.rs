@@ -14,6 +14,8 @@ pub fn export_rollout(conn: &Connection, id: &str) -> Result<Rollout, StoreError
     let rec = get_rollout(conn, id)?;
     let mut calls = Vec::new();
     let mut events = Vec::new();
+    // seq -> export index, for the continuation links.
+    let mut index_of = std::collections::HashMap::new();
     for ev in attempt_events(conn, id, rec.attempt)? {
         if ev.kind != MODEL_REQUEST {
             events.push(Event {
@@ -41,7 +43,10 @@ pub fn export_rollout(conn: &Connection, id: &str) -> Result<Rollout, StoreError
         if call.status == CallStatus::Cancelled {
             continue;
         }
-        calls.push(call.into_call(calls.len() as u32));
+        let index = calls.len() as u32;
+        let continues = call.continues.and_then(|seq| index_of.get(&seq).copied());
+        index_of.insert(ev.seq, index);
+        calls.push(call.into_call(index, continues));
     }
     Ok(Rollout {
         id: rec.id,

@@ -77,7 +77,9 @@ pub enum CallStatus {
 
 impl ModelRequest<JsonText> {
     /// The call as the rollout JSONL carries it, numbered `index`.
-    pub fn into_call(self, index: u32) -> ModelCall {
+    /// The call as exported at `index`; `continues` is the index of the
+    /// exported call this one continues (the record names it by seq).
+    pub fn into_call(self, index: u32, continues: Option<u32>) -> ModelCall {
         ModelCall {
             index,
             api: self.api,
@@ -91,6 +93,7 @@ impl ModelRequest<JsonText> {
             started_at_ms: self.started_at_ms,
             finished_at_ms: self.finished_at_ms,
             tags: self.tags,
+            continues,
         }
     }
 }
@@ -168,7 +171,7 @@ mod tests {
             continues: None,
         };
         let read: ModelRequest = serde_json::from_str(written.to_payload().as_str()).unwrap();
-        let call = read.into_call(7);
+        let call = read.into_call(7, None);
         assert_eq!(call.index, 7);
         assert_eq!(call.request.as_str(), raw.get());
         assert_eq!(call.response_logprobs, vec![-0.25]);

@@ -138,6 +138,11 @@ pub struct ModelCall {
     /// `x-agl-*` request headers, lower-cased.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// Index of the call whose prompt and response this call's prompt
+    /// extends token-exactly, as the gateway served it (gateway-rendered
+    /// calls); `None` for a fresh render or a passthrough call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<u32>,
 }
 
 /// Any non-model event: a harness-reported `reward`, log tails, custom events.
@@ -181,16 +186,30 @@ pub enum BreakKind {
     Retokenize,
     Template,
     Other,
+    /// The history's middle was replaced (a summary, compaction).
+    Summary,
+    /// Another agent's conversation.
+    #[serde(rename = "sub-agent")]
+    SubAgent,
 }
 
 impl BreakKind {
-    pub const ALL: [BreakKind; 3] = [BreakKind::Retokenize, BreakKind::Template, BreakKind::Other];
+    pub const ALL: [BreakKind; 5] = [
+        BreakKind::Retokenize,
+        BreakKind::Template,
+        BreakKind::Summary,
+        BreakKind::SubAgent,
+        BreakKind::Other,
+    ];
 
+    /// The WIT name (`sub-agent`, ...), also the JSONL one.
     pub fn as_str(self) -> &'static str {
         match self {
             BreakKind::Retokenize => "retokenize",
             BreakKind::Template => "template",
             BreakKind::Other => "other",
+            BreakKind::Summary => "summary",
+            BreakKind::SubAgent => "sub-agent",
         }
     }
 }

@@ -1,15 +1,17 @@
 //! Why a mini-swe-agent call did not continue its chain.
 //!
-//! The wit break kinds are fixed (`retokenize`, `template`, `other`), so the
-//! harness-specific cause is the first word of the break's `detail`:
+//! The wit break kinds are few (`retokenize`, `template`, `summary`,
+//! `sub-agent`, `other`), so the harness-specific cause is the first word of
+//! the break's `detail`:
 //!
 //! | detail starts with | kind | when |
 //! |---|---|---|
 //! | `format-error-drop:` | `other` | the request is the previous request plus a user message carrying mini's format-error text: mini raised `FormatError` and never added the reply to its history |
 //! | `reply-dropped:` | `other` | the same, but the user message carries no known format-error text (a custom `format_error_template`: add a marker to `extra_format_error_markers`) |
 //! | `retry:` | `other` | the same conversation was sent again (a client or mini retry whose first answer was discarded) |
-//! | `agent-switch:` | `other` | the `x-agl-agent` tag changed (only with `chain_by_agent = false`) |
-//! | `history-rewrite:` | `other` | any other edit of the history: a summary, a truncation, a changed turn |
+//! | `agent-switch:` | `sub-agent` | the `x-agl-agent` tag changed (only with `chain_by_agent = false`) |
+//! | `summary:` / `sub-agent:` | same | the generic history classes of [`agl_plugin::breaks`] |
+//! | `history-rewrite:` | `other` | any other edit of the history: a truncation, a changed turn |
 //! | `template:` / `retokenize:` | same | the generic token-level classes of [`agl_plugin::breaks`] |
 //!
 //! The rest of the detail says what was seen and where the token ids first
@@ -67,8 +69,13 @@ impl Markers {
 /// ended (see the module docs).
 pub fn classify(prev: &ModelCall, next: &ModelCall, markers: &Markers) -> ChainBreak {
     if let Some((label, why)) = harness_break(prev, next, markers) {
+        let kind = if label == "agent-switch" {
+            BreakKind::SubAgent
+        } else {
+            BreakKind::Other
+        };
         return ChainBreak {
-            kind: BreakKind::Other,
+            kind,
             call_index: next.index,
             detail: format!("{label}: {why}; {}", Divergence::locate(prev, next)),
         };
@@ -77,6 +84,8 @@ pub fn classify(prev: &ModelCall, next: &ModelCall, markers: &Markers) -> ChainB
     let label = match generic.kind {
         BreakKind::Retokenize => "retokenize",
         BreakKind::Template => "template",
+        BreakKind::Summary => "summary",
+        BreakKind::SubAgent => "sub-agent",
         BreakKind::Other => "history-rewrite",
     };
     ChainBreak {

@@ -318,7 +318,7 @@ fn a_resent_request_is_a_retry() {
 }
 
 #[test]
-fn a_summarised_history_is_a_history_rewrite() {
+fn a_summarised_history_is_a_summary_break() {
     let mut calls = solved();
     calls[2] = turn(
         2,
@@ -333,10 +333,9 @@ fn a_summarised_history_is_a_history_rewrite() {
     let samples = build(calls);
     assert_eq!(samples.len(), 2);
     let b = samples[1].break_before.as_ref().expect("a break");
-    assert_eq!((b.kind, b.call_index), (BreakKind::Other, 2));
+    assert_eq!((b.kind, b.call_index), (BreakKind::Summary, 2));
     assert!(
-        b.detail
-            .starts_with("history-rewrite: history edited: message 1 "),
+        b.detail.starts_with("summary: history edited: message 1 "),
         "{}",
         b.detail
     );

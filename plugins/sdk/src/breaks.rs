@@ -2,10 +2,16 @@
 //!
 //! 1. History. If the next request's conversation does not start with the
 //!    previous request's plus the reply it got (compared as in
-//!    [`crate::messages`]), the harness edited its history (a summary, a
-//!    truncation, a different agent): `other`. For the completions API the
-//!    same check runs on the prompt text; there, text that does extend while
-//!    the ids differ can only be re-tokenisation: `retokenize`.
+//!    [`crate::messages`]), the harness edited its history:
+//!    - `sub-agent` when it is another conversation: a different system
+//!      prompt, tool list or `x-agl-agent` tag;
+//!    - `summary` when it keeps its start but replaces turns of the
+//!      previous history with new text;
+//!    - `other` for the rest (turns dropped, the reply edited).
+//!
+//!    For the completions API the same check runs on the prompt text;
+//!    there, text that does extend while the ids differ can only be
+//!    re-tokenisation: `retokenize`.
 //! 2. Tokens, with the host tokenizer: if the next prompt decodes to text
 //!    that starts with the previous prompt + response text, only the ids
 //!    differ: `retokenize`. Else, if the next prompt still starts with the
@@ -20,12 +26,15 @@
 use crate::prefix::common_prefix_len;
 use crate::{ApiKind, BreakKind, ChainBreak, ModelCall, call, log, messages, tokenizer};
 
-/// The wit name of a break kind (`retokenize`, `template`, `other`).
+/// The wit name of a break kind (`retokenize`, `template`, `summary`,
+/// `sub-agent`, `other`).
 pub fn kind_name(kind: BreakKind) -> &'static str {
     match kind {
         BreakKind::Retokenize => "retokenize",
         BreakKind::Template => "template",
         BreakKind::Other => "other",
+        BreakKind::Summary => "summary",
+        BreakKind::SubAgent => "sub-agent",
     }
 }
 
@@ -34,7 +43,7 @@ pub fn kind_name(kind: BreakKind) -> &'static str {
 pub fn classify_break(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
     let at = Divergence::locate(prev, next);
     let (kind, why) = match history(prev, next) {
-        History::Edited(why) => (BreakKind::Other, format!("history edited: {why}")),
+        History::Edited(kind, why) => (kind, format!("history edited: {why}")),
         History::TextExtends => (
             BreakKind::Retokenize,
             "the prompt text continues".to_owned(),
@@ -75,7 +84,7 @@ enum History {
     Extends,
     /// The completions prompt text continues exactly.
     TextExtends,
-    Edited(String),
+    Edited(BreakKind, String),
     /// Not comparable: no messages, or an API whose reply is not echoed.
     Unknown,
 }
@@ -93,7 +102,58 @@ fn history(prev: &ModelCall, next: &ModelCall) -> History {
     };
     match messages::messages_extend(&prev_messages, &reply, &next_messages) {
         Ok(()) => History::Extends,
-        Err(why) => History::Edited(why),
+        Err(why) => History::Edited(
+            edit_kind(prev, next, &prev_messages, &reply, &next_messages),
+            why,
+        ),
+    }
+}
+
+/// What kind of edit turned `prev`'s history (+ `reply`) into `next`'s.
+fn edit_kind(
+    prev: &ModelCall,
+    next: &ModelCall,
+    prev_messages: &[serde_json::Value],
+    reply: &serde_json::Value,
+    next_messages: &[serde_json::Value],
+) -> BreakKind {
+    let earlier: Vec<&serde_json::Value> = prev_messages.iter().chain([reply]).collect();
+    let kept = earlier
+        .iter()
+        .zip(next_messages)
+        .take_while(|(a, b)| messages::same_message(a, b))
+        .count();
+    let tools = |c: &ModelCall| call::request(c).ok().and_then(|r| r.get("tools").cloned());
+    let system = |ms: &[serde_json::Value]| {
+        ms.first()
+            .filter(|m| {
+                matches!(
+                    m.get("role").and_then(|r| r.as_str()),
+                    Some("system" | "developer")
+                )
+            })
+            .cloned()
+    };
+    let other_system = match (system(prev_messages), system(next_messages)) {
+        (Some(a), Some(b)) => !messages::same_message(&a, &b),
+        (a, b) => a.is_some() != b.is_some(),
+    };
+    if other_system || call::agent(prev) != call::agent(next) || tools(prev) != tools(next) {
+        return BreakKind::SubAgent;
+    }
+    let seen = |m: &serde_json::Value| earlier.iter().any(|e| messages::same_message(e, m));
+    let dropped = earlier[kept..].iter().any(|e| {
+        !next_messages[kept..]
+            .iter()
+            .any(|m| messages::same_message(e, m))
+    });
+    let added = next_messages[kept..].iter().any(|m| !seen(m));
+    // The reply itself changed: the harness edited what the model said.
+    let reply_edited = kept == prev_messages.len();
+    if dropped && added && !reply_edited {
+        BreakKind::Summary
+    } else {
+        BreakKind::Other
     }
 }
 
@@ -110,6 +170,7 @@ fn completion_history(prev: &ModelCall, next: &ModelCall) -> History {
         History::TextExtends
     } else {
         History::Edited(
+            BreakKind::Other,
             "the prompt text does not continue the previous prompt and completion".into(),
         )
     }

@@ -1,5 +1,5 @@
-//! Merging a rollout's calls into as few samples as exact token prefixes
-//! allow, one chain per agent.
+//! Merging a rollout's calls into as few samples as the gateway's
+//! continuation links and exact token prefixes allow, one chain per agent.
 
 use crate::builder::SampleBuilder;
 use crate::{ChainBreak, ModelCall, Rollout, Sample, breaks, call, log};
@@ -25,17 +25,20 @@ impl Default for MergeOptions {
     }
 }
 
-/// One open chain: the sample being built and the call that ended it.
+/// One chain: the sample being built and its last call.
 struct Chain<'a> {
     key: Option<&'a str>,
     builder: SampleBuilder,
     last: &'a ModelCall,
 }
 
-/// Merges calls into samples: a call whose prompt ids start with its
-/// chain's `prompt ++ response` so far is appended (new prompt tokens
-/// masked, its response trained); any other call closes the chain's sample
-/// and starts a new one whose `break_before` says why. Samples come out
+/// Merges calls into samples. A call the gateway recorded as continuing
+/// call `j` (`continues`) joins the chain that ends with `j`. Any other
+/// call is tested against its agent's latest chain: if its prompt ids start
+/// with that chain's `prompt ++ response` so far it is appended (new prompt
+/// tokens masked, its response trained); if not, it starts a new sample
+/// whose `break_before` says why. Chains are never closed, so a linked call
+/// goes back to its chain after another agent's turns. Samples come out
 /// ordered by their first call.
 pub fn merge_chains(rollout: &Rollout, options: &MergeOptions) -> Vec<Sample> {
     merge_chains_with(rollout, options, breaks::classify_break)
@@ -50,39 +53,53 @@ pub fn merge_chains_with(
     options: &MergeOptions,
     classify: impl Fn(&ModelCall, &ModelCall) -> ChainBreak,
 ) -> Vec<Sample> {
-    let mut open: Vec<Chain> = Vec::new();
-    let mut done: Vec<Sample> = Vec::new();
+    let mut chains: Vec<Chain> = Vec::new();
     for next in &rollout.calls {
         if options.skip_empty_responses && next.response_ids.is_empty() {
             log::debug(format!("call {}: no response tokens, skipped", next.index));
             continue;
+        }
+        if let Some(target) = next.continues {
+            if let Some(chain) = chains.iter_mut().rev().find(|c| c.last.index == target)
+                && chain.builder.extend(next).is_ok()
+            {
+                chain.last = next;
+                continue;
+            }
+            // A skipped target, or a second call continuing the same one
+            // (the chain has moved on): the id test decides.
+            log::debug(format!(
+                "call {}: continues call {target}, which ends no chain",
+                next.index
+            ));
         }
         let key = if options.chain_by_agent {
             call::agent(next)
         } else {
             None
         };
-        let Some(chain) = open.iter_mut().find(|c| c.key == key) else {
-            open.push(Chain {
-                key,
-                builder: SampleBuilder::from_call(next),
-                last: next,
-            });
-            continue;
+        let builder = match chains.iter_mut().rev().find(|c| c.key == key) {
+            None => SampleBuilder::from_call(next),
+            Some(chain) => {
+                if chain.builder.extend(next).is_ok() {
+                    chain.last = next;
+                    continue;
+                }
+                let chain_break = classify(chain.last, next);
+                let kind = breaks::kind_name(chain_break.kind);
+                log::debug(format!(
+                    "call {}: new sample, {kind} break: {}",
+                    next.index, chain_break.detail
+                ));
+                SampleBuilder::from_call(next).with_break(chain_break)
+            }
         };
-        if chain.builder.extend(next).is_err() {
-            let chain_break = classify(chain.last, next);
-            let kind = breaks::kind_name(chain_break.kind);
-            log::debug(format!(
-                "call {}: new sample, {kind} break: {}",
-                next.index, chain_break.detail
-            ));
-            let fresh = SampleBuilder::from_call(next).with_break(chain_break);
-            done.push(std::mem::replace(&mut chain.builder, fresh).build());
-        }
-        chain.last = next;
+        chains.push(Chain {
+            key,
+            builder,
+            last: next,
+        });
     }
-    done.extend(open.into_iter().map(|c| c.builder.build()));
-    done.sort_by_key(|s| s.source_calls.first().copied());
-    done
+    // Chains start in call order, so their samples are ordered already.
+    chains.into_iter().map(|c| c.builder.build()).collect()
 }

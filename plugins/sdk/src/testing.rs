@@ -79,6 +79,7 @@ pub fn call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> ModelCall {
         started_at_ms: 0,
         finished_at_ms: 0,
         tags: Vec::new(),
+        continues: None,
     }
 }
 
@@ -111,6 +112,9 @@ pub trait CallExt: Sized {
     /// Sets the `x-agl-agent` tag.
     fn agent(self, agent: &str) -> Self;
     fn tag(self, key: &str, value: &str) -> Self;
+    /// Records that the gateway served this call as a continuation of
+    /// call `index`.
+    fn continues(self, index: u32) -> Self;
     /// Request `{"messages": ...}` and response
     /// `{"choices": [{"message": reply}]}` for the chat API.
     fn chat(self, messages: serde_json::Value, reply: serde_json::Value) -> Self;
@@ -139,6 +143,11 @@ impl CallExt for ModelCall {
             key: key.to_owned(),
             value: value.to_owned(),
         });
+        self
+    }
+
+    fn continues(mut self, index: u32) -> Self {
+        self.continues = Some(index);
         self
     }
 

@@ -138,7 +138,7 @@ fn a_re_rendered_previous_turn_is_a_template_break_with_a_tokenizer() {
 }
 
 #[test]
-fn a_summarised_history_is_an_other_break() {
+fn a_summarised_history_is_a_summary_break() {
     let reply = json!({"role": "assistant", "content": "looked at a.py"});
     let samples = merge(vec![
         call(0, &[1, 2, 3], &[10]).chat(json!([{"role": "user", "content": "fix a.py"}]), reply.clone()),
@@ -156,7 +156,7 @@ fn a_summarised_history_is_an_other_break() {
     assert_eq!(samples[0].source_calls, [0, 1]);
     assert_eq!(samples[1].source_calls, [2]);
     let chain_break = samples[1].break_before.as_ref().expect("a break");
-    assert_eq!(chain_break.kind, BreakKind::Other);
+    assert_eq!(chain_break.kind, BreakKind::Summary);
     assert_eq!(chain_break.call_index, 2);
     assert!(
         chain_break.detail.starts_with("history edited: message 0"),
@@ -283,4 +283,132 @@ fn merge_chains_with_uses_the_given_classifier() {
     let b = samples[1].break_before.as_ref().expect("a break");
     assert_eq!((b.kind, b.call_index), (BreakKind::Template, 2));
     assert_eq!(b.detail, "custom after call 1");
+}
+
+fn system(text: &str) -> serde_json::Value {
+    json!({"role": "system", "content": text})
+}
+
+fn user(text: &str) -> serde_json::Value {
+    json!({"role": "user", "content": text})
+}
+
+fn assistant(text: &str) -> serde_json::Value {
+    json!({"role": "assistant", "content": text})
+}
+
+/// A main agent (calls 0, 1, 4) and a sub-agent it started (calls 2, 3),
+/// with no `x-agl-agent` tags: only the gateway's links tell them apart.
+fn main_and_sub_agent(linked: bool) -> Vec<agl_plugin::ModelCall> {
+    let main = [system("main"), user("fix a.py")];
+    let sub = [system("explorer"), user("find a.py")];
+    let mut calls = vec![
+        call(0, &[1, 2], &[10]).chat(json!(main), assistant("spawn")),
+        call(1, &[1, 2, 10, 3], &[11]).chat(
+            json!([main[0], main[1], assistant("spawn"), user("r1")]),
+            assistant("wait"),
+        ),
+        call(2, &[5, 6], &[20]).chat(json!(sub), assistant("ls")),
+        call(3, &[5, 6, 20, 7], &[21]).chat(
+            json!([sub[0], sub[1], assistant("ls"), user("a.py")]),
+            assistant("found"),
+        ),
+        call(4, &[1, 2, 10, 3, 11, 4], &[12]).chat(
+            json!([
+                main[0],
+                main[1],
+                assistant("spawn"),
+                user("r1"),
+                assistant("wait"),
+                user("found")
+            ]),
+            assistant("done"),
+        ),
+    ];
+    if linked {
+        calls[1] = calls[1].clone().continues(0);
+        calls[3] = calls[3].clone().continues(2);
+        calls[4] = calls[4].clone().continues(1);
+    }
+    calls
+}
+
+#[test]
+fn recorded_links_bring_a_call_back_to_its_chain_after_a_sub_agent() {
+    let samples = merge(main_and_sub_agent(true));
+    let chains: Vec<&[u32]> = samples.iter().map(|s| s.source_calls.as_slice()).collect();
+    assert_eq!(chains, [&[0, 1, 4][..], &[2, 3][..]]);
+    assert_eq!(samples[0].response_ids, [10, 3, 11, 4, 12]);
+    assert_eq!(samples[0].trainable, [span(0, 1), span(2, 3), span(4, 5)]);
+    let b = samples[1].break_before.as_ref().expect("a break");
+    assert_eq!(
+        (b.kind, b.call_index),
+        (BreakKind::SubAgent, 2),
+        "{}",
+        b.detail
+    );
+    assert_eq!(samples[0].break_before, None);
+
+    // Without the links the main agent's return is tested against the
+    // sub-agent's chain (the latest one) and breaks again.
+    let samples = merge(main_and_sub_agent(false));
+    let chains: Vec<&[u32]> = samples.iter().map(|s| s.source_calls.as_slice()).collect();
+    assert_eq!(chains, [&[0, 1][..], &[2, 3][..], &[4][..]]);
+    assert_eq!(break_kind(&samples[2]), Some(BreakKind::SubAgent));
+}
+
+#[test]
+fn a_summary_that_keeps_the_system_prompt_is_a_summary_break_and_a_new_chain() {
+    let start = [system("agent"), user("fix a.py")];
+    let samples = merge(vec![
+        call(0, &[1, 2], &[10]).chat(json!(start), assistant("cat a.py")),
+        call(1, &[1, 2, 10, 3], &[11])
+            .chat(
+                json!([start[0], start[1], assistant("cat a.py"), user("x=1")]),
+                assistant("edit"),
+            )
+            .continues(0),
+        // Compaction: the turns so far become one summary message.
+        call(2, &[1, 2, 8], &[12]).chat(
+            json!([start[0], start[1], user("summary: read a.py, edited it")]),
+            assistant("test"),
+        ),
+        call(3, &[1, 2, 8, 12, 4], &[13])
+            .chat(
+                json!([
+                    start[0],
+                    start[1],
+                    user("summary: read a.py, edited it"),
+                    assistant("test"),
+                    user("ok")
+                ]),
+                assistant("done"),
+            )
+            .continues(2),
+    ]);
+    let chains: Vec<&[u32]> = samples.iter().map(|s| s.source_calls.as_slice()).collect();
+    assert_eq!(chains, [&[0, 1][..], &[2, 3][..]]);
+    let b = samples[1].break_before.as_ref().expect("a break");
+    assert_eq!(
+        (b.kind, b.call_index),
+        (BreakKind::Summary, 2),
+        "{}",
+        b.detail
+    );
+}
+
+#[test]
+fn dropped_turns_without_new_text_are_an_other_break() {
+    let start = [system("agent"), user("task")];
+    let samples = merge(vec![
+        call(0, &[1, 2], &[10]).chat(json!(start), assistant("a")),
+        call(1, &[1, 2, 10, 3], &[11]).chat(
+            json!([start[0], start[1], assistant("a"), user("o1")]),
+            assistant("b"),
+        ),
+        // Truncated: the first exchange dropped, nothing new added.
+        call(2, &[1, 2, 11], &[12]).chat(json!([start[0], start[1]]), assistant("c")),
+    ]);
+    assert_eq!(samples.len(), 2);
+    assert_eq!(break_kind(&samples[1]), Some(BreakKind::Other));
 }

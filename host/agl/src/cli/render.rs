@@ -148,7 +148,7 @@ pub fn inspection(out: &mut impl Write, i: &Inspection) -> std::io::Result<()> {
     if !i.info.description.is_empty() {
         writeln!(out, "about    {}", i.info.description)?;
     }
-    writeln!(out, "world    {}", i.world.as_str())?;
+    writeln!(out, "world    {} (agl:adapter@{})", i.world.as_str(), i.wit)?;
     let mut list = |label: &str, items: &[agl_plugin_host::Item]| -> std::io::Result<()> {
         for (n, item) in items.iter().enumerate() {
             let head = if n == 0 { label } else { "" };

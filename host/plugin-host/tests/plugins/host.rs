@@ -9,8 +9,9 @@ use std::time::Duration;
 use crate::support::*;
 use agl_plugin_host::{
     HostConfig, PluginError, PluginErrorKind, PluginHost, PluginSlot, PluginSpec, WIT_PACKAGE,
-    WIT_VERSION, World,
+    WIT_VERSION, WitVersion, World,
 };
+use agl_wire::rollout::BreakKind;
 use tempfile::TempDir;
 
 /// Runs `fault` as a per-call override on a plugin limited to one instance,
@@ -385,7 +386,8 @@ async fn inspect_reports_world_info_and_component_types() {
             .iter()
             .any(|i| i.name.starts_with(prefix))
     };
-    assert!(import("agl:adapter/log@0.1.0"));
+    assert!(import(&format!("agl:adapter/log@{WIT_VERSION}")));
+    assert_eq!(inspection.wit, WitVersion::V0_2);
     assert!(import("wasi:cli/stderr@0.2"));
     let reward = host.inspect(&wasm("faulty-reward")).await.unwrap();
     assert_eq!(reward.world, World::Reward);
@@ -522,8 +524,68 @@ async fn a_component_built_against_another_major_is_refused_by_version() {
         text.contains(&format!("agl:adapter@{WIT_VERSION}")),
         "{text}"
     );
+    // A minor this agl does not serve is refused too, naming both served.
+    let Err(err) = host
+        .load(PluginSpec::new(
+            "next",
+            rebuilt_against("0.3.0", dir.path()),
+        ))
+        .await
+    else {
+        panic!("a 0.3 component is refused");
+    };
+    assert!(
+        err.to_string()
+            .contains("serves agl:adapter@0.2.0 and agl:adapter@0.1.0"),
+        "{err}"
+    );
     // A patch release of the same track still loads and scores.
-    let patch = rebuilt_against("0.1.9", dir.path());
+    let patch = rebuilt_against("0.2.9", dir.path());
     let plugin = host.load(PluginSpec::new("patch", &patch)).await.unwrap();
     assert_eq!(plugin.world(), World::Reward);
+    assert_eq!(plugin.wit_version(), WitVersion::V0_2);
+}
+
+/// `faulty` built against the frozen `wit/v0.1`: a plugin from before 0.2.
+#[tokio::test]
+async fn a_plugin_built_against_0_1_still_loads_and_builds_samples() {
+    let host = host();
+    let mut spec = faulty_spec("old", "none");
+    spec.path = wasm("faulty-v0.1");
+    let old = load(&host, spec).await;
+    assert_eq!(old.world(), World::SampleAdapter);
+    assert_eq!(old.wit_version(), WitVersion::V0_1);
+    let mut rollout = rollout(None);
+    // 0.2's field is not part of what a 0.1 plugin sees; it still works.
+    rollout.calls[1].continues = Some(0);
+    let samples = old.build_samples(&rollout).await.expect("samples");
+    assert_eq!(samples, expected_samples(&rollout));
+    let inspection = host.inspect(&wasm("faulty-v0.1")).await.unwrap();
+    assert_eq!(inspection.wit, WitVersion::V0_1);
+    assert!(
+        inspection
+            .imports
+            .iter()
+            .any(|i| i.name == "agl:adapter/log@0.1.0"),
+        "{:?}",
+        inspection.imports
+    );
+    // The same host serves a 0.2 plugin beside it, which sees the links
+    // and may return the kinds new in 0.2.
+    let new = load(&host, faulty_spec("new", "links")).await;
+    let samples = new.build_samples(&rollout).await.expect("samples");
+    let breaks: Vec<(BreakKind, String)> = samples
+        .iter()
+        .map(|s| {
+            let b = s.break_before.as_ref().expect("a break");
+            (b.kind, b.detail.clone())
+        })
+        .collect();
+    assert_eq!(
+        breaks[..2],
+        [
+            (BreakKind::SubAgent, "continues=None".to_string()),
+            (BreakKind::Summary, "continues=Some(0)".to_string()),
+        ]
+    );
 }

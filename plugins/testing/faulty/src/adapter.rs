@@ -5,8 +5,16 @@
 
 use crate::faults;
 
+#[cfg(not(feature = "wit-v0-1"))]
 wit_bindgen::generate!({
     path: "../../../wit",
+    world: "sample-adapter",
+});
+
+// The frozen 0.1 contract: a plugin built before 0.2 (faulty-v0.1.wasm).
+#[cfg(feature = "wit-v0-1")]
+wit_bindgen::generate!({
+    path: "../../../wit/v0.1",
     world: "sample-adapter",
 });
 
@@ -43,6 +51,8 @@ impl Guest for Faulty {
             "env" => Err(faults::env_listing()),
             "clock" => Err(faults::clock_reading()),
             "imports" => Err(probe_imports()),
+            #[cfg(not(feature = "wit-v0-1"))]
+            "links" => Ok(rollout.calls.iter().map(linked).collect()),
             other => Err(format!("unknown fault {other:?}")),
         }
     }
@@ -61,6 +71,23 @@ fn whole_response(call: &ModelCall) -> Sample {
         agent: None,
         break_before: None,
     }
+}
+
+/// A sample per call whose break says what the call continues: `summary`
+/// with `continues=N`, or `sub-agent` for a fresh chain (0.2 only: the
+/// field and both kinds are new in 0.2).
+#[cfg(not(feature = "wit-v0-1"))]
+fn linked(call: &ModelCall) -> Sample {
+    let mut sample = whole_response(call);
+    sample.break_before = Some(ChainBreak {
+        kind: match call.continues {
+            Some(_) => BreakKind::Summary,
+            None => BreakKind::SubAgent,
+        },
+        call_index: call.index,
+        detail: format!("continues={:?}", call.continues),
+    });
+    sample
 }
 
 fn span_past_end(call: &ModelCall) -> Sample {

@@ -13,7 +13,13 @@
 //! - `fs`, `net`: try /etc/passwd and a TCP connect; Err when denied, else a
 //!   sample whose break detail tells what leaked;
 //! - `env`, `clock`, `imports`: Err describing what the guest sees of its
-//!   environment, its clocks and the host imports.
+//!   environment, its clocks and the host imports;
+//! - `links` (0.2 only): one sample per call whose break detail is
+//!   `continues=<the call's continues>`, kind `summary` when it has one,
+//!   `sub-agent` when not.
+//!
+//! Built with the `wit-v0-1` feature it is a plugin of the frozen
+//! `agl:adapter@0.1.0` (`wit/v0.1`), for the host's compatibility tests.
 //!
 //! Built with the `reward` feature it exports the `reward` world instead:
 //! `none` scores 1.0, `unscored` returns no reward, `nan` returns NaN,

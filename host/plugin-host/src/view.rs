@@ -1,0 +1,165 @@
+//! A rollout as the guest sees it, borrowed from agl's record: wasmtime
+//! lowers it straight into guest memory, so the megabytes of ids and
+//! request JSON of a long rollout are copied once, not first into owned WIT
+//! values. The call record is the one part that differs between the
+//! `agl:adapter` versions the host serves.
+
+use wasmtime::component::{ComponentType, Lower};
+
+use super::bindings::wit;
+use agl_wire::rollout;
+
+/// `rollout` of any served version; `C` is that version's `model-call`.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct RolloutView<'a, C> {
+    id: &'a str,
+    #[component(name = "group-id")]
+    group_id: &'a str,
+    attempt: u32,
+    #[component(name = "input-json")]
+    input_json: &'a str,
+    status: wit::RolloutStatus,
+    calls: Vec<C>,
+    events: Vec<EventView<'a>>,
+}
+
+/// `model-call` of 0.2: 0.1's fields plus `continues`.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct ModelCallView<'a> {
+    index: u32,
+    api: wit::ApiKind,
+    #[component(name = "request-json")]
+    request_json: &'a str,
+    #[component(name = "response-json")]
+    response_json: &'a str,
+    #[component(name = "prompt-ids")]
+    prompt_ids: &'a [u32],
+    #[component(name = "response-ids")]
+    response_ids: &'a [u32],
+    #[component(name = "response-logprobs")]
+    response_logprobs: &'a [f32],
+    #[component(name = "weight-version")]
+    weight_version: u64,
+    #[component(name = "finish-reason")]
+    finish_reason: Option<&'a str>,
+    #[component(name = "started-at-ms")]
+    started_at_ms: u64,
+    #[component(name = "finished-at-ms")]
+    finished_at_ms: u64,
+    tags: Vec<TagView<'a>>,
+    continues: Option<u32>,
+}
+
+/// `model-call` of 0.1 (frozen).
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct ModelCallViewV0_1<'a> {
+    index: u32,
+    api: wit::ApiKind,
+    #[component(name = "request-json")]
+    request_json: &'a str,
+    #[component(name = "response-json")]
+    response_json: &'a str,
+    #[component(name = "prompt-ids")]
+    prompt_ids: &'a [u32],
+    #[component(name = "response-ids")]
+    response_ids: &'a [u32],
+    #[component(name = "response-logprobs")]
+    response_logprobs: &'a [f32],
+    #[component(name = "weight-version")]
+    weight_version: u64,
+    #[component(name = "finish-reason")]
+    finish_reason: Option<&'a str>,
+    #[component(name = "started-at-ms")]
+    started_at_ms: u64,
+    #[component(name = "finished-at-ms")]
+    finished_at_ms: u64,
+    tags: Vec<TagView<'a>>,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct TagView<'a> {
+    key: &'a str,
+    value: &'a str,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct EventView<'a> {
+    kind: &'a str,
+    #[component(name = "payload-json")]
+    payload_json: &'a str,
+    #[component(name = "timestamp-ms")]
+    timestamp_ms: u64,
+}
+
+impl<'a, C: From<&'a rollout::ModelCall>> RolloutView<'a, C> {
+    pub(crate) fn new(r: &'a rollout::Rollout) -> Self {
+        Self {
+            id: &r.id,
+            group_id: &r.group_id,
+            attempt: r.attempt,
+            input_json: r.input.as_str(),
+            status: r.status.into(),
+            calls: r.calls.iter().map(C::from).collect(),
+            events: r
+                .events
+                .iter()
+                .map(|e| EventView {
+                    kind: &e.kind,
+                    payload_json: e.payload.as_str(),
+                    timestamp_ms: e.timestamp_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn tags(call: &rollout::ModelCall) -> Vec<TagView<'_>> {
+    call.tags
+        .iter()
+        .map(|(key, value)| TagView { key, value })
+        .collect()
+}
+
+impl<'a> From<&'a rollout::ModelCall> for ModelCallView<'a> {
+    fn from(call: &'a rollout::ModelCall) -> Self {
+        Self {
+            index: call.index,
+            api: call.api.into(),
+            request_json: call.request.as_str(),
+            response_json: call.response.as_str(),
+            prompt_ids: &call.prompt_ids,
+            response_ids: &call.response_ids,
+            response_logprobs: &call.response_logprobs,
+            weight_version: call.weight_version,
+            finish_reason: call.finish_reason.as_deref(),
+            started_at_ms: call.started_at_ms,
+            finished_at_ms: call.finished_at_ms,
+            tags: tags(call),
+            continues: call.continues,
+        }
+    }
+}
+
+impl<'a> From<&'a rollout::ModelCall> for ModelCallViewV0_1<'a> {
+    fn from(call: &'a rollout::ModelCall) -> Self {
+        Self {
+            index: call.index,
+            api: call.api.into(),
+            request_json: call.request.as_str(),
+            response_json: call.response.as_str(),
+            prompt_ids: &call.prompt_ids,
+            response_ids: &call.response_ids,
+            response_logprobs: &call.response_logprobs,
+            weight_version: call.weight_version,
+            finish_reason: call.finish_reason.as_deref(),
+            started_at_ms: call.started_at_ms,
+            finished_at_ms: call.finished_at_ms,
+            tags: tags(call),
+        }
+    }
+}
