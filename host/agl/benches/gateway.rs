@@ -245,6 +245,7 @@ async fn setup(engine_ms: u64, durability: Durability) -> Setup {
             &engine.base_url(),
             "served-model",
             agl_store::Render::Engine,
+            Default::default(),
         )
         .await
         .expect("register engine");

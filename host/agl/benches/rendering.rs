@@ -57,7 +57,7 @@ async fn gateway(engine: &TestEngine, render: Render, dir: &Path) -> (String, St
     }
     tokio::spawn(gw.serve(listener, std::future::pending()));
     store
-        .register_engine("e1", &engine.base_url(), "m", render)
+        .register_engine("e1", &engine.base_url(), "m", render, Default::default())
         .await
         .expect("engine");
     (format!("http://{addr}"), store)

@@ -28,7 +28,7 @@ pub async fn register(
     let base_url = urls::engine_base_url(&body.base_url);
     let engine = st
         .store
-        .register_engine(&body.name, &base_url, &body.model, body.render)
+        .register_engine(&body.name, &base_url, &body.model, body.render, body.api)
         .await?;
     Ok(Json(engine))
 }

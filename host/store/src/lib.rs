@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
-pub use agl_wire::api::{Engine, EventRecord, NewRollout, Render, StatusPatch};
+pub use agl_wire::api::{Engine, EngineApi, EventRecord, NewRollout, Render, StatusPatch};
 pub use agl_wire::record::MODEL_REQUEST;
 pub use agl_wire::rollout::Mode;
 pub use config::StoreConfig;
@@ -282,10 +282,11 @@ impl Store {
         base_url: &str,
         model: &str,
         render: Render,
+        api: EngineApi,
     ) -> Result<Engine, StoreError> {
         let (n, u, m) = (name.to_string(), base_url.to_string(), model.to_string());
         let out = self
-            .write(move |c| writes::register_engine(c, &n, &u, &m, render))
+            .write(move |c| writes::register_engine(c, &n, &u, &m, render, api))
             .await;
         self.inner.engines.invalidate(None);
         out

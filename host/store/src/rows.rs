@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::StoreError;
 use super::types::{RolloutRecord, WeightVersion};
-use agl_wire::api::{Engine, EventRecord, Render};
+use agl_wire::api::{Engine, EngineApi, EventRecord, Render};
 use agl_wire::rollout::JsonText;
 use agl_wire::rollout::{FailureKind, Mode, RolloutStatus};
 
@@ -109,6 +109,7 @@ pub fn engine(row: &Row) -> rusqlite::Result<Engine> {
         model: row.get("model")?,
         created_ms: u64_col(row, "created_ms")?,
         render: Render::parse(&row.get::<_, String>("render")?).ok_or_else(|| bad("render"))?,
+        api: EngineApi::parse(&row.get::<_, String>("api")?).ok_or_else(|| bad("api"))?,
     })
 }
 

@@ -73,6 +73,11 @@ UPDATE attempts SET reason = substr(reason, 9) WHERE failure = 'system' AND reas
 ALTER TABLE engines ADD COLUMN render TEXT NOT NULL DEFAULT 'engine'
     CHECK (render IN ('engine', 'gateway'));
 "#,
+    // 4: the token-in API of a gateway-rendering engine (`agl_wire::api::EngineApi`).
+    r#"
+ALTER TABLE engines ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'
+    CHECK (api IN ('openai', 'sglang'));
+"#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -9,7 +9,7 @@ use super::StoreError;
 use super::rows::{self, now_ms, to_i64};
 use super::state::{Step, transition};
 use super::types::{RolloutRecord, WeightVersion};
-use agl_wire::api::{Engine, NewRollout, Render, StatusPatch};
+use agl_wire::api::{Engine, EngineApi, NewRollout, Render, StatusPatch};
 use agl_wire::rollout::{FailureKind, JsonText, RolloutStatus};
 
 /// A fresh id that no other process or restart will produce (time, pid, and a
@@ -221,13 +221,22 @@ pub fn register_engine(
     base_url: &str,
     model: &str,
     render: Render,
+    api: EngineApi,
 ) -> Result<Engine, StoreError> {
     conn.prepare_cached(
-        "INSERT INTO engines (name, base_url, model, created_ms, render) VALUES (?1, ?2, ?3, ?4, ?5)
+        "INSERT INTO engines (name, base_url, model, created_ms, render, api)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (name) DO UPDATE SET base_url = excluded.base_url, model = excluded.model,
-             render = excluded.render",
+             render = excluded.render, api = excluded.api",
     )?
-    .execute(params![name, base_url, model, now_ms(), render.as_str()])?;
+    .execute(params![
+        name,
+        base_url,
+        model,
+        now_ms(),
+        render.as_str(),
+        api.as_str()
+    ])?;
     Ok(conn
         .prepare_cached("SELECT * FROM engines WHERE name = ?1")?
         .query_row(params![name], rows::engine)?)

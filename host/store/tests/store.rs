@@ -412,18 +412,43 @@ async fn a_background_checkpointer_keeps_the_log_bounded() {
 async fn engines_and_weight_versions() {
     let (_d, store) = open();
     store
-        .register_engine("b", "http://b:8000/v1", "m", agl_store::Render::Engine)
+        .register_engine(
+            "b",
+            "http://b:8000/v1",
+            "m",
+            agl_store::Render::Engine,
+            Default::default(),
+        )
         .await
         .expect("register b");
     store
-        .register_engine("a", "http://a:8000/v1", "m", agl_store::Render::Engine)
+        .register_engine(
+            "a",
+            "http://a:8000/v1",
+            "m",
+            agl_store::Render::Engine,
+            Default::default(),
+        )
         .await
         .expect("register a");
     let moved = store
-        .register_engine("a", "http://a2:8000/v1", "m2", agl_store::Render::Engine)
+        .register_engine(
+            "a",
+            "http://a2:8000/v1",
+            "m2",
+            agl_store::Render::Gateway,
+            agl_store::EngineApi::Sglang,
+        )
         .await
         .expect("re-register a");
     assert_eq!(moved.base_url, "http://a2:8000/v1");
+    // How the gateway reaches it is stored and read back too.
+    let listed = store.list_engines().await.expect("list");
+    assert_eq!(
+        (listed[0].render, listed[0].api),
+        (agl_store::Render::Gateway, agl_store::EngineApi::Sglang)
+    );
+    assert_eq!(listed[1].api, agl_store::EngineApi::Openai);
     let names: Vec<_> = store
         .list_engines()
         .await
@@ -548,6 +573,7 @@ async fn schema_1_failures_migrate_to_a_failure_kind() {
          ALTER TABLE rollouts DROP COLUMN failure;
          ALTER TABLE attempts DROP COLUMN failure;
          ALTER TABLE engines DROP COLUMN render;
+         ALTER TABLE engines DROP COLUMN api;
          PRAGMA user_version = 1;",
     )
     .expect("rewind to schema 1");

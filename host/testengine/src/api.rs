@@ -93,6 +93,10 @@ impl Params {
                 let ids = encode(&text);
                 (text, ids, logprobs, max)
             }
+            Endpoint::Generate => {
+                let (ids, max, logprobs) = super::sglang::parse(body)?;
+                (decode(&ids), ids, logprobs.then_some(0), max)
+            }
             Endpoint::Completions => {
                 let (text, ids) = completion_prompt(body.get("prompt"))?;
                 (

@@ -13,6 +13,7 @@ mod response;
 mod routes;
 mod script;
 mod server;
+mod sglang;
 mod state;
 mod stream;
 pub mod tokens;

@@ -32,6 +32,7 @@ impl Call {
         match self.params.endpoint {
             Endpoint::Chat => self.chat_body(),
             Endpoint::Completions => self.completion_body(),
+            Endpoint::Generate => super::sglang::body(self),
         }
     }
 

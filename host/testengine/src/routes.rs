@@ -27,6 +27,7 @@ pub fn router(state: Arc<EngineState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/generate", post(sglang_generate))
         .route("/v1/models", get(models))
         .route("/update_weights_from_disk", post(update_weights_from_disk))
         .fallback(not_found)
@@ -39,6 +40,10 @@ async fn chat(State(state): State<Arc<EngineState>>, req: Request) -> Response {
 
 async fn completions(State(state): State<Arc<EngineState>>, req: Request) -> Response {
     generate(&state, Endpoint::Completions, req).await
+}
+
+async fn sglang_generate(State(state): State<Arc<EngineState>>, req: Request) -> Response {
+    generate(&state, Endpoint::Generate, req).await
 }
 
 async fn models(State(state): State<Arc<EngineState>>) -> Json<Value> {
@@ -137,13 +142,14 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         prompt_text: params.prompt_text.clone(),
     };
     let mut reply = state.scripter.reply(&request);
-    if endpoint == Endpoint::Completions {
+    if endpoint != Endpoint::Chat {
         // Completions have no tool parser: the calls stay in the text.
         reply = Reply::text(reply.sampled_text());
     }
     let prefix = match endpoint {
         Endpoint::Chat => "chatcmpl",
         Endpoint::Completions => "cmpl",
+        Endpoint::Generate => "rid",
     };
     let call = Call {
         id: format!("{prefix}-{}", state.next_id()),

@@ -10,6 +10,8 @@ use serde_json::Value;
 pub enum Endpoint {
     Chat,
     Completions,
+    /// SGLang's native `/generate` (token ids in and out).
+    Generate,
 }
 
 /// A request as the script sees it.

@@ -76,6 +76,7 @@ pub fn chunks(call: &Call) -> Vec<Value> {
     match call.params.endpoint {
         Endpoint::Chat => chat_chunks(call),
         Endpoint::Completions => completion_chunks(call),
+        Endpoint::Generate => super::sglang::chunks(call),
     }
 }
 

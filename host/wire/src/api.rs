@@ -202,6 +202,8 @@ pub struct RegisterEngine {
     pub model: String,
     #[serde(default)]
     pub render: Render,
+    #[serde(default)]
+    pub api: EngineApi,
 }
 
 /// Who renders a chat call's prompt for an engine.
@@ -235,6 +237,37 @@ impl Render {
     }
 }
 
+/// The token-in API the gateway speaks to an engine when it renders
+/// (`render = "gateway"`); passthrough calls always use the engine's
+/// OpenAI routes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineApi {
+    /// `/v1/completions` with a token-id `prompt`, `return_token_ids`
+    /// (vLLM >= 0.10.2, agl's embedded engine).
+    #[default]
+    Openai,
+    /// SGLang's native `/generate` with `input_ids`, `return_logprob`.
+    Sglang,
+}
+
+impl EngineApi {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineApi::Openai => "openai",
+            EngineApi::Sglang => "sglang",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EngineApi> {
+        match s {
+            "openai" => Some(EngineApi::Openai),
+            "sglang" => Some(EngineApi::Sglang),
+            _ => None,
+        }
+    }
+}
+
 /// An OpenAI-compatible engine the proxy sends calls to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Engine {
@@ -246,6 +279,8 @@ pub struct Engine {
     pub created_ms: u64,
     #[serde(default)]
     pub render: Render,
+    #[serde(default)]
+    pub api: EngineApi,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,7 +1,7 @@
 //! `[run]`, `[train]` and `[engine]` in `agl.toml`: what `agl run` trains
 //! on, how, and which engine serves the policy.
 
-use agl_wire::api::Render;
+use agl_wire::api::{EngineApi, Render};
 use std::path::PathBuf;
 
 use agl_trainer::engine::EngineConfig as TchEngineConfig;
@@ -274,6 +274,10 @@ pub struct PolicyEngineConfig {
     /// Completions passed through) or `"gateway"` (the policy's template,
     /// token ids to `/v1/completions`, token-exact continuation).
     pub render: Render,
+    /// The token-in API of an external engine the gateway renders for:
+    /// `"openai"` (vLLM's `/v1/completions` with token ids) or `"sglang"`
+    /// (`/generate` with `input_ids`).
+    pub api: EngineApi,
 }
 
 impl Default for PolicyEngineConfig {
@@ -286,6 +290,7 @@ impl Default for PolicyEngineConfig {
             max_seqs: TchEngineConfig::default().max_seqs,
             max_len: TchEngineConfig::default().max_len,
             render: Render::Engine,
+            api: EngineApi::Openai,
         }
     }
 }

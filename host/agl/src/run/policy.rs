@@ -38,7 +38,7 @@ pub async fn embed(
     gateway.register_embedded(name, server.router());
     let url = format!("embedded://{name}");
     Ok(store
-        .register_engine(name, &url, server.model_name(), render)
+        .register_engine(name, &url, server.model_name(), render, Default::default())
         .await?)
 }
 
@@ -99,7 +99,7 @@ impl Policy {
                 let openai_base = urls::engine_base_url(&base_url);
                 let base_url = urls::engine_root_url(&base_url);
                 store
-                    .register_engine(ENGINE_NAME, &openai_base, &name, cfg.render)
+                    .register_engine(ENGINE_NAME, &openai_base, &name, cfg.render, cfg.api)
                     .await?;
                 Ok(Policy::External {
                     base_url,

@@ -48,6 +48,7 @@ impl Stack {
                 &engine.base_url(),
                 "served-model",
                 agl_store::Render::Engine,
+                Default::default(),
             )
             .await
             .expect("engine");

@@ -101,8 +101,9 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     // harness gets Chat Completions, and the record keeps what it got.
     let (bytes, engine_bytes, reply) = match &call.rendered {
         Some(r) if status.is_success() => {
-            let (chat, reply) = r.chat_body(&bytes, &call.rollout_id);
-            (Bytes::from(chat), bytes, Some(reply))
+            let engine = r.completion_bytes(bytes);
+            let (chat, reply) = r.chat_body(&engine, &call.rollout_id);
+            (Bytes::from(chat), engine, Some(reply))
         }
         _ => (bytes.clone(), bytes, None),
     };

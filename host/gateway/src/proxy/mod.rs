@@ -185,17 +185,25 @@ async fn handle(
             )
         })?;
         Some(
-            RenderedCall::prepare(renderer, &st.chains, &st.store, &rollout_id, attempt, &body)
-                .await?,
+            RenderedCall::prepare(
+                renderer,
+                &engine,
+                &st.chains,
+                &st.store,
+                &rollout_id,
+                attempt,
+                &body,
+            )
+            .await?,
         )
     } else {
         None
     };
-    let endpoint = match (api, &rendered) {
-        (ApiKind::ChatCompletions, None) => "chat/completions",
-        _ => "completions",
+    let url = match (api, &rendered) {
+        (_, Some(r)) => r.url(&engine),
+        (ApiKind::ChatCompletions, None) => format!("{}/chat/completions", engine.base_url),
+        _ => format!("{}/completions", engine.base_url),
     };
-    let url = format!("{}/{endpoint}", engine.base_url);
     let call = Call {
         rollout_id,
         attempt,
@@ -211,7 +219,7 @@ async fn handle(
         rendered,
     };
     let out = match &call.rendered {
-        Some(r) => Bytes::from(r.completions_body(forward)),
+        Some(r) => Bytes::from(r.engine_body(forward, streaming)),
         None => Bytes::from(serde_json::to_vec(&forward).unwrap_or_default()),
     };
     Ok(forward::run(call, url, out, streaming).await)

@@ -59,6 +59,8 @@ async fn pump(
         .rendered
         .as_ref()
         .map(|r| ChatChunks::new(r.renderer.family(), r.prompt_ids.clone(), &call.rollout_id));
+    // An engine whose events are not completions chunks (SGLang's).
+    let mut native = call.rendered.as_ref().and_then(|r| r.native_chunks());
     let mut buf = Vec::new();
     let mut done = false;
     let mut left = false;
@@ -86,7 +88,16 @@ async fn pump(
                 done = true;
                 break 'read;
             }
-            let parsed = serde_json::from_str::<Value>(&data).ok();
+            let mut parsed = serde_json::from_str::<Value>(&data).ok();
+            if let (Some(n), Some(v)) = (&mut native, &parsed) {
+                match n.push(v) {
+                    Ok(chunk) => parsed = Some(chunk),
+                    Err(e) => {
+                        error = Some(e);
+                        break 'read;
+                    }
+                }
+            }
             // What the client gets: the engine's chunk as it came, or the
             // chat chunks a completion chunk becomes; each is assembled once.
             let out: Vec<String> = match (&mut translate, parsed) {

@@ -166,6 +166,7 @@ mod tests {
             model: "m".into(),
             created_ms: 0,
             render: Default::default(),
+            api: Default::default(),
         }
     }
 

@@ -26,7 +26,7 @@ fn tool_reply() -> Reply {
 /// Text for chat, "world" for completions, a tool call when tools are sent.
 fn reply_for(endpoint: Endpoint, body: &Value) -> Reply {
     match endpoint {
-        Endpoint::Completions => Reply::text("world"),
+        Endpoint::Completions | Endpoint::Generate => Reply::text("world"),
         Endpoint::Chat if body.get("tools").is_some() => tool_reply(),
         Endpoint::Chat => Reply::text("hello there"),
     }

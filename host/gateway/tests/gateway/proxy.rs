@@ -64,7 +64,13 @@ async fn start(reply: Reply) -> Env {
         .expect("run");
     let engine_url = engine.base_url();
     store
-        .register_engine("e1", &engine_url, "served-model", agl_store::Render::Engine)
+        .register_engine(
+            "e1",
+            &engine_url,
+            "served-model",
+            agl_store::Render::Engine,
+            Default::default(),
+        )
         .await
         .expect("engine");
     Env {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agl_conversation::Renderer;
 use agl_gateway::GatewayConfig;
+use agl_store::EngineApi;
 use agl_testengine::{Reply, TestEngineConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -40,6 +41,17 @@ async fn chat(url: &str, body: Value) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_rendered_calls_continue_token_exactly() {
+    calls_continue_token_exactly(EngineApi::Openai).await;
+}
+
+/// The same conversation against the SGLang mock (`/generate`, written from
+/// sglang 0.5.x's source; see `agl_testengine`'s `sglang.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_rendered_calls_continue_token_exactly_on_sglang_generate() {
+    calls_continue_token_exactly(EngineApi::Sglang).await;
+}
+
+async fn calls_continue_token_exactly(api: EngineApi) {
     let dir = tempfile::tempdir().expect("tempdir");
     let turn = Arc::new(AtomicUsize::new(0));
     let counter = turn.clone();
@@ -49,7 +61,13 @@ async fn gateway_rendered_calls_continue_token_exactly() {
             _ => Reply::text("There are 3 files."),
         }
     });
-    let env = start_local_with(engine, GatewayConfig::default(), Some(renderer(dir.path()))).await;
+    let env = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer(dir.path())),
+        api,
+    )
+    .await;
     env.running(&["r1".to_string()]).await;
     let url = env.chat_url("r1");
     let user = json!({"role": "user", "content": "How many files?"});
@@ -65,21 +83,41 @@ async fn gateway_rendered_calls_continue_token_exactly() {
     );
     assert_eq!(message["tool_calls"][0]["function"]["name"], "bash");
     let sent = env.engine.requests();
-    assert_eq!(sent[0].path, "/v1/completions");
     let body = sent[0].body.as_ref().expect("body");
-    // vLLM's token-in request (>= 0.10.2): token ids as the prompt, the
-    // sampled ids and one logprob each back, markers kept in the text.
-    assert!(
-        body["prompt"]
-            .as_array()
-            .is_some_and(|p| p.iter().all(Value::is_u64)),
-        "{body}"
-    );
-    assert_eq!(body["return_token_ids"], true);
-    assert_eq!(body["logprobs"], 1);
-    assert_eq!(body["skip_special_tokens"], false);
-    for chat_only in ["messages", "tools", "top_logprobs", "max_completion_tokens"] {
-        assert!(body.get(chat_only).is_none(), "{chat_only}: {body}");
+    let is_ids = |v: &Value| {
+        v.as_array()
+            .is_some_and(|p| !p.is_empty() && p.iter().all(Value::is_u64))
+    };
+    match api {
+        EngineApi::Openai => {
+            // vLLM's token-in request (>= 0.10.2): token ids as the prompt,
+            // the sampled ids and one logprob each back, markers kept.
+            assert_eq!(sent[0].path, "/v1/completions");
+            assert!(is_ids(&body["prompt"]), "{body}");
+            assert_eq!(body["return_token_ids"], true);
+            assert_eq!(body["logprobs"], 1);
+            assert_eq!(body["skip_special_tokens"], false);
+            for chat_only in ["messages", "tools", "top_logprobs", "max_completion_tokens"] {
+                assert!(body.get(chat_only).is_none(), "{chat_only}: {body}");
+            }
+        }
+        EngineApi::Sglang => {
+            // SGLang's native request: `input_ids`, sampling options under
+            // `sampling_params` (the mock refuses keys SamplingParams lacks).
+            assert_eq!(sent[0].path, "/generate");
+            assert!(is_ids(&body["input_ids"]), "{body}");
+            assert_eq!(body["return_logprob"], true);
+            assert_eq!(body["logprob_start_len"], -1);
+            assert_eq!(body["stream"], false);
+            assert_eq!(body["sampling_params"]["skip_special_tokens"], false);
+            let keys: Vec<&str> = body
+                .as_object()
+                .expect("object")
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(keys.len(), 5, "{body}");
+        }
     }
 
     // 2: streamed, the harness re-serialising the call's arguments.
@@ -147,13 +185,39 @@ async fn gateway_rendered_calls_continue_token_exactly() {
         "There are 3 files."
     );
     assert!(!ids(&calls[1]["response_ids"]).is_empty());
+    // One logprob per sampled id, whatever the engine's shape.
+    for call in &calls {
+        let logprobs = call["response_logprobs"].as_array().expect("logprobs");
+        assert_eq!(logprobs.len(), ids(&call["response_ids"]).len(), "{call}");
+    }
+    if api == EngineApi::Sglang {
+        assert_eq!(sent_path(&env, 1), "/generate");
+        assert_eq!(
+            env.engine.requests()[1].body.as_ref().expect("body")["stream"],
+            true
+        );
+    }
+    // The export names the continued call by its index.
+    let exported = env.store.export_rollout("r1").await.expect("export");
+    let links: Vec<Option<u32>> = exported.calls.iter().map(|c| c.continues).collect();
+    assert_eq!(links, [None, Some(0), None]);
+}
+
+fn sent_path(env: &crate::support::Local, n: usize) -> String {
+    env.engine.requests()[n].path.clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_gateway_rebuilds_its_chains_from_the_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = TestEngineConfig::default().with_replies([Reply::text(CALL)]);
-    let env = start_local_with(engine, GatewayConfig::default(), Some(renderer(dir.path()))).await;
+    let env = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer(dir.path())),
+        Default::default(),
+    )
+    .await;
     env.running(&["r1".to_string()]).await;
     let user = json!({"role": "user", "content": "How many files?"});
     // Streamed, so the record's response is the assembled one.

@@ -25,15 +25,16 @@ pub struct Local {
 }
 
 pub async fn start_local(engine: TestEngineConfig, config: GatewayConfig) -> Local {
-    start_local_with(engine, config, None).await
+    start_local_with(engine, config, None, Default::default()).await
 }
 
 /// [`start_local`] with the policy's renderer: engine `e1` renders on the
-/// gateway.
+/// gateway and is reached over `api`.
 pub async fn start_local_with(
     engine: TestEngineConfig,
     config: GatewayConfig,
     renderer: Option<agl_conversation::Renderer>,
+    api: agl_store::EngineApi,
 ) -> Local {
     let engine = TestEngine::start(engine).await.expect("engine");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -60,7 +61,7 @@ pub async fn start_local_with(
     let metrics = gateway.state().metrics.clone();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     store
-        .register_engine("e1", &engine.base_url(), "served-model", render)
+        .register_engine("e1", &engine.base_url(), "served-model", render, api)
         .await
         .expect("engine");
     Local {

@@ -7,6 +7,7 @@
 
 mod chunks;
 mod restore;
+mod sglang;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,10 +19,12 @@ use serde_json::{Value, json};
 use agl_conversation::{AssistantTurn, Chains, Conversation, Renderer, Served, openai_chat};
 
 pub use chunks::ChatChunks;
+pub use sglang::GenerateChunks;
 
 use super::rewrite::RawBody;
 use crate::ApiError;
-use agl_store::Store;
+use agl_store::{Engine, EngineApi, Store};
+use agl_wire::urls;
 
 /// One rollout attempt's chains, locked while a call finds its prompt.
 type AttemptChains = Arc<Mutex<Chains>>;
@@ -71,6 +74,9 @@ pub struct RenderedCall {
     pub prompt_ids: Vec<u32>,
     /// The call (store seq) this one continues; `None` = a new chain.
     pub continues: Option<u64>,
+    /// The engine's token-in API and the model name it serves.
+    pub api: EngineApi,
+    model: String,
     chains: AttemptChains,
 }
 
@@ -78,6 +84,7 @@ impl RenderedCall {
     /// Reads the chat request `body` and finds its prompt.
     pub async fn prepare(
         renderer: Arc<Renderer>,
+        engine: &Engine,
         index: &ChainIndex,
         store: &Store,
         rollout_id: &str,
@@ -107,14 +114,48 @@ impl RenderedCall {
             conversation,
             prompt_ids: prompt.ids,
             continues: prompt.continues,
+            api: engine.api,
+            model: engine.model.clone(),
             chains,
         })
     }
 
-    /// The engine request: the chat body's sampling options as a
-    /// completions request over the prompt ids (vLLM's `return_token_ids`
-    /// and one logprob per sampled token).
-    pub fn completions_body(&self, mut body: RawBody) -> Vec<u8> {
+    /// Where the engine request goes.
+    pub fn url(&self, engine: &Engine) -> String {
+        match self.api {
+            EngineApi::Openai => format!("{}/completions", engine.base_url),
+            EngineApi::Sglang => format!("{}/generate", urls::engine_root_url(&engine.base_url)),
+        }
+    }
+
+    /// The engine request over the prompt ids, in the engine's API.
+    pub fn engine_body(&self, body: RawBody, stream: bool) -> Vec<u8> {
+        match self.api {
+            EngineApi::Openai => self.completions_body(body),
+            EngineApi::Sglang => sglang::generate_body(&body, &self.prompt_ids, stream),
+        }
+    }
+
+    /// A non-streamed engine answer in the completions shape.
+    pub fn completion_bytes(&self, engine: bytes::Bytes) -> bytes::Bytes {
+        match self.api {
+            EngineApi::Openai => engine,
+            EngineApi::Sglang => {
+                sglang::completion_bytes(&engine, &self.prompt_ids, &self.model).into()
+            }
+        }
+    }
+
+    /// The translator of the engine's stream events into completions
+    /// chunks, when they are not completions chunks already.
+    pub fn native_chunks(&self) -> Option<GenerateChunks> {
+        (self.api == EngineApi::Sglang).then(|| GenerateChunks::new(&self.model))
+    }
+
+    /// The chat body's sampling options as a completions request over the
+    /// prompt ids (vLLM's `return_token_ids` and one logprob per sampled
+    /// token).
+    fn completions_body(&self, mut body: RawBody) -> Vec<u8> {
         const CHAT_ONLY: [&str; 8] = [
             "messages",
             "tools",
