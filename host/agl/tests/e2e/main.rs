@@ -4,11 +4,15 @@
 mod agl_run;
 mod cli;
 mod controller_cli;
+mod conversation;
 mod durability;
 mod engine_server;
 mod layering;
 mod mini_swe;
 mod model_import;
+#[allow(dead_code)]
+#[path = "../../../../tests/support/policy.rs"]
+mod policy;
 #[allow(dead_code)]
 #[path = "../../../../tests/support/process.rs"]
 mod process;
