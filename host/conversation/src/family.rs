@@ -159,22 +159,49 @@ fn named_call(v: &Value, args_key: &str) -> Option<ToolCall> {
 /// `<function=NAME><parameter=K>V</parameter>...</function>`; a value that
 /// parses as JSON is kept as that value, else as a string.
 fn coder_call(body: &str) -> Option<ToolCall> {
-    let body = body.trim();
-    let rest = body.strip_prefix("<function=")?;
-    let (name, mut rest) = rest.split_once('>')?;
+    let (name, rest) = coder_name(body)?;
+    let (args, rest) = coder_params(rest)?;
+    rest.trim().strip_prefix("</function>")?;
+    let arguments = Value::Object(args).to_string();
+    Some(ToolCall::new(None, name.to_string(), arguments))
+}
+
+/// `<function=NAME>` at the start of a call's body: the name and the rest.
+fn coder_name(body: &str) -> Option<(&str, &str)> {
+    let rest = body.trim().strip_prefix("<function=")?;
+    let (name, rest) = rest.split_once('>')?;
+    Some((name.trim(), rest))
+}
+
+/// The complete `<parameter=K>V</parameter>` blocks at the start of `rest`
+/// (values read as JSON, else kept as text) and what follows them. `None`
+/// if a parameter's name is unterminated.
+fn coder_params(mut rest: &str) -> Option<(Map<String, Value>, &str)> {
     let mut args = Map::new();
     while let Some(start) = rest.find("<parameter=") {
         let after = &rest[start + "<parameter=".len()..];
         let (key, after) = after.split_once('>')?;
-        let end = after.find("</parameter>")?;
+        let Some(end) = after.find("</parameter>") else {
+            break;
+        };
         let raw = after[..end].trim_matches('\n');
         let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
         args.insert(key.trim().to_string(), value);
         rest = &after[end + "</parameter>".len()..];
     }
-    rest.trim().strip_prefix("</function>")?;
-    let arguments = Value::Object(args).to_string();
-    Some(ToolCall::new(None, name.trim().to_string(), arguments))
+    Some((args, rest))
+}
+
+/// A Qwen3-coder call being generated (the text after `<tool_call>`): its
+/// name once `<function=NAME>` is complete, and the arguments of the
+/// parameters completed so far as the finished call's arguments begin
+/// (its JSON text without the closing `}`), for streaming.
+pub fn coder_call_prefix(body: &str) -> Option<(String, String)> {
+    let (name, rest) = coder_name(body)?;
+    let (args, _) = coder_params(rest)?;
+    let mut text = Value::Object(args).to_string();
+    text.pop();
+    Some((name.to_string(), text))
 }
 
 /// Llama 3.x: a reply that is one or more `;`-separated JSON calls.

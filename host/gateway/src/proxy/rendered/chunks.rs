@@ -1,13 +1,15 @@
 //! A streamed completion answered as Chat Completions chunks: reasoning
 //! (`reasoning_content`) and content stream as they are generated; a
 //! Hermes `<tool_call>` streams its name once it is complete and its
-//! arguments (an object or list, as the model writes it) as they grow; the
-//! rest of every call (all of a Qwen3-coder or Llama call) arrives with the
-//! finish reason. Every chunk keeps its completion chunk's token ids and
+//! arguments (an object or list, as the model writes it) as they grow; a
+//! Qwen3-coder call its name at `<function=NAME>` and its arguments one
+//! `<parameter>` at a time; the rest of every call (all of a Llama call)
+//! arrives with the finish reason. Every chunk keeps its completion chunk's token ids and
 //! logprobs, so the record assembles as for a passthrough stream.
 
 use serde_json::{Value, json};
 
+use agl_conversation::family::coder_call_prefix;
 use agl_conversation::{Family, ToolFormat, openai_chat};
 
 use super::chat_logprobs;
@@ -141,8 +143,8 @@ impl ChatChunks {
             .collect()
     }
 
-    /// Name and argument deltas of the Hermes calls in `calls_text` (the
-    /// text from the first `<tool_call>` on).
+    /// Name and argument deltas of the calls in `calls_text` (the text
+    /// from the first `<tool_call>` on).
     fn call_deltas(&mut self, calls_text: &str) -> Vec<Value> {
         let mut out = Vec::new();
         for (i, block) in calls_text.split(CALL_OPEN).skip(1).enumerate() {
@@ -150,9 +152,23 @@ impl ChatChunks {
             if self.calls.len() <= i {
                 self.calls.push(CallSent::default());
             }
+            // The name, and the arguments text that is surely theirs.
+            let (name, args) = match self.family.tools {
+                ToolFormat::Qwen3Coder => match coder_call_prefix(block) {
+                    Some((name, args)) => (Some(name), Some(args)),
+                    None => (None, None),
+                },
+                _ => {
+                    let args = value_start(block, "\"arguments\"").map(|start| {
+                        let value = &block[start..];
+                        value[..structured_prefix(value)].to_string()
+                    });
+                    (string_after(block, "\"name\""), args)
+                }
+            };
             let sent = &mut self.calls[i];
             if !sent.name {
-                let Some(name) = string_after(block, "\"name\"") else {
+                let Some(name) = name else {
                     break;
                 };
                 sent.name = true;
@@ -161,14 +177,14 @@ impl ChatChunks {
                                 "type": "function", "function": {"name": name, "arguments": ""}}),
                 );
             }
-            let Some(start) = value_start(block, "\"arguments\"") else {
+            let Some(args) = args else {
                 continue;
             };
-            let value = &block[start..];
-            let ready = structured_prefix(value);
-            if ready > sent.args {
-                out.push(json!({"index": i, "function": {"arguments": &value[sent.args..ready]}}));
-                sent.args = ready;
+            // Only ever what extends what was sent: deltas add up to the
+            // finished call's arguments.
+            if args.len() > sent.args && args.is_char_boundary(sent.args) {
+                out.push(json!({"index": i, "function": {"arguments": &args[sent.args..]}}));
+                sent.args = args.len();
             }
         }
         out
@@ -177,8 +193,10 @@ impl ChatChunks {
     /// The reasoning, content and call deltas that can be sent now.
     fn deltas(&mut self) -> Value {
         let mut delta = json!({});
-        if self.family.tools == ToolFormat::Hermes
-            && let Some(calls_text) = self.calls_text().map(str::to_string)
+        if matches!(
+            self.family.tools,
+            ToolFormat::Hermes | ToolFormat::Qwen3Coder
+        ) && let Some(calls_text) = self.calls_text().map(str::to_string)
         {
             let calls = self.call_deltas(&calls_text);
             if !calls.is_empty() {
@@ -400,6 +418,48 @@ mod tests {
             .filter(|d| d["function"].get("name").is_some())
             .count();
         assert_eq!(names, 1);
+    }
+
+    #[test]
+    fn qwen3_coder_arguments_stream_a_parameter_at_a_time() {
+        let family = Family {
+            tools: ToolFormat::Qwen3Coder,
+            reasoning: false,
+        };
+        let mut t = ChatChunks::new(family, vec![], "x");
+        let pieces = [
+            "<tool_call>\n<function=bash>\n<para",
+            "meter=cmd>\nls -la\n</parameter>\n",
+            "<parameter=timeout>\n3",
+            "0\n</parameter>\n</function>\n</tool_call>",
+        ];
+        // (pieces pushed, deltas by then)
+        let mut seen = Vec::new();
+        let mut deltas = Vec::new();
+        for (i, p) in pieces.iter().enumerate() {
+            let last = i == pieces.len() - 1;
+            for c in t.push(&chunk(p, &[], last.then_some("stop"))) {
+                deltas.extend(
+                    c["choices"][0]["delta"]["tool_calls"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+            }
+            let args: String = deltas
+                .iter()
+                .filter_map(|d| d["function"]["arguments"].as_str())
+                .collect();
+            seen.push(args);
+        }
+        assert_eq!(deltas[0]["function"]["name"], "bash");
+        // Each parameter streams once complete; the whole call parses alike.
+        assert_eq!(seen[0], "{");
+        assert_eq!(seen[1], r#"{"cmd":"ls -la""#);
+        assert_eq!(seen[2], r#"{"cmd":"ls -la""#);
+        assert_eq!(seen[3], r#"{"cmd":"ls -la","timeout":30}"#);
+        let parsed = family.parse(t.text());
+        assert_eq!(parsed.tool_calls[0].arguments_text, seen[3]);
     }
 
     #[test]
