@@ -1,0 +1,405 @@
+//! Samples per rollout and chain breaks per kind, `render = "engine"` (the
+//! engine re-renders the harness's text history each call) vs `render =
+//! "gateway"` (the gateway continues what it served token-exactly), in one
+//! run, one table. The samples are what the `trajectory` plugin (the SDK's
+//! merge, through the real plugin host with the policy tokenizer) builds.
+//!
+//! `cargo bench -p agl --bench samples [-- --rollouts N]`
+//!
+//! Traces:
+//! - `tools/qwen-style`: a tool-calling agent under the Hermes/Qwen-style
+//!   tools template (`tests/python/tools_template.jinja`, fixture
+//!   tokenizer), replayed: each turn the model writes a `<tool_call>` with
+//!   compact JSON arguments and the harness sends the call back re-serialised
+//!   (`json.dumps(sort_keys=True)`: spaces, sorted keys), as SDK-based
+//!   harnesses do. `engine` prompts are the template's render of the
+//!   harness's history (what vLLM/SGLang chat does), `gateway` prompts come
+//!   from the gateway's own continuation logic (`agl_conversation::Chains`);
+//!   the sampled ids are the same in both.
+//! - `smollm2/chat`: live, SmolLM2-135M-Instruct on the embedded engine
+//!   behind the real gateway, the real OpenAI Python SDK as a harness that
+//!   keeps its history as text (`tests/python/engine_client.py
+//!   conversation`, whole and streamed turns); skipped when the model is not
+//!   fetched (`agl model fetch smollm2`).
+//!
+//! Targets (issue 16): 1.00 samples per rollout on these linear histories
+//! and no retokenize/template breaks on the gateway path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use agl_conversation::{AssistantTurn, Chains, Renderer, Served, openai_chat};
+use agl_gateway::{Gateway, GatewayConfig};
+use agl_plugin_host::{HostConfig, PluginHost, PluginSpec};
+use agl_store::{Mode, NewRollout, Render, Store};
+use agl_tokenizer::Tokenizer;
+use agl_wire::api::StatusPatch;
+use agl_wire::rollout::{ApiKind, BreakKind, ModelCall, Rollout, RolloutStatus};
+use serde_json::{Value, json};
+
+#[path = "../../../tests/support/policy.rs"]
+mod policy;
+#[allow(dead_code)]
+#[path = "../../../tests/support/process.rs"]
+mod process;
+
+/// One table row.
+struct Row {
+    trace: &'static str,
+    render: Render,
+    rollouts: usize,
+    calls: usize,
+    samples: usize,
+    breaks: BTreeMap<BreakKind, usize>,
+}
+
+/// Builds every rollout's samples with the trajectory plugin and counts.
+async fn count(
+    host: &PluginHost,
+    tokenizer: Arc<Tokenizer>,
+    trace: &'static str,
+    render: Render,
+    rollouts: &[Rollout],
+) -> Row {
+    let wasm = repo().join("build/plugins/trajectory.wasm");
+    let mut spec = PluginSpec::new("trajectory", wasm);
+    spec.tokenizer = Some(tokenizer);
+    let plugin = host
+        .load(spec)
+        .await
+        .expect("trajectory.wasm (plugins/build.sh)");
+    let mut row = Row {
+        trace,
+        render,
+        rollouts: rollouts.len(),
+        calls: 0,
+        samples: 0,
+        breaks: BTreeMap::new(),
+    };
+    for r in rollouts {
+        row.calls += r.calls.len();
+        let samples = plugin.build_samples(r).await.expect("samples");
+        row.samples += samples.len();
+        for b in samples.iter().filter_map(|s| s.break_before.as_ref()) {
+            *row.breaks.entry(b.kind).or_default() += 1;
+        }
+    }
+    row
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn call(
+    index: u32,
+    request: Value,
+    reply: Value,
+    prompt_ids: Vec<u32>,
+    response_ids: Vec<u32>,
+) -> ModelCall {
+    ModelCall {
+        index,
+        api: ApiKind::ChatCompletions,
+        request: request.into(),
+        response: json!({"object": "chat.completion",
+                         "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]})
+        .into(),
+        response_logprobs: vec![-0.5; response_ids.len()],
+        prompt_ids,
+        response_ids,
+        weight_version: 0,
+        finish_reason: Some("stop".into()),
+        started_at_ms: 0,
+        finished_at_ms: 0,
+        tags: Default::default(),
+        continues: None,
+    }
+}
+
+fn rollout(id: String, calls: Vec<ModelCall>) -> Rollout {
+    Rollout {
+        id,
+        group_id: "bench".into(),
+        attempt: 1,
+        input: Default::default(),
+        status: RolloutStatus::Succeeded,
+        calls,
+        events: Vec::new(),
+    }
+}
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}, "cwd": {"type": "string"}}}}}])
+}
+
+/// The tool trace of rollout `r`: per turn, what the model wrote and the
+/// assistant message the harness sends back for it.
+fn tool_turns(r: usize, turns: usize) -> Vec<(String, Value)> {
+    (0..turns)
+        .map(|t| {
+            if t + 1 == turns {
+                let text = format!("Found {} files.", t + r);
+                return (text.clone(), json!({"role": "assistant", "content": text}));
+            }
+            let cmd = format!("ls -la dir{r}/{t}");
+            // Compact, `cwd` first: the model's way.
+            let raw_args = format!(r#"{{"cwd":"/repo","cmd":"{cmd}"}}"#);
+            let lead = if t % 2 == 1 { "Next, list it.\n" } else { "" };
+            let raw = format!(
+                "{lead}<tool_call>\n{{\"name\": \"bash\", \"arguments\": {raw_args}}}\n</tool_call>"
+            );
+            // The harness's: spaces, sorted keys.
+            let sent_args = format!(r#"{{"cmd": "{cmd}", "cwd": "/repo"}}"#);
+            let content = if lead.is_empty() {
+                Value::Null
+            } else {
+                json!(lead.trim())
+            };
+            let message = json!({"role": "assistant", "content": content, "tool_calls": [{
+                "id": format!("call_{t}"), "type": "function",
+                "function": {"name": "bash", "arguments": sent_args}}]});
+            (raw, message)
+        })
+        .collect()
+}
+
+/// Replays the tool trace for both render modes.
+fn tool_trace(renderer: &Renderer, eos: u32, rollouts: usize, turns: usize) -> [Vec<Rollout>; 2] {
+    let tok = renderer.tokenizer();
+    let mut engine = Vec::new();
+    let mut gateway = Vec::new();
+    for r in 0..rollouts {
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are a careful agent."}),
+            json!({"role": "user", "content": format!("How many files are in dir{r}?")}),
+        ];
+        let mut chains = Chains::default();
+        let (mut by_engine, mut by_gateway) = (Vec::new(), Vec::new());
+        for (k, (raw, message)) in tool_turns(r, turns).into_iter().enumerate() {
+            let request = json!({"model": "policy", "messages": messages, "tools": tools()});
+            let conv = openai_chat::conversation(&request).expect("conversation");
+            let mut response = tok.encode(&raw, false).expect("encode");
+            response.push(eos);
+            let fresh = renderer.fresh(&conv).expect("render");
+            by_engine.push(call(
+                k as u32,
+                request.clone(),
+                message.clone(),
+                fresh,
+                response.clone(),
+            ));
+            let prompt = chains.prompt(renderer, &conv).expect("prompt");
+            let reply: AssistantTurn = renderer.family().parse(&raw);
+            let mut c = call(
+                k as u32,
+                request,
+                message.clone(),
+                prompt.ids.clone(),
+                response.clone(),
+            );
+            c.continues = prompt.continues.map(|seq| seq as u32);
+            by_gateway.push(c);
+            chains.served(
+                Served {
+                    call: k as u64,
+                    messages: conv.messages.clone(),
+                    tools: conv.tools.clone(),
+                    prompt_ids: prompt.ids,
+                    response_ids: response,
+                    reply,
+                },
+                prompt.continues,
+            );
+            messages.push(message);
+            if k + 1 < turns {
+                messages.push(json!({"role": "tool", "tool_call_id": format!("call_{k}"),
+                                     "content": format!("a.txt\nb{k}.txt")}));
+            }
+        }
+        engine.push(rollout(format!("tools-{r}"), by_engine));
+        gateway.push(rollout(format!("tools-{r}"), by_gateway));
+    }
+    [engine, gateway]
+}
+
+/// The SmolLM2 folder if `agl model fetch smollm2` put it in the cache.
+fn smollm2() -> Option<PathBuf> {
+    let dir = agl_models::fetch::cache_root()
+        .join("models")
+        .join(agl_models::fetch::SMOLLM2.dir);
+    dir.join("model.safetensors").is_file().then_some(dir)
+}
+
+/// `rollouts` conversations of `prompts` through the gateway, SmolLM2
+/// embedded, rendering as `render`; the exported rollouts.
+async fn smollm2_chat(
+    dir: &Path,
+    render: Render,
+    rollouts: usize,
+    prompts: &[&str],
+) -> Vec<Rollout> {
+    let work = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(work.path().join("agl.db")).expect("store");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let config = GatewayConfig {
+        listen: addr.to_string(),
+        admin_key: Some("bench-admin".into()),
+        ..GatewayConfig::default()
+    };
+    let mut gateway = Gateway::new(store.clone(), config);
+    if render == Render::Gateway {
+        gateway = gateway.with_renderer(agl::run::policy::renderer(dir).expect("renderer"));
+    }
+    let engine = agl_trainer::engine::EngineConfig {
+        max_seqs: 4,
+        max_len: 1024,
+        weight_version: 0,
+    };
+    let server = agl_inference::InferenceServer::load(dir, "policy", tch::Kind::Float, engine)
+        .expect("load SmolLM2");
+    agl::run::policy::embed(&gateway, &store, "embedded", &server, render)
+        .await
+        .expect("embed");
+    tokio::spawn(gateway.serve(listener, std::future::pending()));
+    let ids: Vec<String> = (0..rollouts).map(|i| format!("chat-{i}")).collect();
+    let new = ids
+        .iter()
+        .map(|id| NewRollout {
+            id: Some(id.clone()),
+            group_id: "bench".into(),
+            // Train: sampled at temperature 1, so replies differ.
+            mode: Mode::Train,
+            input: Default::default(),
+            config: Default::default(),
+        })
+        .collect();
+    store.create_rollouts(new).await.expect("create");
+    let script = repo().join("tests/python/engine_client.py");
+    let mut out = Vec::new();
+    for id in &ids {
+        store
+            .set_status(id, &StatusPatch::to(1, RolloutStatus::Running))
+            .await
+            .expect("running");
+        let mut cmd = Command::new(process::python());
+        cmd.arg(&script)
+            .arg("conversation")
+            .args(prompts)
+            .env(
+                "OPENAI_BASE_URL",
+                format!("http://{addr}/proxy/{id}/1/train/openai/v1"),
+            )
+            .env("OPENAI_API_KEY", "bench-admin");
+        let done = tokio::task::spawn_blocking(move || cmd.output().expect("python"))
+            .await
+            .expect("join");
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        out.push(store.export_rollout(id).await.expect("export"));
+    }
+    out
+}
+
+fn print(rows: &[Row]) {
+    let kinds = [
+        BreakKind::Retokenize,
+        BreakKind::Template,
+        BreakKind::Summary,
+        BreakKind::SubAgent,
+        BreakKind::Other,
+    ];
+    print!(
+        "{:<20} {:<8} {:>8} {:>6} {:>16}",
+        "trace", "render", "rollouts", "calls", "samples/rollout"
+    );
+    for k in kinds {
+        print!(" {:>10}", k.as_str());
+    }
+    println!();
+    for r in rows {
+        print!(
+            "{:<20} {:<8} {:>8} {:>6} {:>16.2}",
+            r.trace,
+            r.render.as_str(),
+            r.rollouts,
+            r.calls,
+            r.samples as f64 / r.rollouts.max(1) as f64
+        );
+        for k in kinds {
+            print!(" {:>10}", r.breaks.get(&k).copied().unwrap_or(0));
+        }
+        println!();
+    }
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let rollouts = arg("--rollouts", 12);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let host = PluginHost::new(HostConfig::default()).expect("plugin host");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (tok, eos) = policy::tools_policy(dir.path());
+        let renderer = Renderer::new(tok.clone(), &[eos]).expect("renderer");
+        let [engine, gateway] = tool_trace(&renderer, eos, rollouts, 6);
+        let mut rows = vec![
+            count(
+                &host,
+                tok.clone(),
+                "tools/qwen-style",
+                Render::Engine,
+                &engine,
+            )
+            .await,
+            count(
+                &host,
+                tok.clone(),
+                "tools/qwen-style",
+                Render::Gateway,
+                &gateway,
+            )
+            .await,
+        ];
+        match smollm2() {
+            Some(model) => {
+                let tok = Arc::new(
+                    Tokenizer::from_file(&model.join("tokenizer.json")).expect("tokenizer"),
+                );
+                let prompts = [
+                    "What is the capital of France?",
+                    "And of Italy?",
+                    "Write a haiku about rust.",
+                    "List three colors.",
+                ];
+                for render in [Render::Engine, Render::Gateway] {
+                    let exported = smollm2_chat(&model, render, rollouts, &prompts).await;
+                    rows.push(count(&host, tok.clone(), "smollm2/chat", render, &exported).await);
+                }
+            }
+            None => eprintln!("smollm2/chat skipped: run `agl model fetch smollm2`"),
+        }
+        print(&rows);
+    });
+}
