@@ -4,7 +4,7 @@
 //! run, one table. The samples are what the `trajectory` plugin (the SDK's
 //! merge, through the real plugin host with the policy tokenizer) builds.
 //!
-//! `cargo bench -p agl --bench samples [-- --rollouts N]`
+//! `cargo bench -p agl --bench samples [-- --rollouts N --mini-rollouts M]`
 //!
 //! Traces:
 //! - `tools/qwen-style`: a tool-calling agent under the Hermes/Qwen-style
@@ -21,6 +21,12 @@
 //!   keeps its history as text (`tests/python/engine_client.py
 //!   conversation`, whole and streamed turns); skipped when the model is not
 //!   fetched (`agl model fetch smollm2`).
+//! - `smollm2/mini-swe`: live, the real mini-swe-agent 2.4.6
+//!   (`examples/mini-swe/run_rollout.py`, 5 steps, 48 tokens a call) on
+//!   generated tasks against the same engine, samples by the `mini-swe`
+//!   adapter. SmolLM2 writes no tool calls, so mini answers each reply with
+//!   a format error and drops it: not a linear history, a break per call
+//!   in both modes (kind `other`, detail `format-error-drop`).
 //!
 //! Targets (issue 16): 1.00 samples per rollout on these linear histories
 //! and no retokenize/template breaks on the gateway path.
@@ -45,6 +51,8 @@ mod policy;
 #[path = "../../../tests/support/process.rs"]
 mod process;
 
+const ADMIN: &str = "bench-admin";
+
 /// One table row.
 struct Row {
     trace: &'static str,
@@ -55,16 +63,16 @@ struct Row {
     breaks: BTreeMap<BreakKind, usize>,
 }
 
-/// Builds every rollout's samples with the trajectory plugin and counts.
+/// Builds every rollout's samples with the adapter plugin and counts.
 async fn count(
     host: &PluginHost,
     tokenizer: Arc<Tokenizer>,
-    trace: &'static str,
+    (trace, adapter): (&'static str, &str),
     render: Render,
     rollouts: &[Rollout],
 ) -> Row {
-    let wasm = repo().join("build/plugins/trajectory.wasm");
-    let mut spec = PluginSpec::new("trajectory", wasm);
+    let wasm = repo().join(format!("build/plugins/{adapter}.wasm"));
+    let mut spec = PluginSpec::new(adapter, wasm);
     spec.tokenizer = Some(tokenizer);
     let plugin = host
         .load(spec)
@@ -234,14 +242,16 @@ fn smollm2() -> Option<PathBuf> {
     dir.join("model.safetensors").is_file().then_some(dir)
 }
 
-/// `rollouts` conversations of `prompts` through the gateway, SmolLM2
-/// embedded, rendering as `render`; the exported rollouts.
-async fn smollm2_chat(
-    dir: &Path,
-    render: Render,
-    rollouts: usize,
-    prompts: &[&str],
-) -> Vec<Rollout> {
+/// The real gateway with SmolLM2 embedded, rendering as `render`, and
+/// running train rollouts `ids` (sampled at temperature 1).
+struct Embedded {
+    base: String,
+    store: Store,
+    _server: agl_inference::InferenceServer,
+    _work: tempfile::TempDir,
+}
+
+async fn embedded(dir: &Path, render: Render, ids: &[String]) -> Embedded {
     let work = tempfile::tempdir().expect("tempdir");
     let store = Store::open(work.path().join("agl.db")).expect("store");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -250,7 +260,7 @@ async fn smollm2_chat(
     let addr = listener.local_addr().expect("addr");
     let config = GatewayConfig {
         listen: addr.to_string(),
-        admin_key: Some("bench-admin".into()),
+        admin_key: Some(ADMIN.into()),
         ..GatewayConfig::default()
     };
     let mut gateway = Gateway::new(store.clone(), config);
@@ -259,7 +269,7 @@ async fn smollm2_chat(
     }
     let engine = agl_trainer::engine::EngineConfig {
         max_seqs: 4,
-        max_len: 1024,
+        max_len: 4096,
         weight_version: 0,
     };
     let server = agl_inference::InferenceServer::load(dir, "policy", tch::Kind::Float, engine)
@@ -268,44 +278,110 @@ async fn smollm2_chat(
         .await
         .expect("embed");
     tokio::spawn(gateway.serve(listener, std::future::pending()));
-    let ids: Vec<String> = (0..rollouts).map(|i| format!("chat-{i}")).collect();
     let new = ids
         .iter()
         .map(|id| NewRollout {
             id: Some(id.clone()),
             group_id: "bench".into(),
-            // Train: sampled at temperature 1, so replies differ.
             mode: Mode::Train,
             input: Default::default(),
             config: Default::default(),
         })
         .collect();
     store.create_rollouts(new).await.expect("create");
-    let script = repo().join("tests/python/engine_client.py");
-    let mut out = Vec::new();
-    for id in &ids {
+    for id in ids {
         store
             .set_status(id, &StatusPatch::to(1, RolloutStatus::Running))
             .await
             .expect("running");
+    }
+    Embedded {
+        base: format!("http://{addr}"),
+        store,
+        _server: server,
+        _work: work,
+    }
+}
+
+/// Runs `cmd` (a harness) to its end off the async workers.
+async fn run(mut cmd: Command) {
+    let done = tokio::task::spawn_blocking(move || cmd.output().expect("harness"))
+        .await
+        .expect("join");
+    assert!(
+        done.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+/// `rollouts` conversations of `prompts` through the gateway, SmolLM2
+/// embedded, rendering as `render`; the exported rollouts.
+async fn smollm2_chat(
+    dir: &Path,
+    render: Render,
+    rollouts: usize,
+    prompts: &[&str],
+) -> Vec<Rollout> {
+    let ids: Vec<String> = (0..rollouts).map(|i| format!("chat-{i}")).collect();
+    let env = embedded(dir, render, &ids).await;
+    let mut out = Vec::new();
+    for id in &ids {
         let mut cmd = Command::new(process::python());
-        cmd.arg(&script)
+        cmd.arg(repo().join("tests/python/engine_client.py"))
             .arg("conversation")
             .args(prompts)
             .env(
                 "OPENAI_BASE_URL",
-                format!("http://{addr}/proxy/{id}/1/train/openai/v1"),
+                format!("{}/proxy/{id}/1/train/openai/v1", env.base),
             )
-            .env("OPENAI_API_KEY", "bench-admin");
-        let done = tokio::task::spawn_blocking(move || cmd.output().expect("python"))
-            .await
-            .expect("join");
-        assert!(
-            done.status.success(),
-            "{}",
-            String::from_utf8_lossy(&done.stderr)
-        );
-        out.push(store.export_rollout(id).await.expect("export"));
+            .env("OPENAI_API_KEY", ADMIN);
+        run(cmd).await;
+        out.push(env.store.export_rollout(id).await.expect("export"));
+    }
+    out
+}
+
+/// The real mini-swe-agent (examples/mini-swe/run_rollout.py) on the first
+/// `rollouts` generated tasks, SmolLM2 embedded, rendering as `render`.
+async fn smollm2_mini_swe(dir: &Path, render: Render, rollouts: usize) -> Vec<Rollout> {
+    let tasks = tempfile::tempdir().expect("tempdir");
+    let mut make = Command::new(process::python());
+    make.arg(repo().join("examples/mini-swe/gen_tasks.py"))
+        .arg("--root")
+        .arg(tasks.path().join("repos"))
+        .arg("--out")
+        .arg(tasks.path().join("tasks.jsonl"));
+    run(make).await;
+    let rows: Vec<String> = std::fs::read_to_string(tasks.path().join("tasks.jsonl"))
+        .expect("tasks")
+        .lines()
+        .take(rollouts)
+        .map(str::to_owned)
+        .collect();
+    let ids: Vec<String> = (0..rows.len()).map(|i| format!("mini-{i}")).collect();
+    let env = embedded(dir, render, &ids).await;
+    let mut out = Vec::new();
+    for (id, row) in ids.iter().zip(&rows) {
+        let mut cmd = Command::new(process::python());
+        cmd.arg(repo().join("examples/mini-swe/run_rollout.py"))
+            .env("AGL_INPUT", row)
+            .env(
+                "OPENAI_BASE_URL",
+                format!("{}/proxy/{id}/1/train/openai/v1", env.base),
+            )
+            .env("OPENAI_API_KEY", ADMIN)
+            .env(
+                "AGL_EVENT_URL",
+                format!("{}/v1/rollouts/{id}/events", env.base),
+            )
+            .env("MSWE_TASKS_ROOT", tasks.path().join("repos"))
+            .env("MSWE_STEP_LIMIT", "5")
+            .env("MSWE_MAX_TOKENS", "48")
+            .env("MSWE_CMD_TIMEOUT", "10");
+        run(cmd).await;
+        out.push(env.store.export_rollout(id).await.expect("export"));
     }
     out
 }
@@ -353,6 +429,7 @@ fn arg(name: &str, default: usize) -> usize {
 
 fn main() {
     let rollouts = arg("--rollouts", 12);
+    let mini_rollouts = arg("--mini-rollouts", 4);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -364,23 +441,10 @@ fn main() {
         let (tok, eos) = policy::tools_policy(dir.path());
         let renderer = Renderer::new(tok.clone(), &[eos]).expect("renderer");
         let [engine, gateway] = tool_trace(&renderer, eos, rollouts, 6);
+        let tools = ("tools/qwen-style", "trajectory");
         let mut rows = vec![
-            count(
-                &host,
-                tok.clone(),
-                "tools/qwen-style",
-                Render::Engine,
-                &engine,
-            )
-            .await,
-            count(
-                &host,
-                tok.clone(),
-                "tools/qwen-style",
-                Render::Gateway,
-                &gateway,
-            )
-            .await,
+            count(&host, tok.clone(), tools, Render::Engine, &engine).await,
+            count(&host, tok.clone(), tools, Render::Gateway, &gateway).await,
         ];
         match smollm2() {
             Some(model) => {
@@ -393,12 +457,18 @@ fn main() {
                     "Write a haiku about rust.",
                     "List three colors.",
                 ];
+                let chat = ("smollm2/chat", "trajectory");
                 for render in [Render::Engine, Render::Gateway] {
                     let exported = smollm2_chat(&model, render, rollouts, &prompts).await;
-                    rows.push(count(&host, tok.clone(), "smollm2/chat", render, &exported).await);
+                    rows.push(count(&host, tok.clone(), chat, render, &exported).await);
+                }
+                let mini = ("smollm2/mini-swe", "mini-swe");
+                for render in [Render::Engine, Render::Gateway] {
+                    let exported = smollm2_mini_swe(&model, render, mini_rollouts).await;
+                    rows.push(count(&host, tok.clone(), mini, render, &exported).await);
                 }
             }
-            None => eprintln!("smollm2/chat skipped: run `agl model fetch smollm2`"),
+            None => eprintln!("smollm2 traces skipped: run `agl model fetch smollm2`"),
         }
         print(&rows);
     });
