@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::script::Endpoint;
-use super::tokens::{decode, encode, render_chat};
+use super::tokens::{Codec, render_chat};
 
 /// An error in vLLM's shape: `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +67,12 @@ pub struct Params {
 
 impl Params {
     /// Reads a request body; `default_model` answers requests without `model`.
-    pub fn parse(endpoint: Endpoint, body: &Value, default_model: &str) -> Result<Self, VllmError> {
+    pub fn parse(
+        endpoint: Endpoint,
+        body: &Value,
+        default_model: &str,
+        codec: &Codec,
+    ) -> Result<Self, VllmError> {
         if !body.is_object() {
             return Err(VllmError::bad_request("request body must be a JSON object"));
         }
@@ -90,15 +95,15 @@ impl Params {
                     .then(|| usize_field(body, "top_logprobs").unwrap_or(0));
                 let max = usize_field(body, "max_completion_tokens")
                     .or_else(|| usize_field(body, "max_tokens"));
-                let ids = encode(&text);
+                let ids = codec.encode(&text);
                 (text, ids, logprobs, max)
             }
             Endpoint::Generate => {
                 let (ids, max, logprobs) = super::sglang::parse(body)?;
-                (decode(&ids), ids, logprobs.then_some(0), max)
+                (codec.decode(&ids), ids, logprobs.then_some(0), max)
             }
             Endpoint::Completions => {
-                let (text, ids) = completion_prompt(body.get("prompt"))?;
+                let (text, ids) = completion_prompt(body.get("prompt"), codec)?;
                 (
                     text,
                     ids,
@@ -128,9 +133,12 @@ impl Params {
 }
 
 /// A completions prompt: a string, a list of token ids, or a one-string list.
-fn completion_prompt(prompt: Option<&Value>) -> Result<(String, Vec<u32>), VllmError> {
+fn completion_prompt(
+    prompt: Option<&Value>,
+    codec: &Codec,
+) -> Result<(String, Vec<u32>), VllmError> {
     match prompt {
-        Some(Value::String(s)) => Ok((s.clone(), encode(s))),
+        Some(Value::String(s)) => Ok((s.clone(), codec.encode(s))),
         Some(Value::Array(items)) if items.iter().all(Value::is_u64) => {
             let ids = items
                 .iter()
@@ -139,10 +147,10 @@ fn completion_prompt(prompt: Option<&Value>) -> Result<(String, Vec<u32>), VllmE
                     u32::try_from(id).map_err(|_| VllmError::bad_request("token id too large"))
                 })
                 .collect::<Result<Vec<u32>, VllmError>>()?;
-            Ok((decode(&ids), ids))
+            Ok((codec.decode(&ids), ids))
         }
         Some(Value::Array(items)) if items.len() == 1 => match &items[0] {
-            Value::String(s) => Ok((s.clone(), encode(s))),
+            Value::String(s) => Ok((s.clone(), codec.encode(s))),
             _ => Err(VllmError::bad_request("unsupported 'prompt'")),
         },
         _ => Err(VllmError::bad_request(

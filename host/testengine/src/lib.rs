@@ -31,6 +31,7 @@ pub use plan::FinishReason;
 pub use routes::router;
 pub use script::{Endpoint, EngineRequest, Reply, Script, ToolCall};
 pub use state::{EngineState, RecordedRequest};
+pub use tokens::Codec;
 
 /// How to run a test engine.
 #[derive(Debug, Clone)]
@@ -45,6 +46,8 @@ pub struct TestEngineConfig {
     pub stream_chunk_chars: usize,
     /// Largest accepted request body, in bytes.
     pub body_limit: usize,
+    /// Text <-> token ids (one id per byte unless set).
+    pub codec: Codec,
 }
 
 impl Default for TestEngineConfig {
@@ -56,6 +59,7 @@ impl Default for TestEngineConfig {
             addr: None,
             stream_chunk_chars: 1,
             body_limit: 32 << 20,
+            codec: Codec::default(),
         }
     }
 }
@@ -73,6 +77,13 @@ impl TestEngineConfig {
         f: impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static,
     ) -> Self {
         self.script = Script::func(f);
+        self
+    }
+
+    /// Tokenizes prompts and replies with `codec` instead of one id per
+    /// byte (e.g. the policy tokenizer a gateway renders with).
+    pub fn with_codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
         self
     }
 

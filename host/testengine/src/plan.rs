@@ -2,7 +2,7 @@
 //! response are built from, so the two always agree.
 
 use super::script::{Reply, TOOL_CALL_CLOSE, tool_call_open};
-use super::tokens::{decode, encode};
+use super::tokens::Codec;
 
 /// Argument fragments are this many characters, like real engines' small deltas.
 const ARG_FRAGMENT_CHARS: usize = 8;
@@ -63,17 +63,23 @@ pub struct PlannedCall {
 impl Plan {
     /// Plans `reply`, truncated to `max_tokens` ids when given.
     /// `chunk_chars` is how many characters of content go in one piece.
-    pub fn new(reply: &Reply, max_tokens: Option<usize>, chunk_chars: usize) -> Self {
+    pub fn new(
+        reply: &Reply,
+        max_tokens: Option<usize>,
+        chunk_chars: usize,
+        codec: &Codec,
+    ) -> Self {
+        let encode = |t: &str| codec.encode(t);
         let sampled = encode(&reply.sampled_text());
         if let Some(max) = max_tokens.filter(|&m| m < sampled.len()) {
             // Cut mid tool call: a real tool parser fails and returns raw text.
-            let pieces = content_pieces(&decode(&sampled[..max]), chunk_chars);
+            let pieces = content_pieces(&codec.decode(&sampled[..max]), chunk_chars, codec);
             return Self {
                 pieces,
                 finish: FinishReason::Length,
             };
         }
-        let mut pieces = content_pieces(&reply.content, chunk_chars);
+        let mut pieces = content_pieces(&reply.content, chunk_chars, codec);
         for (index, call) in reply.tool_calls.iter().enumerate() {
             let id = call.id.clone().unwrap_or_else(|| format!("call_{index}"));
             pieces.push(Piece {
@@ -144,12 +150,12 @@ impl Plan {
     }
 }
 
-/// Content pieces of `chunk_chars` characters each; ids are their bytes.
-fn content_pieces(text: &str, chunk_chars: usize) -> Vec<Piece> {
+/// Content pieces of `chunk_chars` characters each, each encoded alone.
+fn content_pieces(text: &str, chunk_chars: usize, codec: &Codec) -> Vec<Piece> {
     fragments(text, chunk_chars)
         .into_iter()
         .map(|chunk| Piece {
-            ids: encode(&chunk),
+            ids: codec.encode(&chunk),
             delta: Delta::Content(chunk),
         })
         .collect()
@@ -168,8 +174,8 @@ mod tests {
     #[test]
     fn tool_call_ids_cover_sampled_text() {
         let reply = Reply::text("ok").with_tool_call("bash", r#"{"command": "ls -la"}"#);
-        let plan = Plan::new(&reply, None, 1);
-        assert_eq!(plan.ids(), encode(&reply.sampled_text()));
+        let plan = Plan::new(&reply, None, 1, &Codec::default());
+        assert_eq!(plan.ids(), crate::tokens::encode(&reply.sampled_text()));
         assert_eq!(plan.finish, FinishReason::ToolCalls);
         let calls = plan.tool_calls();
         assert_eq!(calls[0].arguments, r#"{"command": "ls -la"}"#);
@@ -179,7 +185,7 @@ mod tests {
     #[test]
     fn truncation_drops_tool_calls() {
         let reply = Reply::text("ab").with_tool_call("f", "{}");
-        let plan = Plan::new(&reply, Some(5), 2);
+        let plan = Plan::new(&reply, Some(5), 2, &Codec::default());
         assert_eq!(plan.finish, FinishReason::Length);
         assert_eq!(plan.content(), "ab<to");
         assert!(plan.tool_calls().is_empty());

@@ -113,7 +113,7 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         Ok(body) => body,
         Err(e) => return VllmError::bad_request(format!("invalid JSON: {e}")).into_response(),
     };
-    let params = match Params::parse(endpoint, &body, &state.model) {
+    let params = match Params::parse(endpoint, &body, &state.model, &state.codec) {
         Ok(params) => params,
         Err(e) => return e.into_response(),
     };
@@ -156,7 +156,7 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        plan: Plan::new(&reply, params.max_tokens, state.chunk_chars),
+        plan: Plan::new(&reply, params.max_tokens, state.chunk_chars, &state.codec),
         params,
     };
     if call.params.stream {

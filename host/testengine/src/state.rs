@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::TestEngineConfig;
 use super::faults::{FaultState, Faults};
 use super::script::Scripter;
+use super::tokens::Codec;
 
 /// One request as received, for tests to assert what a client sent.
 #[derive(Debug, Clone)]
@@ -39,6 +40,7 @@ pub struct EngineState {
     pub(crate) model: String,
     pub(crate) chunk_chars: usize,
     pub(crate) body_limit: usize,
+    pub(crate) codec: Codec,
     pub(crate) scripter: Scripter,
     pub(crate) faults: FaultState,
     requests: Mutex<Vec<RecordedRequest>>,
@@ -73,6 +75,7 @@ impl EngineState {
             model: config.model,
             chunk_chars: config.stream_chunk_chars.max(1),
             body_limit: config.body_limit,
+            codec: config.codec,
             scripter: Scripter::new(config.script),
             faults: FaultState::new(config.faults),
             requests: Mutex::new(Vec::new()),

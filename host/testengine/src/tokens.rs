@@ -3,7 +3,54 @@
 //! One token per UTF-8 byte, id = byte + [`ID_OFFSET`], so a test can compute
 //! the exact ids any prompt or reply must produce.
 
+use std::fmt;
+use std::sync::Arc;
+
 use serde_json::Value;
+
+type Encode = dyn Fn(&str) -> Vec<u32> + Send + Sync;
+type Decode = dyn Fn(&[u32]) -> String + Send + Sync;
+
+/// How the engine turns text into token ids and back: one id per byte by
+/// default ([`encode`], [`decode`]), or a real tokenizer's, so that a
+/// gateway rendering with that tokenizer and this engine agree on ids.
+#[derive(Clone)]
+pub struct Codec {
+    encode: Arc<Encode>,
+    decode: Arc<Decode>,
+}
+
+impl Codec {
+    pub fn new(
+        encode: impl Fn(&str) -> Vec<u32> + Send + Sync + 'static,
+        decode: impl Fn(&[u32]) -> String + Send + Sync + 'static,
+    ) -> Self {
+        Codec {
+            encode: Arc::new(encode),
+            decode: Arc::new(decode),
+        }
+    }
+
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        (self.encode)(text)
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> String {
+        (self.decode)(ids)
+    }
+}
+
+impl Default for Codec {
+    fn default() -> Self {
+        Codec::new(encode, decode)
+    }
+}
+
+impl fmt::Debug for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Codec")
+    }
+}
 
 /// Added to each byte so ids never collide with small literal numbers in tests.
 pub const ID_OFFSET: u32 = 1000;

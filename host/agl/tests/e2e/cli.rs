@@ -154,7 +154,7 @@ fn trajectory_classifies_each_break() {
         summary[0]["sample"]["source_calls"],
         serde_json::json!([0, 1])
     );
-    assert_eq!(summary[1]["sample"]["break_before"]["kind"], "other");
+    assert_eq!(summary[1]["sample"]["break_before"]["kind"], "summary");
     assert_eq!(summary[1]["sample"]["break_before"]["call_index"], 2);
 }
 
@@ -229,7 +229,7 @@ fn readable_view_sets_trained_tokens_apart_and_counts_breaks() {
     );
     assert!(text.contains("break retokenize at call 1"), "{text}");
     assert!(
-        text.contains("breaks: retokenize 1, template 1, other 1"),
+        text.contains("breaks: retokenize 1, template 1, summary 1, sub-agent 0, other 0"),
         "{text}"
     );
     assert!(text.contains("5 rollouts, 9 samples"), "{text}");

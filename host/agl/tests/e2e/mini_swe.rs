@@ -1,7 +1,11 @@
 //! examples/mini-swe end to end: the real `agl run` binary starts the real
 //! `mini` (mini-swe-agent 2.4.6) through examples/mini-swe/run_rollout.py on
 //! generated tiny repos; a scripted test engine plays the policy with mini's
-//! `bash` tool calls. Task A is fixed (reward 1), task B is left alone
+//! `bash` tool calls, written as Hermes `<tool_call>` text. The gateway
+//! renders (`render = "gateway"`, the example's default) with a real
+//! template (the Hermes/Qwen-style tools template over the fixture
+//! tokenizer, which the engine tokenizes with too), so each rollout's calls
+//! continue token-exactly: one sample per rollout. Task A is fixed (reward 1), task B is left alone
 //! (reward 0), task C "passes" by editing its test, which the restore of the
 //! pristine tests undoes (reward 0). Samples train exactly the sampled tool
 //! calls; observations never are. An unreachable engine is a system failure
@@ -16,7 +20,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::support::{python, repo_root, tiny_model};
-use agl_testengine::{EngineRequest, Reply, TestEngine, TestEngineConfig};
+use agl_testengine::{Codec, EngineRequest, Reply, TestEngine, TestEngineConfig};
 use serde_json::{Value, json};
 
 const AGL: &str = env!("CARGO_BIN_EXE_agl");
@@ -42,18 +46,20 @@ fn commands(task_text: &str) -> Vec<&'static str> {
     }
 }
 
-/// mini's request -> the next tool call: the task's commands, then submit.
+/// mini's request (its prompt as the gateway rendered it) -> the next tool
+/// call: the task's commands, then submit.
 fn policy(r: &EngineRequest) -> Reply {
-    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
-    let task = messages
-        .iter()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("");
-    let turn = messages.iter().filter(|m| m["role"] == "assistant").count();
-    let command = commands(task).get(turn).copied().unwrap_or(SUBMIT);
-    Reply::text(format!("Step {turn}."))
-        .with_tool_call("bash", json!({ "command": command }).to_string())
+    let prompt = &r.prompt_text;
+    // The generation prompt is the last assistant turn opened.
+    let turn = prompt
+        .matches("<|im_start|>assistant")
+        .count()
+        .saturating_sub(1);
+    let command = commands(prompt).get(turn).copied().unwrap_or(SUBMIT);
+    let arguments = json!({ "command": command }).to_string();
+    Reply::text(format!(
+        "Step {turn}.\n<tool_call>\n{{\"name\": \"bash\", \"arguments\": {arguments}}}\n</tool_call>"
+    ))
 }
 
 /// Generates the tasks into `dir/repos` and keeps rows A, B, C as the data.
@@ -96,6 +102,7 @@ kind = "external"
 base_url = "http://{addr}"
 model_name = "tiny"
 reload = "sglang"
+render = "gateway"
 [plugins]
 adapter = "{plugins}/mini-swe.wasm"
 reward = "{plugins}/reported.wasm"
@@ -192,12 +199,9 @@ fn record_fixtures(exported: &str) {
     std::fs::write(fixtures.join("recorded.jsonl"), lines.concat()).unwrap();
 }
 
-fn decode(ids: &[Value]) -> String {
-    let bytes: Vec<u8> = ids
-        .iter()
-        .map(|v| (v.as_u64().unwrap() - 1000) as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+fn decode(tok: &agl_tokenizer::Tokenizer, ids: &[Value]) -> String {
+    let ids: Vec<u32> = ids.iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    tok.decode(&ids, false).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -205,10 +209,22 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     tiny_model(&dir.join("model"), 32768);
+    let (tok, _) = crate::policy::tools_policy(&dir.join("model"));
     tasks(dir);
-    let engine = TestEngine::start(TestEngineConfig::default().with_script(policy))
-        .await
-        .unwrap();
+    let codec = {
+        let (e, d) = (tok.clone(), tok.clone());
+        Codec::new(
+            move |text| e.encode(text, false).unwrap(),
+            move |ids| d.decode(ids, false).unwrap(),
+        )
+    };
+    let engine = TestEngine::start(
+        TestEngineConfig::default()
+            .with_script(policy)
+            .with_codec(codec),
+    )
+    .await
+    .unwrap();
     std::fs::write(dir.join("agl.toml"), config(dir, &engine)).unwrap();
 
     let config_path = dir.join("agl.toml").display().to_string();
@@ -321,17 +337,17 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
                     span["start"].as_u64().unwrap() as usize,
                     span["end"].as_u64().unwrap() as usize,
                 );
-                context.push_str(&decode(&response[at..start]));
-                trained.push(decode(&response[start..end]));
+                context.push_str(&decode(&tok, &response[at..start]));
+                trained.push(decode(&tok, &response[start..end]));
                 at = end;
             }
-            context.push_str(&decode(&response[at..]));
+            context.push_str(&decode(&tok, &response[at..]));
         }
         let sampled: Vec<String> = r["calls"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| decode(c["response_ids"].as_array().unwrap()))
+            .map(|c| decode(&tok, c["response_ids"].as_array().unwrap()))
             .collect();
         assert_eq!(
             trained.concat(),
@@ -339,9 +355,24 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
             "{id}: trained = sampled"
         );
         assert!(
-            trained.iter().all(|t| t.contains("<tool_call>bash")),
+            trained
+                .iter()
+                .all(|t| t.contains("<tool_call>\n{\"name\": \"bash\"")),
             "{id}: {trained:?}"
         );
+        // A linear history continued token-exactly: one sample, and each
+        // call names the one it continued.
+        assert_eq!(mine.len(), 1, "{id}: one sample per rollout");
+        let links: Vec<Value> = r["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["continues"].clone())
+            .collect();
+        let expected: Vec<Value> = (0..links.len())
+            .map(|k| if k == 0 { Value::Null } else { json!(k - 1) })
+            .collect();
+        assert_eq!(links, expected, "{id}");
         assert!(
             !trained.concat().contains("returncode"),
             "{id}: an observation is trained"
