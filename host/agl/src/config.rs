@@ -231,6 +231,33 @@ mod tests {
     }
 
     #[test]
+    fn engine_rendering_keys_parse_and_bad_values_are_refused() {
+        let config = Config::load(None, &[]).unwrap();
+        assert_eq!(config.engine.tool_parser, None, "read from the template");
+        let config = Config::load(
+            None,
+            &[
+                "engine.render=gateway".into(),
+                "engine.api=sglang".into(),
+                "engine.tool_parser=qwen3_coder".into(),
+                "engine.reasoning=true".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.engine.render, agl_wire::api::Render::Gateway);
+        assert_eq!(config.engine.api, agl_wire::api::EngineApi::Sglang);
+        assert_eq!(
+            config.engine.tool_parser,
+            Some(agl_conversation::ToolFormat::Qwen3Coder)
+        );
+        assert_eq!(config.engine.reasoning, Some(true));
+        for bad in ["engine.api=vllm", "engine.tool_parser=xml"] {
+            let e = Config::load(None, &[bad.into()]).unwrap_err();
+            assert!(format!("{e:#}").contains("unknown variant"), "{bad}: {e:#}");
+        }
+    }
+
+    #[test]
     fn gateway_section_has_defaults_and_takes_overrides() {
         let config = Config::load(None, &[]).unwrap();
         assert_eq!(config.gateway.listen, "127.0.0.1:8400");

@@ -16,7 +16,9 @@ use serde_json::{Map, Value};
 
 use crate::message::{AssistantTurn, ToolCall};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How tool calls are written (named as in `[engine] tool_parser`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ToolFormat {
     None,
     Hermes,

@@ -55,6 +55,13 @@ impl Renderer {
         self.family
     }
 
+    /// Parses outputs as `family` instead of the one the template implies
+    /// (a template that does not show how the model writes its calls).
+    pub fn with_family(mut self, family: Family) -> Renderer {
+        self.family = family;
+        self
+    }
+
     pub fn tokenizer(&self) -> &Arc<Tokenizer> {
         &self.tokenizer
     }

@@ -1,6 +1,7 @@
 //! `[run]`, `[train]` and `[engine]` in `agl.toml`: what `agl run` trains
 //! on, how, and which engine serves the policy.
 
+use agl_conversation::ToolFormat;
 use agl_wire::api::{EngineApi, Render};
 use std::path::PathBuf;
 
@@ -278,6 +279,13 @@ pub struct PolicyEngineConfig {
     /// `"openai"` (vLLM's `/v1/completions` with token ids) or `"sglang"`
     /// (`/generate` with `input_ids`).
     pub api: EngineApi,
+    /// Gateway rendering: how the model writes tool calls (`"hermes"`,
+    /// `"qwen3_coder"`, `"llama3_json"`, `"none"`); unset: read from the
+    /// chat template.
+    pub tool_parser: Option<ToolFormat>,
+    /// Gateway rendering: whether outputs open with `<think>...</think>`;
+    /// unset: read from the chat template.
+    pub reasoning: Option<bool>,
 }
 
 impl Default for PolicyEngineConfig {
@@ -291,6 +299,8 @@ impl Default for PolicyEngineConfig {
             max_len: TchEngineConfig::default().max_len,
             render: Render::Engine,
             api: EngineApi::Openai,
+            tool_parser: None,
+            reasoning: None,
         }
     }
 }

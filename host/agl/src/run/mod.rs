@@ -127,7 +127,7 @@ pub async fn run(
         .with_metrics_source(gauges.clone())
         .with_plugin_admin(plugins.clone());
     if config.engine.render == agl_wire::api::Render::Gateway {
-        gateway = gateway.with_renderer(policy::renderer(&model_dir)?);
+        gateway = gateway.with_renderer(policy::configured_renderer(&model_dir, &config.engine)?);
     }
     let control = gateway.control();
 

@@ -49,6 +49,16 @@ pub fn renderer(model_dir: &Path) -> anyhow::Result<Renderer> {
     Ok(Renderer::new(Arc::new(tokenizer), &eos)?)
 }
 
+/// [`renderer`] with `[engine]`'s `tool_parser` / `reasoning` applied over
+/// what the template implies.
+pub fn configured_renderer(model_dir: &Path, cfg: &PolicyEngineConfig) -> anyhow::Result<Renderer> {
+    let renderer = renderer(model_dir)?;
+    let mut family = renderer.family();
+    family.tools = cfg.tool_parser.unwrap_or(family.tools);
+    family.reasoning = cfg.reasoning.unwrap_or(family.reasoning);
+    Ok(renderer.with_family(family))
+}
+
 pub enum Policy {
     Embedded(InferenceServer),
     External {

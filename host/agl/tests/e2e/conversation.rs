@@ -9,10 +9,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agl_conversation::Renderer;
+use agl_conversation::{Family, Renderer, ToolFormat};
 use agl_gateway::{Gateway, GatewayConfig};
 use agl_store::{EngineApi, Mode, NewRollout, Render, Store};
-use agl_testengine::{Reply, TestEngine, TestEngineConfig};
+use agl_testengine::{Codec, Reply, TestEngine, TestEngineConfig};
 use agl_tokenizer::Tokenizer;
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::{Rollout, RolloutStatus};
@@ -37,6 +37,18 @@ struct Env {
 async fn start(tool_turns: usize, api: EngineApi) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let (tokenizer, eos) = crate::policy::tools_policy(dir.path());
+    let renderer = Renderer::new(tokenizer.clone(), &[eos]).unwrap();
+    start_with(dir, tokenizer, renderer, tool_turns, api).await
+}
+
+/// [`start`] with any policy; the engine tokenizes with its tokenizer.
+async fn start_with(
+    dir: tempfile::TempDir,
+    tokenizer: Arc<Tokenizer>,
+    renderer: Renderer,
+    tool_turns: usize,
+    api: EngineApi,
+) -> Env {
     let turn = Arc::new(AtomicUsize::new(0));
     let script = TestEngineConfig::default().with_script(move |_| {
         if turn.fetch_add(1, Ordering::SeqCst) < tool_turns {
@@ -45,7 +57,14 @@ async fn start(tool_turns: usize, api: EngineApi) -> Env {
             Reply::text("There are 5 files.")
         }
     });
-    let engine = TestEngine::start(script).await.unwrap();
+    let codec = {
+        let (e, d) = (tokenizer.clone(), tokenizer.clone());
+        Codec::new(
+            move |text| e.encode(text, false).unwrap(),
+            move |ids| d.decode(ids, false).unwrap(),
+        )
+    };
+    let engine = TestEngine::start(script.with_codec(codec)).await.unwrap();
     let store = Store::open(dir.path().join("agl.db")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -54,7 +73,6 @@ async fn start(tool_turns: usize, api: EngineApi) -> Env {
         admin_key: Some("admin-key".into()),
         ..GatewayConfig::default()
     };
-    let renderer = Renderer::new(tokenizer.clone(), &[eos]).unwrap();
     let gateway = Gateway::new(store.clone(), config).with_renderer(renderer);
     store
         .register_engine("e1", &engine.base_url(), "m", Render::Gateway, api)
@@ -166,40 +184,67 @@ fn masked_text(tokenizer: &Tokenizer, sample: &Value) -> String {
     tokenizer.decode(&masked, false).unwrap()
 }
 
+/// The checks of a 6-turn tool conversation: one sample, every sampled
+/// token trained in its own span, every tool result masked.
+async fn six_tool_turns_are_one_sample(env: Env, what: &str) {
+    let got = harness(&env, &["tools", "6"]).await;
+    assert_eq!(got["calls"], 5, "{what}: {got}");
+    let rollout = env.store.export_rollout("r1").await.unwrap();
+    assert_eq!(rollout.calls.len(), 6);
+    let links: Vec<Option<u32>> = rollout.calls.iter().map(|c| c.continues).collect();
+    assert_eq!(
+        links,
+        [None, Some(0), Some(1), Some(2), Some(3), Some(4)],
+        "{what}"
+    );
+    let samples = samples(&env, &rollout);
+    assert_eq!(samples.len(), 1, "{what}: one linear history, one sample");
+    let sample = &samples[0];
+    assert_eq!(sample["source_calls"], json!([0, 1, 2, 3, 4, 5]));
+    assert!(sample["break_before"].is_null());
+    let trained: Vec<usize> = spans(sample).iter().map(|(s, e)| e - s).collect();
+    let sampled: Vec<usize> = rollout.calls.iter().map(|c| c.response_ids.len()).collect();
+    assert_eq!(trained, sampled, "{what}");
+    let masked = masked_text(&env.tokenizer, sample);
+    for k in 1..=5 {
+        assert!(
+            masked.contains(&format!("file{k}.txt")),
+            "{what}: tool result {k} masked: {masked:?}"
+        );
+    }
+    assert!(
+        !masked.contains("ls -1"),
+        "{what}: no sampled call is masked: {masked:?}"
+    );
+}
+
+/// SmolLM2's own template (it has no tool syntax; the policy writes Hermes
+/// calls, `[engine] tool_parser = "hermes"`): the tool turns still continue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_six_turn_tool_conversation_under_smollm2s_template_is_one_sample() {
+    let model = crate::engine_server::smollm2_dir();
+    let tokenizer = Arc::new(Tokenizer::from_file(&model.join("tokenizer.json")).unwrap());
+    let renderer = agl::run::policy::renderer(&model)
+        .unwrap()
+        .with_family(Family {
+            tools: ToolFormat::Hermes,
+            reasoning: false,
+        });
+    let env = start_with(
+        tempfile::tempdir().unwrap(),
+        tokenizer,
+        renderer,
+        5,
+        EngineApi::Openai,
+    )
+    .await;
+    six_tool_turns_are_one_sample(env, "smollm2").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_six_turn_tool_conversation_is_one_sample_with_every_tool_result_masked() {
     for api in [EngineApi::Openai, EngineApi::Sglang] {
-        let env = start(5, api).await;
-        let got = harness(&env, &["tools", "6"]).await;
-        assert_eq!(got["calls"], 5, "{got}");
-        let rollout = env.store.export_rollout("r1").await.unwrap();
-        assert_eq!(rollout.calls.len(), 6);
-        let links: Vec<Option<u32>> = rollout.calls.iter().map(|c| c.continues).collect();
-        assert_eq!(
-            links,
-            [None, Some(0), Some(1), Some(2), Some(3), Some(4)],
-            "{api:?}"
-        );
-        let samples = samples(&env, &rollout);
-        assert_eq!(samples.len(), 1, "{api:?}: one linear history, one sample");
-        let sample = &samples[0];
-        assert_eq!(sample["source_calls"], json!([0, 1, 2, 3, 4, 5]));
-        assert!(sample["break_before"].is_null());
-        // Every sampled token is trained, in its own span; nothing else is.
-        let trained: Vec<usize> = spans(sample).iter().map(|(s, e)| e - s).collect();
-        let sampled: Vec<usize> = rollout.calls.iter().map(|c| c.response_ids.len()).collect();
-        assert_eq!(trained, sampled, "{api:?}");
-        let masked = masked_text(&env.tokenizer, sample);
-        for k in 1..=5 {
-            assert!(
-                masked.contains(&format!("file{k}.txt")),
-                "tool result {k} masked: {masked:?}"
-            );
-        }
-        assert!(
-            !masked.contains("ls -1"),
-            "no sampled call is masked: {masked:?}"
-        );
+        six_tool_turns_are_one_sample(start(5, api).await, &format!("{api:?}")).await;
     }
 }
 

