@@ -124,8 +124,9 @@ fn blocks(text: &str, read: fn(&str) -> Option<ToolCall>) -> (Option<String>, Ve
     (Some(content), calls)
 }
 
-/// `{"name": .., "arguments": ..}`; the arguments keep the text the model
-/// wrote (so a streamed call's argument deltas add up to them).
+/// `{"name": .., "arguments"|"parameters": ..}`; the arguments keep the
+/// text the model wrote (so a streamed call's argument deltas add up to
+/// them).
 fn hermes_call(body: &str) -> Option<ToolCall> {
     #[derive(serde::Deserialize)]
     struct Call<'a> {
@@ -145,17 +146,6 @@ fn hermes_call(body: &str) -> Option<ToolCall> {
         None => "{}".to_string(),
     };
     Some(ToolCall::new(None, call.name, arguments))
-}
-
-/// `{"name": .., <args_key>: ..}` (arguments as an object or its JSON text).
-fn named_call(v: &Value, args_key: &str) -> Option<ToolCall> {
-    let name = v.get("name")?.as_str()?.to_string();
-    let arguments = match v.get(args_key).or_else(|| v.get("parameters")) {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => "{}".to_string(),
-    };
-    Some(ToolCall::new(None, name, arguments))
 }
 
 /// `<function=NAME><parameter=K>V</parameter>...</function>`; a value that
@@ -216,11 +206,12 @@ fn llama_calls(text: &str) -> (Option<String>, Vec<ToolCall>) {
     }
     let mut calls = Vec::new();
     while !rest.is_empty() {
-        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<&RawValue>();
         let Some(Ok(v)) = values.next() else {
             return untouched();
         };
-        let Some(call) = named_call(&v, "parameters") else {
+        // `{"name", "parameters"}`, the parameters kept as written.
+        let Some(call) = hermes_call(v.get()) else {
             return untouched();
         };
         calls.push(call);

@@ -3,8 +3,10 @@
 //! Hermes `<tool_call>` streams its name once it is complete and its
 //! arguments (an object or list, as the model writes it) as they grow; a
 //! Qwen3-coder call its name at `<function=NAME>` and its arguments one
-//! `<parameter>` at a time; the rest of every call (all of a Llama call)
-//! arrives with the finish reason. Every chunk keeps its completion chunk's token ids and
+//! `<parameter>` at a time; a Llama 3 JSON call its name and `parameters`
+//! as they grow (a reply that may be one is held back as content until it
+//! is known not to be); the rest of every call arrives with the finish
+//! reason, with any content held back. Every chunk keeps its completion chunk's token ids and
 //! logprobs, so the record assembles as for a passthrough stream.
 
 use serde_json::{Value, json};
@@ -97,6 +99,18 @@ impl ChatChunks {
         let mut chunks = vec![out];
         if let Some(finish) = choice.get("finish_reason").filter(|f| !f.is_null()) {
             let turn = self.family.parse(&self.text);
+            // Content held back (a half marker, a call that did not parse).
+            let sent = self
+                .regions()
+                .1
+                .and_then(|c| c.get(..self.sent_content))
+                .unwrap_or("");
+            let held = turn
+                .content
+                .as_deref()
+                .and_then(|c| c.strip_prefix(sent))
+                .filter(|rest| !rest.is_empty())
+                .map(str::to_string);
             let message = openai_chat::response_message(&turn, &self.id_prefix);
             let calls: Vec<Value> = message["tool_calls"]
                 .as_array()
@@ -115,11 +129,14 @@ impl ChatChunks {
                 json!("tool_calls")
             };
             let calls = self.unsent(calls);
-            let delta = if calls.is_empty() {
+            let mut delta = if calls.is_empty() {
                 json!({})
             } else {
                 json!({"tool_calls": calls})
             };
+            if let Some(rest) = held {
+                delta["content"] = json!(rest);
+            }
             chunks.push(envelope(json!([{
                 "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish,
             }])));
@@ -147,8 +164,15 @@ impl ChatChunks {
     /// from the first `<tool_call>` on).
     fn call_deltas(&mut self, calls_text: &str) -> Vec<Value> {
         let mut out = Vec::new();
-        for (i, block) in calls_text.split(CALL_OPEN).skip(1).enumerate() {
-            let block = block.split(CALL_CLOSE).next().unwrap_or_default();
+        let blocks: Vec<&str> = match self.family.tools {
+            ToolFormat::Llama3Json => llama_blocks(calls_text),
+            _ => calls_text
+                .split(CALL_OPEN)
+                .skip(1)
+                .map(|b| b.split(CALL_CLOSE).next().unwrap_or_default())
+                .collect(),
+        };
+        for (i, block) in blocks.into_iter().enumerate() {
             if self.calls.len() <= i {
                 self.calls.push(CallSent::default());
             }
@@ -159,10 +183,12 @@ impl ChatChunks {
                     None => (None, None),
                 },
                 _ => {
-                    let args = value_start(block, "\"arguments\"").map(|start| {
-                        let value = &block[start..];
-                        value[..structured_prefix(value)].to_string()
-                    });
+                    let args = value_start(block, "\"arguments\"")
+                        .or_else(|| value_start(block, "\"parameters\""))
+                        .map(|start| {
+                            let value = &block[start..];
+                            value[..structured_prefix(value)].to_string()
+                        });
                     (string_after(block, "\"name\""), args)
                 }
             };
@@ -193,10 +219,8 @@ impl ChatChunks {
     /// The reasoning, content and call deltas that can be sent now.
     fn deltas(&mut self) -> Value {
         let mut delta = json!({});
-        if matches!(
-            self.family.tools,
-            ToolFormat::Hermes | ToolFormat::Qwen3Coder
-        ) && let Some(calls_text) = self.calls_text().map(str::to_string)
+        if self.family.tools != ToolFormat::None
+            && let Some(calls_text) = self.calls_text().map(str::to_string)
         {
             let calls = self.call_deltas(&calls_text);
             if !calls.is_empty() {
@@ -220,13 +244,26 @@ impl ChatChunks {
         delta
     }
 
-    /// The text from the first `<tool_call>` on, once one has begun.
-    fn calls_text(&self) -> Option<&str> {
-        let text = match self.family.reasoning {
+    /// The text after any reasoning.
+    fn reply_text(&self) -> Option<&str> {
+        Some(match self.family.reasoning {
             true => &self.text[self.text.find(THINK_CLOSE)? + THINK_CLOSE.len()..],
             false => self.text.as_str(),
-        };
-        text.find(CALL_OPEN).map(|i| &text[i..])
+        })
+    }
+
+    /// The text from the first call on, once one has begun: from the first
+    /// `<tool_call>`; for Llama 3, the reply when it is JSON calls.
+    fn calls_text(&self) -> Option<&str> {
+        let text = self.reply_text()?;
+        match self.family.tools {
+            ToolFormat::Llama3Json => {
+                let body = text.trim_start();
+                let body = body.strip_prefix(PYTHON_TAG).unwrap_or(body).trim_start();
+                body.starts_with('{').then_some(body)
+            }
+            _ => text.find(CALL_OPEN).map(|i| &text[i..]),
+        }
     }
 
     /// What of the text so far is safely reasoning and content (no marker
@@ -250,10 +287,37 @@ impl ChatChunks {
         }
         let content = match self.family.tools {
             ToolFormat::Hermes | ToolFormat::Qwen3Coder => &text[..safe_end(text, CALL_OPEN)],
+            ToolFormat::Llama3Json if may_be_llama_calls(text) => "",
             ToolFormat::None | ToolFormat::Llama3Json => text,
         };
         (reasoning, Some(content))
     }
+}
+
+const PYTHON_TAG: &str = "<|python_tag|>";
+
+/// Whether a Llama 3 reply may still turn out to be JSON calls: empty so
+/// far, `<|python_tag|>` (or its start), or an object.
+fn may_be_llama_calls(text: &str) -> bool {
+    let t = text.trim_start();
+    t.is_empty() || PYTHON_TAG.starts_with(t) || t.starts_with(PYTHON_TAG) || t.starts_with('{')
+}
+
+/// The `;`-separated JSON calls of a Llama 3 reply, the last one perhaps
+/// still being generated.
+fn llama_blocks(text: &str) -> Vec<&str> {
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while rest.starts_with('{') {
+        let end = structured_prefix(rest);
+        blocks.push(&rest[..end]);
+        let after = rest[end..].trim_start();
+        match after.strip_prefix(';') {
+            Some(next) => rest = next.trim_start(),
+            None => break,
+        }
+    }
+    blocks
 }
 
 /// Where the value after `"key":` starts in `block`.
@@ -460,6 +524,74 @@ mod tests {
         assert_eq!(seen[3], r#"{"cmd":"ls -la","timeout":30}"#);
         let parsed = family.parse(t.text());
         assert_eq!(parsed.tool_calls[0].arguments_text, seen[3]);
+    }
+
+    /// The chat deltas a list of completion pieces becomes: (content,
+    /// tool-call deltas, finish reason).
+    fn run(family: Family, pieces: &[&str]) -> (String, Vec<Value>, Value) {
+        let mut t = ChatChunks::new(family, vec![], "x");
+        let (mut content, mut calls, mut finish) = (String::new(), Vec::new(), Value::Null);
+        for (i, p) in pieces.iter().enumerate() {
+            let last = i == pieces.len() - 1;
+            for c in t.push(&chunk(p, &[], last.then_some("stop"))) {
+                let choice = &c["choices"][0];
+                content.push_str(choice["delta"]["content"].as_str().unwrap_or(""));
+                calls.extend(
+                    choice["delta"]["tool_calls"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+                if !choice["finish_reason"].is_null() {
+                    finish = choice["finish_reason"].clone();
+                }
+            }
+        }
+        (content, calls, finish)
+    }
+
+    #[test]
+    fn llama_json_calls_stream_and_their_text_is_not_content() {
+        let family = Family {
+            tools: ToolFormat::Llama3Json,
+            reasoning: false,
+        };
+        let (content, calls, finish) = run(
+            family,
+            &[
+                "<|python",
+                "_tag|>{\"name\": \"bash\", \"para",
+                "meters\": {\"cmd\": \"l",
+                "s\"}}",
+            ],
+        );
+        assert_eq!(content, "", "the call's JSON is not content");
+        assert_eq!(finish, "tool_calls");
+        assert_eq!(calls[0]["function"]["name"], "bash");
+        assert!(calls.len() >= 3, "arguments in pieces: {calls:?}");
+        let args: String = calls
+            .iter()
+            .filter_map(|d| d["function"]["arguments"].as_str())
+            .collect();
+        assert_eq!(args, r#"{"cmd": "ls"}"#, "as the model wrote them");
+        // A reply that only looked like one is sent as content at the end.
+        let (content, calls, finish) = run(family, &["{not", " json}"]);
+        assert_eq!(
+            (content.as_str(), calls.len(), finish),
+            ("{not json}", 0, json!("stop"))
+        );
+    }
+
+    #[test]
+    fn content_held_back_at_the_end_is_sent_with_the_finish() {
+        let family = Family {
+            tools: ToolFormat::Hermes,
+            reasoning: false,
+        };
+        // Ends on what could have begun `<tool_call>`.
+        let (content, calls, _) = run(family, &["1 < 2 and 2 <", "tool"]);
+        assert_eq!(content, "1 < 2 and 2 <tool");
+        assert!(calls.is_empty());
     }
 
     #[test]
