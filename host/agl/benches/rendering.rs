@@ -151,40 +151,55 @@ fn main() {
     let (turns, runs) = (arg("--turns", 30), arg("--runs", 5));
     let rt = agl::runtime::build().expect("runtime");
     rt.block_on(async {
-        let engine =
-            TestEngine::start(TestEngineConfig::default().with_replies([Reply::text(REPLY)]))
-                .await
-                .expect("engine");
+        let engine = TestEngine::start(TestEngineConfig {
+            log_requests: false,
+            ..TestEngineConfig::default().with_replies([Reply::text(REPLY)])
+        })
+        .await
+        .expect("engine");
         let dir = tempfile::tempdir().expect("tempdir");
-        println!("{turns} turns x {runs} rollouts per mode, one at a time; latency per call (ms)");
+        println!(
+            "{turns} turns x {runs} rollouts per mode, one at a time, modes interleaved; \
+             latency per call (ms)"
+        );
         println!(
             "{:<10} {:>8} {:>8} {:>8} {:>10}",
             "render", "p50", "p90", "max", "last turn"
         );
-        let mut p50s = Vec::new();
-        for render in [Render::Engine, Render::Gateway] {
+        // Both gateways up at once and their rollouts interleaved, so drift
+        // in the machine's load falls on both modes alike.
+        let modes = [Render::Engine, Render::Gateway];
+        let mut gateways = Vec::new();
+        for render in modes {
             let (base, store) = gateway(&engine, render, dir.path()).await;
-            let mut all = Vec::new();
-            let mut last = Vec::new();
             // A warm-up rollout, not counted.
             rollout(&base, &store, "warm", 3).await;
-            for r in 0..runs {
-                let lat = rollout(&base, &store, &format!("r{r}"), turns).await;
-                last.push(*lat.last().expect("a call"));
-                all.extend(lat);
+            gateways.push((base, store));
+        }
+        let mut all = [Vec::new(), Vec::new()];
+        let mut last = [Vec::new(), Vec::new()];
+        for r in 0..runs {
+            for (m, (base, store)) in gateways.iter().enumerate() {
+                let lat = rollout(base, store, &format!("r{r}"), turns).await;
+                last[m].push(*lat.last().expect("a call"));
+                all[m].extend(lat);
             }
+        }
+        let mut p50s = Vec::new();
+        for (m, render) in modes.into_iter().enumerate() {
+            let (all, last) = (&mut all[m], &mut last[m]);
             all.sort_by(f64::total_cmp);
             last.sort_by(f64::total_cmp);
-            let p50 = percentile(&all, 0.5);
+            let p50 = percentile(all, 0.5);
             p50s.push(p50);
             println!(
                 "{:<10} {:>8.2} {:>8.2} {:>8.2} {:>10.2} {:>10}",
                 render.as_str(),
                 p50,
-                percentile(&all, 0.9),
+                percentile(all, 0.9),
                 all[all.len() - 1],
-                percentile(&last, 0.5),
-                continued(&store, runs).await
+                percentile(last, 0.5),
+                continued(&gateways[m].1, runs).await
             );
         }
         println!(

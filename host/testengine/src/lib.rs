@@ -48,6 +48,9 @@ pub struct TestEngineConfig {
     pub body_limit: usize,
     /// Text <-> token ids (one id per byte unless set).
     pub codec: Codec,
+    /// Keep every request for [`TestEngine::requests`] (benchmarks turn it
+    /// off: copying long prompts is the engine's cost, not the caller's).
+    pub log_requests: bool,
 }
 
 impl Default for TestEngineConfig {
@@ -60,6 +63,7 @@ impl Default for TestEngineConfig {
             stream_chunk_chars: 1,
             body_limit: 32 << 20,
             codec: Codec::default(),
+            log_requests: true,
         }
     }
 }

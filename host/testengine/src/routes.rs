@@ -93,22 +93,24 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         }
     };
     let parsed = serde_json::from_slice::<Value>(&bytes);
-    state.record(RecordedRequest {
-        method: parts.method.to_string(),
-        path: parts.uri.path().to_owned(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into(),
-                )
-            })
-            .collect(),
-        body: parsed.as_ref().ok().cloned(),
-        raw: String::from_utf8_lossy(&bytes).into_owned(),
-    });
+    if state.logs_requests() {
+        state.record(RecordedRequest {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_owned(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into(),
+                    )
+                })
+                .collect(),
+            body: parsed.as_ref().ok().cloned(),
+            raw: String::from_utf8_lossy(&bytes).into_owned(),
+        });
+    }
     let body = match parsed {
         Ok(body) => body,
         Err(e) => return VllmError::bad_request(format!("invalid JSON: {e}")).into_response(),

@@ -41,6 +41,7 @@ pub struct EngineState {
     pub(crate) chunk_chars: usize,
     pub(crate) body_limit: usize,
     pub(crate) codec: Codec,
+    log_requests: bool,
     pub(crate) scripter: Scripter,
     pub(crate) faults: FaultState,
     requests: Mutex<Vec<RecordedRequest>>,
@@ -76,6 +77,7 @@ impl EngineState {
             chunk_chars: config.stream_chunk_chars.max(1),
             body_limit: config.body_limit,
             codec: config.codec,
+            log_requests: config.log_requests,
             scripter: Scripter::new(config.script),
             faults: FaultState::new(config.faults),
             requests: Mutex::new(Vec::new()),
@@ -117,7 +119,13 @@ impl EngineState {
     }
 
     pub(crate) fn record(&self, request: RecordedRequest) {
-        self.log().push(request);
+        if self.log_requests {
+            self.log().push(request);
+        }
+    }
+
+    pub(crate) fn logs_requests(&self) -> bool {
+        self.log_requests
     }
 
     pub(crate) fn next_id(&self) -> u64 {

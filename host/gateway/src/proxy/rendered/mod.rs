@@ -173,7 +173,10 @@ impl RenderedCall {
         let raw = |v: Value| {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
         };
-        body.insert("prompt".into(), raw(json!(self.prompt_ids)));
+        // The (long) id list written straight to text, without a JSON tree.
+        let ids = serde_json::value::to_raw_value(&self.prompt_ids)
+            .unwrap_or_else(|_| RawValue::NULL.to_owned());
+        body.insert("prompt".into(), ids);
         body.insert("logprobs".into(), raw(json!(1)));
         body.insert("return_token_ids".into(), raw(json!(true)));
         // Markers like `<tool_call>` must reach the parser.

@@ -65,13 +65,22 @@ pub fn generate_body(chat: &RawBody, prompt_ids: &[u32], stream: bool) -> Vec<u8
     }
     // Markers like `<tool_call>` must reach the parser.
     sampling.insert("skip_special_tokens".into(), json!(false));
-    let body = json!({
-        "input_ids": prompt_ids,
-        "sampling_params": sampling,
-        "return_logprob": true,
-        "logprob_start_len": -1,
-        "stream": stream,
-    });
+    /// Written without a JSON tree for the (long) id list.
+    #[derive(serde::Serialize)]
+    struct Generate<'a> {
+        input_ids: &'a [u32],
+        sampling_params: Map<String, Value>,
+        return_logprob: bool,
+        logprob_start_len: i64,
+        stream: bool,
+    }
+    let body = Generate {
+        input_ids: prompt_ids,
+        sampling_params: sampling,
+        return_logprob: true,
+        logprob_start_len: -1,
+        stream,
+    };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
