@@ -112,18 +112,7 @@ async fn harness(env: &Env, args: &[&str]) -> Value {
             format!("{}/proxy/r1/1/train/openai/v1", env.base),
         )
         .env("OPENAI_API_KEY", "admin-key");
-    tokio::task::spawn_blocking(move || {
-        let out = cmd.output().expect("run python");
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "harness failed: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.trim()).expect("harness JSON")
-    })
-    .await
-    .unwrap()
+    crate::support::python_json(cmd).await
 }
 
 /// The rollout's samples as the `trajectory` plugin builds them.

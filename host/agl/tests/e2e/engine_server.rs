@@ -151,18 +151,7 @@ async fn client(env: &Env, rollout: &str, args: &[&str]) -> Value {
         )
         // The admin key may call any rollout's proxy.
         .env("OPENAI_API_KEY", "admin-key");
-    tokio::task::spawn_blocking(move || {
-        let out = cmd.output().expect("run python");
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "client failed: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.trim()).expect("client JSON")
-    })
-    .await
-    .unwrap()
+    crate::support::python_json(cmd).await
 }
 
 fn chat_prompt(tokenizer: &Tokenizer, text: &str) -> Vec<u32> {

@@ -76,3 +76,20 @@ pub fn tiny_model(dir: &Path, max_positions: usize) {
         .save(dir)
         .unwrap();
 }
+
+/// Runs a Python harness that prints one JSON document, off the async
+/// workers; its output (and stderr) in the panic when it fails.
+pub async fn python_json(mut cmd: Command) -> serde_json::Value {
+    tokio::task::spawn_blocking(move || {
+        let out = cmd.output().expect("run python");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "harness failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim()).expect("harness JSON")
+    })
+    .await
+    .unwrap()
+}
