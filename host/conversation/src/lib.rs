@@ -3,6 +3,7 @@
 //!   assistant with text, reasoning and tool calls, tool results, tools),
 //!   compared on its parsed form;
 //! - [`openai_chat`]: the Chat Completions front-end, in and out;
+//! - [`anthropic`]: the Anthropic Messages front-end, in and out;
 //! - [`family`]: how a model family writes tool calls and reasoning, and
 //!   parsing an output's text back into a turn;
 //! - [`render`]: the policy's chat template and tokenizer, whole or only
@@ -10,6 +11,7 @@
 //! - [`continuation`]: token-exact continuation of the chains a rollout
 //!   attempt was served.
 
+pub mod anthropic;
 pub mod continuation;
 pub mod family;
 pub mod message;
