@@ -132,10 +132,22 @@ impl Auth {
     }
 }
 
+/// The presented key: `Authorization: Bearer KEY`, or `x-api-key: KEY`
+/// (how the Anthropic SDK and Claude Code send it).
 fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
-    let value = headers
-        .get(AUTHORIZATION)
-        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer header"))?;
+    if headers.get(AUTHORIZATION).is_none()
+        && let Some(key) = headers.get("x-api-key")
+    {
+        return key
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| ApiError::unauthorized("malformed x-api-key header"));
+    }
+    let value = headers.get(AUTHORIZATION).ok_or_else(|| {
+        ApiError::unauthorized("missing Authorization: Bearer (or x-api-key) header")
+    })?;
     value
         .to_str()
         .ok()

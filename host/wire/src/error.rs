@@ -61,6 +61,29 @@ impl ApiError {
         Self::new(status, kind, message)
     }
 
+    /// The body in Anthropic's shape, `{"type": "error", "error": {"type",
+    /// "message"}}`, its type named as Anthropic names the status.
+    pub fn anthropic_body(&self) -> AnthropicErrorBody {
+        let kind = match self.status.as_u16() {
+            400 | 409 | 415 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            408 => "timeout_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            _ => "api_error",
+        };
+        AnthropicErrorBody {
+            kind: "error".into(),
+            error: AnthropicErrorDetail {
+                kind: kind.into(),
+                message: self.message.clone(),
+            },
+        }
+    }
+
     pub fn body(&self) -> ErrorBody {
         ErrorBody {
             error: ErrorDetail {
@@ -89,4 +112,19 @@ impl axum::response::IntoResponse for ApiError {
     fn into_response(self) -> axum::response::Response {
         (self.status, axum::Json(self.body())).into_response()
     }
+}
+
+/// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnthropicErrorBody {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub error: AnthropicErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnthropicErrorDetail {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
 }

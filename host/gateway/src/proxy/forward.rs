@@ -102,7 +102,7 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     let (bytes, engine_bytes, reply) = match &call.rendered {
         Some(r) if status.is_success() => {
             let engine = r.completion_bytes(bytes);
-            let (chat, reply) = r.chat_body(&engine, &call.rollout_id);
+            let (chat, reply) = r.answer_body(&engine, &call.rollout_id);
             (Bytes::from(chat), engine, Some(reply))
         }
         _ => (bytes.clone(), bytes, None),

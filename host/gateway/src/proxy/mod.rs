@@ -46,12 +46,14 @@ use call::Call;
 use rendered::RenderedCall;
 
 const PREFIX: &str = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1";
+const ANTHROPIC: &str = "/proxy/{rollout_id}/{attempt}/{mode}/anthropic/v1";
 
 /// The proxy's routes, merged into the gateway router.
 pub fn routes() -> axum::Router<AppState> {
     axum::Router::new()
         .route(&format!("{PREFIX}/chat/completions"), post(chat))
         .route(&format!("{PREFIX}/completions"), post(completions))
+        .route(&format!("{ANTHROPIC}/messages"), post(messages))
 }
 
 type ProxyPath = ApiPath<(String, u32, String)>;
@@ -74,8 +76,18 @@ async fn completions(
     serve(ApiKind::Completions, st, path, headers, body).await
 }
 
+/// Anthropic Messages (`?beta=true` and other query strings tolerated).
+async fn messages(
+    st: State<AppState>,
+    path: ProxyPath,
+    headers: HeaderMap,
+    body: Result<ApiBody, ApiError>,
+) -> Response {
+    serve(ApiKind::AnthropicMessages, st, path, headers, body).await
+}
+
 /// The one handler behind every proxied API: body rejections and errors
-/// become OpenAI-shaped JSON responses.
+/// become JSON responses in the API's own shape.
 async fn serve(
     api: ApiKind,
     State(st): State<AppState>,
@@ -86,7 +98,15 @@ async fn serve(
     let body = body.map(|b| b.0);
     handle(st, api, path, headers, body)
         .await
-        .unwrap_or_else(IntoResponse::into_response)
+        .unwrap_or_else(|e| error_response(api, e))
+}
+
+/// An error in the shape of the API that was called.
+fn error_response(api: ApiKind, e: ApiError) -> Response {
+    match api {
+        ApiKind::AnthropicMessages => (e.status, axum::Json(e.anthropic_body())).into_response(),
+        _ => e.into_response(),
+    }
 }
 
 /// A request or response body as its record keeps it: checked JSON with
@@ -96,14 +116,15 @@ fn record_body(text: &str) -> Result<Box<RawValue>, String> {
     RawValue::from_string(text.to_owned()).map_err(|e| e.to_string())
 }
 
-/// 429 while the proxy is paused (e.g. during a weight update).
-fn paused() -> Response {
+/// 429 while the proxy is paused (e.g. during a weight update), in the
+/// called API's shape: every SDK retries it after `Retry-After`.
+fn paused(api: ApiKind) -> Response {
     let err = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "rate_limit_error",
         "the proxy is paused; retry shortly",
     );
-    ([(RETRY_AFTER, "1")], err).into_response()
+    ([(RETRY_AFTER, "1")], error_response(api, err)).into_response()
 }
 
 async fn handle(
@@ -152,7 +173,7 @@ async fn handle(
     // two still sees this call.
     let guard = st.control.register(&rollout_id, attempt);
     if st.control.paused() {
-        return Ok(paused());
+        return Ok(paused(api));
     }
     let engines = st.store.list_engines().await?;
     let engine = upstream::pick(engines, &rollout_id).ok_or_else(|| {
@@ -173,7 +194,15 @@ async fn handle(
     };
     rewrite::rewrite(&mut forward, api, &engine.model, temperature);
     let streaming = rewrite::is_stream(&forward);
-    let rendered = if api == ApiKind::ChatCompletions && engine.render == Render::Gateway {
+    if api == ApiKind::AnthropicMessages && engine.render != Render::Gateway {
+        return Err(ApiError::bad_request(format!(
+            "the Messages API is served by the gateway's own rendering; engine `{}` is \
+             registered with render = \"engine\" (set render = \"gateway\")",
+            engine.name
+        )));
+    }
+    let renders = matches!(api, ApiKind::ChatCompletions | ApiKind::AnthropicMessages);
+    let rendered = if renders && engine.render == Render::Gateway {
         let renderer = st.renderer.clone().ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -187,6 +216,7 @@ async fn handle(
         Some(
             RenderedCall::prepare(
                 renderer,
+                api,
                 &engine,
                 &st.chains,
                 &st.store,

@@ -14,8 +14,9 @@ use tokio::sync::mpsc;
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
-use super::rendered::ChatChunks;
+use super::rendered::{ChatChunks, message_stop};
 use agl_wire::record::CallStatus;
+use agl_wire::rollout::ApiKind;
 use agl_wire::rollout::JsonText;
 use serde_json::Value;
 
@@ -53,7 +54,13 @@ async fn pump(
 ) {
     let upstream_status = Some(upstream.status().as_u16());
     let mut chunks = upstream.bytes_stream();
-    let mut asm = Assembler::new(call.api);
+    // A gateway-rendered stream is assembled from the chat chunks it
+    // becomes, whichever API was called.
+    let assembled = match call.rendered {
+        Some(_) => ApiKind::ChatCompletions,
+        None => call.api,
+    };
+    let mut asm = Assembler::new(assembled);
     // Gateway-rendered: completion chunks in, chat chunks out.
     let mut translate = call
         .rendered
@@ -61,6 +68,11 @@ async fn pump(
         .map(|r| ChatChunks::new(r.renderer.family(), r.prompt_ids.clone(), &call.rollout_id));
     // An engine whose events are not completions chunks (SGLang's).
     let mut native = call.rendered.as_ref().and_then(|r| r.native_chunks());
+    // A Messages call: its events instead of chat chunks.
+    let mut events = call
+        .rendered
+        .as_ref()
+        .and_then(|r| r.message_events(&call.rollout_id));
     let mut buf = Vec::new();
     let mut done = false;
     let mut left = false;
@@ -100,26 +112,25 @@ async fn pump(
             }
             // What the client gets: the engine's chunk as it came, or the
             // chat chunks a completion chunk becomes; each is assembled once.
-            let out: Vec<String> = match (&mut translate, parsed) {
-                (Some(t), Some(v)) => t
-                    .push(&v)
-                    .iter()
-                    .map(|c| {
-                        asm.push(c);
-                        c.to_string()
-                    })
-                    .collect(),
+            // (A Messages call gets each chat chunk as its events.)
+            let mut out: Vec<String> = Vec::new();
+            match (&mut translate, parsed) {
+                (Some(t), Some(v)) => {
+                    for c in t.push(&v) {
+                        asm.push(&c);
+                        match &mut events {
+                            Some(e) => out.extend(e.push(&c)),
+                            None => out.push(format!("data: {c}\n\n")),
+                        }
+                    }
+                }
                 (_, parsed) => {
                     parsed.iter().for_each(|v| asm.push(v));
-                    vec![data]
+                    out.push(format!("data: {data}\n\n"));
                 }
-            };
-            for data in out {
-                if tx
-                    .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
-                    .await
-                    .is_err()
-                {
+            }
+            for frame in out {
+                if tx.send(Ok(Bytes::from(frame))).await.is_err() {
                     left = true;
                     break 'read;
                 }
@@ -128,8 +139,21 @@ async fn pump(
     }
     // Closes the engine connection now, before the record is written.
     drop(chunks);
-    let response = JsonText::from(asm.response());
+    let mut response = asm.response();
     let tokens = std::mem::take(&mut asm.tokens);
+    // A Messages call's record holds the message it streamed.
+    if let (Some(r), Some(t), Some(_)) = (&call.rendered, &translate, &events) {
+        let finish = response
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str);
+        response = r.message(
+            &r.parse(t.text()),
+            finish,
+            tokens.response_ids.len(),
+            &call.rollout_id,
+        );
+    }
+    let response = JsonText::from(response);
     if left {
         if let Err(e) = call
             .commit(CallOutcome::cancelled(response, tokens, upstream_status))
@@ -160,7 +184,10 @@ async fn pump(
             if let (Some(r), Some(t)) = (&call.rendered, &translate) {
                 r.served(committed.seq, response_ids, r.parse(t.text()));
             }
-            Ok(Bytes::from_static(b"data: [DONE]\n\n"))
+            Ok(match events {
+                Some(_) => Bytes::from(message_stop()),
+                None => Bytes::from_static(b"data: [DONE]\n\n"),
+            })
         }
         (Ok(_), Some(e)) => Err(io::Error::other(e)),
         (Err(e), _) => {

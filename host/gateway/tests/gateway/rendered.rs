@@ -263,3 +263,216 @@ async fn a_restarted_gateway_rebuilds_its_chains_from_the_store() {
     let second = events[1].payload.parse().expect("payload");
     assert_eq!(second["continues"], json!(first), "{second}");
 }
+
+/// Anthropic Messages on the same core: a tool_use answer, a tool_result
+/// turn that continues it token-exactly, the rollout token as `x-api-key`,
+/// and errors in Anthropic's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_messages_continue_token_exactly_with_errors_in_their_shape() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let turn = Arc::new(AtomicUsize::new(0));
+    let counter = turn.clone();
+    let engine = TestEngineConfig::default().with_script(move |_| {
+        match counter.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::text(CALL),
+            _ => Reply::text("There are 3 files."),
+        }
+    });
+    let env = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer(dir.path())),
+        Default::default(),
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    let url = format!(
+        "{}/proxy/r1/1/train/anthropic/v1/messages?beta=true",
+        env.base
+    );
+    let send = |body: Value| {
+        let url = url.clone();
+        async move {
+            reqwest::Client::new()
+                .post(&url)
+                .header("x-api-key", ADMIN)
+                .header("anthropic-version", "2023-06-01")
+                .json(&body)
+                .send()
+                .await
+                .expect("send")
+        }
+    };
+    let tools = json!([{"name": "bash", "input_schema": {"type": "object"}}]);
+    let user = json!({"role": "user", "content": "How many files?"});
+    let resp = send(
+        json!({"model": "policy", "max_tokens": 256, "system": "Be brief.",
+                           "messages": [user], "tools": tools}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let first: Value = resp.json().await.expect("json");
+    assert_eq!(first["type"], "message", "{first}");
+    assert_eq!(first["stop_reason"], "tool_use", "{first}");
+    let block = &first["content"][0];
+    assert_eq!(
+        (block["type"].as_str(), block["name"].as_str()),
+        (Some("tool_use"), Some("bash"))
+    );
+    assert_eq!(block["input"], json!({"cmd": "ls"}));
+    assert!(first["usage"]["input_tokens"].as_u64().unwrap() > 0);
+
+    // The harness sends the blocks back with the tool's result.
+    let id = block["id"].clone();
+    let resp = send(json!({"model": "policy", "max_tokens": 256, "system": "Be brief.", "tools": tools,
+        "messages": [user, {"role": "assistant", "content": first["content"]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "a b c"}]}]}))
+    .await;
+    let second: Value = resp.json().await.expect("json");
+    assert_eq!(second["stop_reason"], "end_turn", "{second}");
+    assert_eq!(second["content"][0]["text"], "There are 3 files.");
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    let calls: Vec<Value> = events
+        .iter()
+        .map(|e| e.payload.parse().expect("payload"))
+        .collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0]["api"], "anthropic_messages");
+    assert_eq!(calls[1]["continues"], json!(events[0].seq), "{}", calls[1]);
+    // Only sampling options reach the engine, no Messages keys.
+    let sent = env.engine.requests();
+    let body = sent[1].body.as_ref().expect("body");
+    for key in ["system", "messages", "tools", "stop_sequences"] {
+        assert!(body.get(key).is_none(), "{key}: {body}");
+    }
+    assert_eq!(body["max_tokens"], 256);
+
+    // Bad input: Anthropic's error shape, nothing recorded.
+    for (bad, want) in [
+        (
+            json!({"model": "p", "max_tokens": 8, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]}),
+            "`image` blocks are not supported",
+        ),
+        (
+            json!({"model": "p", "max_tokens": 8, "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}]}),
+            "tool_use id `toolu_x`",
+        ),
+    ] {
+        let resp = send(bad).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        let err: Value = resp.json().await.expect("json");
+        assert_eq!(err["type"], "error", "{err}");
+        assert_eq!(err["error"]["type"], "invalid_request_error");
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains(want),
+            "{err}"
+        );
+    }
+    let wrong = reqwest::Client::new()
+        .post(&url)
+        .header("x-api-key", "not-a-key")
+        .json(&json!({"model": "p", "max_tokens": 8, "messages": [user]}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let err: Value = wrong.json().await.expect("json");
+    assert_eq!(err["error"]["type"], "authentication_error", "{err}");
+    assert_eq!(
+        env.store
+            .list_events("r1", 0, 10)
+            .await
+            .expect("events")
+            .len(),
+        2
+    );
+}
+
+/// A streamed Messages call: the events a Messages client reads, ending
+/// with `message_stop` once the record (with its logprobs) is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_anthropic_message_is_events_and_its_record_is_the_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine =
+        TestEngineConfig::default().with_replies([Reply::text(format!("Looking.\n{CALL}"))]);
+    let env = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer(dir.path())),
+        Default::default(),
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    let url = format!("{}/proxy/r1/1/train/anthropic/v1/messages", env.base);
+    let body = json!({"model": "policy", "max_tokens": 256, "stream": true,
+        "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "How many files?"}]});
+    let text = reqwest::Client::new()
+        .post(&url)
+        .header("x-api-key", ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .expect("send")
+        .text()
+        .await
+        .expect("stream");
+    let mut names = Vec::new();
+    let (mut text_out, mut json_out) = (String::new(), String::new());
+    let mut stop_reason = Value::Null;
+    for frame in text.split("\n\n").filter(|f| !f.is_empty()) {
+        let mut lines = frame.lines();
+        let event = lines
+            .next()
+            .and_then(|l| l.strip_prefix("event: "))
+            .expect("event line");
+        let data: Value = serde_json::from_str(
+            lines
+                .next()
+                .and_then(|l| l.strip_prefix("data: "))
+                .expect("data"),
+        )
+        .expect("json");
+        assert_eq!(data["type"], event, "{frame}");
+        match event {
+            "content_block_delta" => {
+                text_out.push_str(data["delta"]["text"].as_str().unwrap_or(""));
+                json_out.push_str(data["delta"]["partial_json"].as_str().unwrap_or(""));
+            }
+            "message_delta" => stop_reason = data["delta"]["stop_reason"].clone(),
+            _ => {}
+        }
+        if names.last() != Some(&event.to_string()) {
+            names.push(event.to_string());
+        }
+    }
+    assert_eq!(names.first().map(String::as_str), Some("message_start"));
+    assert_eq!(
+        names.last().map(String::as_str),
+        Some("message_stop"),
+        "{names:?}"
+    );
+    assert!(names.contains(&"content_block_start".to_string()));
+    // Streamed before the call was known; the record trims it.
+    assert_eq!(text_out.trim_end(), "Looking.");
+    assert_eq!(
+        serde_json::from_str::<Value>(&json_out).expect("input"),
+        json!({"cmd": "ls"})
+    );
+    assert_eq!(stop_reason, "tool_use");
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    let call: Value = events[0].payload.parse().expect("payload");
+    assert_eq!(call["response"]["type"], "message", "{call}");
+    assert_eq!(call["response"]["content"][1]["type"], "tool_use");
+    let ids = call["response_ids"].as_array().expect("ids").len();
+    assert!(ids > 0);
+    assert_eq!(
+        call["response_logprobs"]
+            .as_array()
+            .expect("logprobs")
+            .len(),
+        ids
+    );
+}

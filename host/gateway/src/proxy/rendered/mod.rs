@@ -6,6 +6,7 @@
 //! tool calls and reasoning parsed as the policy's model family writes them.
 
 mod chunks;
+mod events;
 mod restore;
 mod sglang;
 
@@ -16,9 +17,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use agl_conversation::{AssistantTurn, Chains, Conversation, Renderer, Served, openai_chat};
+use agl_conversation::{
+    AssistantTurn, Chains, Conversation, Renderer, Served, anthropic, openai_chat,
+};
+use agl_wire::rollout::ApiKind;
 
 pub use chunks::ChatChunks;
+pub use events::{MessageEvents, message_stop};
 pub use sglang::GenerateChunks;
 
 use super::rewrite::RawBody;
@@ -74,6 +79,8 @@ pub struct RenderedCall {
     pub prompt_ids: Vec<u32>,
     /// The call (store seq) this one continues; `None` = a new chain.
     pub continues: Option<u64>,
+    /// The API the harness called (Chat Completions or Messages).
+    pub front: ApiKind,
     /// The engine's token-in API and the model name it serves.
     pub api: EngineApi,
     model: String,
@@ -84,6 +91,7 @@ impl RenderedCall {
     /// Reads the chat request `body` and finds its prompt.
     pub async fn prepare(
         renderer: Arc<Renderer>,
+        front: ApiKind,
         engine: &Engine,
         index: &ChainIndex,
         store: &Store,
@@ -93,8 +101,11 @@ impl RenderedCall {
     ) -> Result<RenderedCall, ApiError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
-        let conversation =
-            openai_chat::conversation(&value).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let conversation = match front {
+            ApiKind::AnthropicMessages => anthropic::conversation(&value),
+            _ => openai_chat::conversation(&value),
+        }
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let chains = index.of(store, rollout_id, attempt).await?;
         // Rendering and tokenizing a long history is CPU work: off the
         // async workers.
@@ -114,6 +125,7 @@ impl RenderedCall {
             conversation,
             prompt_ids: prompt.ids,
             continues: prompt.continues,
+            front,
             api: engine.api,
             model: engine.model.clone(),
             chains,
@@ -156,20 +168,30 @@ impl RenderedCall {
     /// prompt ids (vLLM's `return_token_ids` and one logprob per sampled
     /// token).
     fn completions_body(&self, mut body: RawBody) -> Vec<u8> {
-        const CHAT_ONLY: [&str; 8] = [
-            "messages",
-            "tools",
-            "tool_choice",
-            "parallel_tool_calls",
-            "logprobs",
-            "top_logprobs",
-            "max_completion_tokens",
-            "response_format",
+        // What a completions request takes; the chat or Messages body's
+        // other keys (messages, tools, system, ...) are the prompt now.
+        const KEEP: [&str; 13] = [
+            "model",
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "stop",
+            "seed",
+            "stream",
+            "stream_options",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
         ];
         if let Some(max) = body.shift_remove("max_completion_tokens") {
             body.insert("max_tokens".into(), max);
         }
-        body.retain(|k, _| !CHAT_ONLY.contains(&k.as_str()));
+        if let Some(stop) = body.shift_remove("stop_sequences") {
+            body.insert("stop".into(), stop);
+        }
+        body.retain(|k, _| KEEP.contains(&k.as_str()));
         let raw = |v: Value| {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
         };
@@ -218,6 +240,65 @@ impl RenderedCall {
             usage: completion.usage,
         };
         (serde_json::to_vec(&body).unwrap_or_default(), turn)
+    }
+
+    /// The engine's completions body answered in the called API's shape,
+    /// and the reply parsed from its text.
+    pub fn answer_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
+        match self.front {
+            ApiKind::AnthropicMessages => self.messages_body(completion, id_prefix),
+            _ => self.chat_body(completion, id_prefix),
+        }
+    }
+
+    /// A Messages response: content blocks, `stop_reason`, usage.
+    fn messages_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
+        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
+        let choice = completion.choices.into_iter().next().unwrap_or_default();
+        let turn = self.parse(&choice.text);
+        let body = self.message(
+            &turn,
+            choice.finish_reason.as_str(),
+            choice.token_ids.len(),
+            id_prefix,
+        );
+        (serde_json::to_vec(&body).unwrap_or_default(), turn)
+    }
+
+    /// The Messages `message` for a reply (also the record of a streamed one).
+    pub fn message(
+        &self,
+        turn: &AssistantTurn,
+        finish: Option<&str>,
+        output_tokens: usize,
+        id_prefix: &str,
+    ) -> Value {
+        json!({
+            "id": self.message_id(id_prefix),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": anthropic::content_blocks(turn, id_prefix),
+            "stop_reason": anthropic::stop_reason(turn, finish, None),
+            "stop_sequence": null,
+            "usage": {"input_tokens": self.prompt_ids.len(), "output_tokens": output_tokens},
+        })
+    }
+
+    /// `msg_...`: the rollout and the prompt's length name one call.
+    pub fn message_id(&self, id_prefix: &str) -> String {
+        format!("msg_{id_prefix}_{}", self.prompt_ids.len())
+    }
+
+    /// The Messages event translator for a streamed call of that API.
+    pub fn message_events(&self, id_prefix: &str) -> Option<MessageEvents> {
+        (self.front == ApiKind::AnthropicMessages).then(|| {
+            MessageEvents::new(
+                self.message_id(id_prefix),
+                self.model.clone(),
+                self.prompt_ids.len(),
+            )
+        })
     }
 
     /// Keeps the served call for the next one to continue.
