@@ -216,13 +216,10 @@ async fn handle(
         Some(
             RenderedCall::prepare(
                 renderer,
-                api,
+                (api, &body),
                 &engine,
-                &st.chains,
-                &st.store,
-                &rollout_id,
-                attempt,
-                &body,
+                (&st.chains, &st.store),
+                (&rollout_id, attempt),
             )
             .await?,
         )

@@ -88,16 +88,14 @@ pub struct RenderedCall {
 }
 
 impl RenderedCall {
-    /// Reads the chat request `body` and finds its prompt.
+    /// Reads the request `body` of API `front` and finds its prompt among
+    /// the chains of the rollout attempt `(rollout_id, attempt)`.
     pub async fn prepare(
         renderer: Arc<Renderer>,
-        front: ApiKind,
+        (front, body): (ApiKind, &[u8]),
         engine: &Engine,
-        index: &ChainIndex,
-        store: &Store,
-        rollout_id: &str,
-        attempt: u32,
-        body: &[u8],
+        (index, store): (&ChainIndex, &Store),
+        (rollout_id, attempt): (&str, u32),
     ) -> Result<RenderedCall, ApiError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
