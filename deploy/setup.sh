@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what agl needs on a fresh machine, skipping what is already there:
 # the wasm32-wasip2 Rust target, a Python venv with the torch that tch 0.26
-# links against plus the openai SDK (for the proxy's SDK tests), and the
+# links against plus the openai and anthropic SDKs (for the proxy's SDK tests), and the
 # built-in plugins (build/plugins/*.wasm), and the Python references the
 # GGUF import and trainer parity tests compare against (transformers, gguf,
 # jinja2, accelerate), and mini-swe-agent (the harness of examples/mini-swe).
@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
 OPENAI_VERSION=3.57.0  # the SDK host/gateway/tests/gateway/openai_sdk.rs drives the proxy with
+ANTHROPIC_VERSION=2.15.0  # the SDK host/gateway/tests/gateway/anthropic_sdk.rs drives it with
 # host/agl/tests/e2e/model_import.rs and trainer/tests/trainer/hf_parity.rs compare against these.
 TRANSFORMERS_VERSION=5.24.0
 GGUF_VERSION=0.19.0
@@ -39,6 +40,11 @@ fi
 if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
     echo "setup: installing openai==$OPENAI_VERSION into $VENV"
     "$VENV/bin/pip" install --quiet "openai==$OPENAI_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "import anthropic, sys; sys.exit(anthropic.__version__ != '$ANTHROPIC_VERSION')" 2>/dev/null; then
+    echo "setup: installing anthropic==$ANTHROPIC_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet "anthropic==$ANTHROPIC_VERSION"
 fi
 
 if ! "$VENV/bin/python" -c "

@@ -7,10 +7,12 @@
 //! summary, a truncation, a sub-agent's own history) is rendered fresh and
 //! starts a new chain.
 //!
-//! Only the newest call of each chain is kept (a continuation replaces
-//! the call it continued: its prompt holds all of it), and at most
-//! [`MAX_CHAINS`] chains per attempt, so memory stays bounded by the
-//! attempt's longest sequences.
+//! Only the newest call of each chain is kept with the call it continued
+//! (a continuation replaces that call as the chain's end; keeping it one
+//! step back lets the same turn be asked again, e.g. a streamed repeat or
+//! a second sample, and still continue), and at most [`MAX_CHAINS`] chains
+//! per attempt, so memory stays bounded by the attempt's longest
+//! sequences.
 
 use serde_json::Value;
 
@@ -47,7 +49,14 @@ pub struct Prompt {
 /// The chains of one rollout attempt, newest first.
 #[derive(Debug, Default, Clone)]
 pub struct Chains {
-    leaves: Vec<Served>,
+    leaves: Vec<Leaf>,
+}
+
+/// A chain's last call and the one it continued.
+#[derive(Debug, Clone)]
+struct Leaf {
+    end: Served,
+    before: Option<Served>,
 }
 
 impl Chains {
@@ -57,11 +66,15 @@ impl Chains {
         renderer: &Renderer,
         conv: &Conversation,
     ) -> Result<Prompt, ConversationError> {
-        for leaf in &self.leaves {
-            if let Some(ids) = continue_from(renderer, leaf, conv)? {
+        let candidates = self
+            .leaves
+            .iter()
+            .flat_map(|l| std::iter::once(&l.end).chain(&l.before));
+        for served in candidates {
+            if let Some(ids) = continue_from(renderer, served, conv)? {
                 return Ok(Prompt {
                     ids,
-                    continues: Some(leaf.call),
+                    continues: Some(served.call),
                 });
             }
         }
@@ -71,12 +84,23 @@ impl Chains {
         })
     }
 
-    /// Records a served call; it replaces the leaf it continued.
+    /// Records a served call; it ends the chain of the call it continued,
+    /// which it keeps one step back.
     pub fn served(&mut self, call: Served, continued: Option<u64>) {
+        let mut before = None;
         if let Some(prev) = continued {
-            self.leaves.retain(|l| l.call != prev);
+            if let Some(i) = self.leaves.iter().position(|l| l.end.call == prev) {
+                before = Some(self.leaves.remove(i).end);
+            } else if let Some(l) = self
+                .leaves
+                .iter()
+                .find(|l| l.before.as_ref().is_some_and(|b| b.call == prev))
+            {
+                // A second continuation of the same call: a branch.
+                before = l.before.clone();
+            }
         }
-        self.leaves.insert(0, call);
+        self.leaves.insert(0, Leaf { end: call, before });
         self.leaves.truncate(MAX_CHAINS);
     }
 

@@ -1,6 +1,7 @@
 //! The gateway: management API, proxy, SDK and curl clients, load.
 //! One test binary for the crate (each links the whole dependency tree).
 
+mod anthropic_sdk;
 mod api;
 mod curl;
 mod hostile;

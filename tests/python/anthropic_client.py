@@ -1,0 +1,73 @@
+"""Drives the gateway's Anthropic Messages proxy with the real anthropic
+Python SDK (host/gateway/tests/gateway/anthropic_sdk.rs). Prints one JSON
+summary. ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY come from the test.
+
+    anthropic_client.py tools      create with a tool, send the tool result
+                                   back, then the same turn streamed
+    anthropic_client.py retry N    one create, N SDK retries allowed
+"""
+
+import json
+import sys
+
+import anthropic
+
+TOOLS = [
+    {
+        "name": "bash",
+        "description": "Run a shell command",
+        "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    }
+]
+
+
+def tools(client):
+    messages = [{"role": "user", "content": "How many files?"}]
+    first = client.messages.create(
+        model="policy", max_tokens=256, system="Be brief.", tools=TOOLS, messages=messages
+    )
+    use = next(b for b in first.content if b.type == "tool_use")
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "a b c"}]},
+    ]
+    second = client.messages.create(
+        model="policy", max_tokens=256, system="Be brief.", tools=TOOLS, messages=messages
+    )
+    with client.messages.stream(
+        model="policy", max_tokens=256, system="Be brief.", tools=TOOLS, messages=messages
+    ) as stream:
+        events = [e.type for e in stream]
+        streamed = stream.get_final_message()
+    return {
+        "first_stop": first.stop_reason,
+        "tool": {"name": use.name, "input": use.input},
+        "second_stop": second.stop_reason,
+        "second_text": "".join(b.text for b in second.content if b.type == "text"),
+        "streamed_text": "".join(b.text for b in streamed.content if b.type == "text"),
+        "streamed_stop": streamed.stop_reason,
+        "event_types": sorted(set(events)),
+    }
+
+
+def main():
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "tools":
+        result = tools(anthropic.Anthropic())
+    elif mode == "retry":
+        client = anthropic.Anthropic(max_retries=int(args[0]))
+        raw = client.messages.with_raw_response.create(
+            model="policy", max_tokens=64, messages=[{"role": "user", "content": "retry me"}]
+        )
+        message = raw.parse()
+        result = {
+            "text": "".join(b.text for b in message.content if b.type == "text"),
+            "retry_count": raw.retries_taken,
+        }
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
