@@ -3,7 +3,8 @@ Python SDK (host/gateway/tests/gateway/anthropic_sdk.rs). Prints one JSON
 summary. ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY come from the test.
 
     anthropic_client.py tools      create with a tool, send the tool result
-                                   back, then the same turn streamed
+                                   back, then the same turn streamed,
+                                   counted, and the models listed
     anthropic_client.py retry N    one create, N SDK retries allowed
 """
 
@@ -39,7 +40,14 @@ def tools(client):
     ) as stream:
         events = [e.type for e in stream]
         streamed = stream.get_final_message()
+    counted = client.messages.count_tokens(
+        model="policy", system="Be brief.", tools=TOOLS, messages=messages
+    )
+    models = [m.id for m in client.models.list()]
     return {
+        "models": models,
+        "counted": counted.input_tokens,
+        "second_input_tokens": second.usage.input_tokens,
         "first_stop": first.stop_reason,
         "tool": {"name": use.name, "input": use.input},
         "second_stop": second.stop_reason,

@@ -11,7 +11,9 @@ use agl_wire::api::RolloutView;
 /// 75 is `EX_TEMPFAIL` from sysexits.h.
 pub const SYSTEM_FAILURE_EXIT_CODE: i32 = 75;
 
-/// `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `AGL_ROLLOUT_ID`, `AGL_ATTEMPT`,
+/// `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`,
+/// `ANTHROPIC_AUTH_TOKEN` (sent as a Bearer token by Claude Code and the
+/// anthropic SDKs), `AGL_ROLLOUT_ID`, `AGL_ATTEMPT`,
 /// `AGL_EVENT_URL`, `AGL_INPUT`, then one variable per `env_map` entry
 /// (`NAME = "input.a.b"`: strings as they are, other JSON as JSON text,
 /// missing paths as the empty string).
@@ -23,6 +25,11 @@ pub fn agent_env(
     let mut env = vec![
         ("OPENAI_BASE_URL".into(), rollout.proxy_base_url.clone()),
         ("OPENAI_API_KEY".into(), rollout.token.clone()),
+        (
+            "ANTHROPIC_BASE_URL".into(),
+            rollout.anthropic_base_url.clone(),
+        ),
+        ("ANTHROPIC_AUTH_TOKEN".into(), rollout.token.clone()),
         ("AGL_ROLLOUT_ID".into(), rollout.id.clone()),
         ("AGL_ATTEMPT".into(), rollout.attempt.to_string()),
         ("AGL_EVENT_URL".into(), rollout.events_url.clone()),
@@ -76,6 +83,7 @@ mod tests {
             created_ms: 0,
             updated_ms: 0,
             proxy_base_url: "http://gw/proxy/r1/2/train/openai/v1".into(),
+            anthropic_base_url: "http://gw/proxy/r1/2/train/anthropic".into(),
             events_url: "http://gw/ev".into(),
             token: "tok".into(),
             calls: None,
@@ -93,6 +101,11 @@ mod tests {
         assert_eq!(env["NONE"], "");
         assert_eq!(env["AGL_ATTEMPT"], "2");
         assert_eq!(env["OPENAI_API_KEY"], "tok");
+        assert_eq!(env["ANTHROPIC_AUTH_TOKEN"], "tok");
+        assert_eq!(
+            env["ANTHROPIC_BASE_URL"],
+            "http://gw/proxy/r1/2/train/anthropic"
+        );
         assert_eq!(env["AGL_EVENT_URL"], "http://gw/ev");
     }
 }

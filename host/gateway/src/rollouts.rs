@@ -21,6 +21,12 @@ impl AppState {
     pub fn view(&self, r: RolloutRecord) -> RolloutView {
         RolloutView {
             proxy_base_url: urls::proxy_base_url(&self.public_base, &r.id, r.attempt, r.mode),
+            anthropic_base_url: urls::anthropic_base_url(
+                &self.public_base,
+                &r.id,
+                r.attempt,
+                r.mode,
+            ),
             events_url: urls::events_url(&self.public_base, &r.id),
             token: self.auth.rollout_token(&r.id, r.attempt),
             id: r.id,

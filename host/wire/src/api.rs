@@ -59,6 +59,10 @@ pub struct RolloutView {
     pub updated_ms: u64,
     /// The OpenAI-style base URL the agent calls the model at.
     pub proxy_base_url: String,
+    /// The same for Anthropic clients (`ANTHROPIC_BASE_URL`: they append
+    /// `/v1/messages`).
+    #[serde(default)]
+    pub anthropic_base_url: String,
     /// Where the agent posts its events (e.g. its reward).
     pub events_url: String,
     /// The agent's bearer token for both URLs.

@@ -56,6 +56,17 @@ pub fn proxy_base_url(base: &str, id: &str, attempt: u32, mode: Mode) -> String 
     )
 }
 
+/// The Anthropic-style base URL of rollout `id`'s attempt on gateway
+/// `base` (SDKs append `/v1/messages`; no trailing `/`).
+pub fn anthropic_base_url(base: &str, id: &str, attempt: u32, mode: Mode) -> String {
+    format!(
+        "{}/proxy/{}/{attempt}/{}/anthropic",
+        base.trim_end_matches('/'),
+        encode_segment(id),
+        mode.as_str()
+    )
+}
+
 /// Where rollout `id`'s agent posts its events on gateway `base`.
 pub fn events_url(base: &str, id: &str) -> String {
     format!(
@@ -127,6 +138,10 @@ mod tests {
         assert_eq!(
             proxy_base_url("http://gw/", "a b/c", 2, Mode::Val),
             "http://gw/proxy/a%20b%2Fc/2/val/openai/v1"
+        );
+        assert_eq!(
+            anthropic_base_url("http://gw/", "r.1", 3, Mode::Train),
+            "http://gw/proxy/r.1/3/train/anthropic"
         );
         assert_eq!(
             events_url("http://gw", "r1"),

@@ -14,6 +14,7 @@ mod assemble;
 mod call;
 mod dedup;
 mod forward;
+mod models;
 mod record;
 mod rendered;
 mod rewrite;
@@ -27,7 +28,7 @@ use axum::extract::State;
 use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::value::RawValue;
 
 pub use dedup::RetryIndex;
@@ -54,6 +55,12 @@ pub fn routes() -> axum::Router<AppState> {
         .route(&format!("{PREFIX}/chat/completions"), post(chat))
         .route(&format!("{PREFIX}/completions"), post(completions))
         .route(&format!("{ANTHROPIC}/messages"), post(messages))
+        .route(
+            &format!("{ANTHROPIC}/messages/count_tokens"),
+            post(models::count_tokens),
+        )
+        .route(&format!("{PREFIX}/models"), get(models::openai))
+        .route(&format!("{ANTHROPIC}/models"), get(models::anthropic))
 }
 
 type ProxyPath = ApiPath<(String, u32, String)>;

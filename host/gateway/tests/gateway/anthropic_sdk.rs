@@ -53,7 +53,17 @@ async fn start(dir: &Path) -> Local {
     local
 }
 
-fn run_client(local: &Local, args: &[&str]) -> tokio::task::JoinHandle<Value> {
+/// Runs the client with the URL and token the rollout's view gives its agent.
+async fn run_client(local: &Local, args: &[&str]) -> tokio::task::JoinHandle<Value> {
+    let view: Value = reqwest::Client::new()
+        .get(format!("{}/v1/rollouts/r1", local.base))
+        .bearer_auth(crate::support::ADMIN)
+        .send()
+        .await
+        .expect("view")
+        .json()
+        .await
+        .expect("json");
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/anthropic_client.py");
     let mut cmd = Command::new(python());
@@ -61,9 +71,9 @@ fn run_client(local: &Local, args: &[&str]) -> tokio::task::JoinHandle<Value> {
         .args(args)
         .env(
             "ANTHROPIC_BASE_URL",
-            format!("{}/proxy/r1/1/train/anthropic", local.base),
+            view["anthropic_base_url"].as_str().expect("url"),
         )
-        .env("ANTHROPIC_API_KEY", local.auth.rollout_token("r1", 1));
+        .env("ANTHROPIC_API_KEY", view["token"].as_str().expect("token"));
     tokio::task::spawn_blocking(move || {
         let out = cmd.output().expect("run python");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -80,7 +90,7 @@ fn run_client(local: &Local, args: &[&str]) -> tokio::task::JoinHandle<Value> {
 async fn sdk_messages_with_a_tool_round_trip_whole_and_streamed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let local = start(dir.path()).await;
-    let got = run_client(&local, &["tools"]).await.expect("client");
+    let got = run_client(&local, &["tools"]).await.await.expect("client");
     assert_eq!(got["first_stop"], "tool_use", "{got}");
     assert_eq!(got["tool"]["name"], "bash");
     assert_eq!(got["tool"]["input"]["cmd"], "ls");
@@ -88,6 +98,9 @@ async fn sdk_messages_with_a_tool_round_trip_whole_and_streamed() {
     assert_eq!(got["second_text"], "There are 3 files.");
     assert_eq!(got["streamed_text"], "There are 3 files.");
     assert_eq!(got["streamed_stop"], "end_turn");
+    // Counted as the gateway renders it: the continued prompt's length.
+    assert_eq!(got["counted"], got["second_input_tokens"], "{got}");
+    assert_eq!(got["models"], serde_json::json!(["served-model"]));
     let types: Vec<&str> = got["event_types"]
         .as_array()
         .expect("types")
@@ -121,7 +134,7 @@ async fn sdk_retries_the_paused_proxy_429_into_one_message() {
     let dir = tempfile::tempdir().expect("tempdir");
     let local = start(dir.path()).await;
     local.control.pause();
-    let client = run_client(&local, &["retry", "10"]);
+    let client = run_client(&local, &["retry", "10"]).await;
     let answered_429 = || {
         local
             .metrics
@@ -142,4 +155,33 @@ async fn sdk_retries_the_paused_proxy_429_into_one_message() {
     assert!(got["retry_count"].as_u64() >= Some(1), "{got}");
     let rollout = local.store.export_rollout("r1").await.expect("export");
     assert_eq!(rollout.calls.len(), 1, "{:?}", rollout.calls);
+}
+
+/// `GET .../openai/v1/models` lists the policy for the rollout's own token;
+/// another attempt's token is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_models_route_lists_the_policy_for_the_rollout_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = start(dir.path()).await;
+    let url = format!("{}/proxy/r1/1/train/openai/v1/models", local.base);
+    let get = |token: String| {
+        let url = url.clone();
+        async move {
+            reqwest::Client::new()
+                .get(&url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("send")
+        }
+    };
+    let list: Value = get(local.auth.rollout_token("r1", 1))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(list["object"], "list");
+    assert_eq!(list["data"][0]["id"], "served-model", "{list}");
+    let stale = get(local.auth.rollout_token("r1", 7)).await;
+    assert_eq!(stale.status(), reqwest::StatusCode::FORBIDDEN);
 }

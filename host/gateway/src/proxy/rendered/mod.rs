@@ -65,6 +65,21 @@ impl ChainIndex {
             .clone())
     }
 
+    /// A copy of the attempt's chains as they are now.
+    pub async fn snapshot(
+        &self,
+        store: &Store,
+        rollout_id: &str,
+        attempt: u32,
+    ) -> Result<Chains, ApiError> {
+        let chains = self.of(store, rollout_id, attempt).await?;
+        let copy = chains
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Ok(copy)
+    }
+
     /// Drops a finished rollout's chains (every attempt).
     pub fn forget(&self, rollout_id: &str) {
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
