@@ -28,6 +28,10 @@ pub struct GatewayConfig {
     pub header_timeout_secs: f64,
     /// Seconds a request body has to arrive in full (408 after).
     pub body_timeout_secs: f64,
+    /// A streamed Anthropic Messages answer sends a `ping` event after this
+    /// many seconds without engine output (as Anthropic's API does), so
+    /// idle-cutting proxies and clients keep the stream.
+    pub stream_ping_secs: f64,
     /// Base URL agents reach the gateway at, used in proxy URLs; unset =
     /// `http://<listen>`.
     pub public_base_url: Option<String>,
@@ -48,6 +52,7 @@ impl Default for GatewayConfig {
             max_connections: 4096,
             header_timeout_secs: 30.0,
             body_timeout_secs: 60.0,
+            stream_ping_secs: 5.0,
             public_base_url: None,
             train_temperature: 1.0,
             val_temperature: 0.0,
@@ -64,6 +69,7 @@ impl GatewayConfig {
         for (key, secs) in [
             ("header_timeout_secs", self.header_timeout_secs),
             ("body_timeout_secs", self.body_timeout_secs),
+            ("stream_ping_secs", self.stream_ping_secs),
         ] {
             if !(secs.is_finite() && secs > 0.0) {
                 return Err(format!(

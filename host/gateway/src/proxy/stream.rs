@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
-use super::rendered::{ChatChunks, message_stop};
+use super::rendered::{ChatChunks, message_ping, message_stop};
+use crate::GatewayConfig;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::ApiKind;
 use agl_wire::rollout::JsonText;
@@ -77,7 +78,19 @@ async fn pump(
     let mut done = false;
     let mut left = false;
     let mut error = None;
+    // A Messages stream opens at once and pings while the engine is silent.
+    let ping = GatewayConfig::seconds(call.st.config.stream_ping_secs);
+    if let Some(e) = &mut events {
+        for frame in e.start() {
+            if tx.send(Ok(Bytes::from(frame))).await.is_err() {
+                left = true;
+            }
+        }
+    }
     'read: loop {
+        if left {
+            break;
+        }
         let item = tokio::select! {
             biased;
             () = tx.closed() => {
@@ -85,6 +98,12 @@ async fn pump(
                 break;
             }
             item = chunks.next() => item,
+            () = tokio::time::sleep(ping), if events.is_some() => {
+                if tx.send(Ok(Bytes::from(message_ping()))).await.is_err() {
+                    left = true;
+                }
+                continue;
+            }
         };
         let Some(item) = item else { break };
         let bytes = match item {

@@ -476,3 +476,57 @@ async fn a_streamed_anthropic_message_is_events_and_its_record_is_the_message() 
         ids
     );
 }
+
+/// While the engine is silent a Messages stream sends `ping` events (after
+/// `message_start`, which goes out at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_engine_gets_a_messages_stream_pinged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = TestEngineConfig::default()
+        .with_replies([Reply::text("ok")])
+        .with_faults(agl_testengine::Faults {
+            chunk_latency: std::time::Duration::from_millis(700),
+            ..Default::default()
+        });
+    let config = GatewayConfig {
+        stream_ping_secs: 0.2,
+        ..GatewayConfig::default()
+    };
+    let env = start_local_with(
+        engine,
+        config,
+        Some(renderer(dir.path())),
+        Default::default(),
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    let text = reqwest::Client::new()
+        .post(format!(
+            "{}/proxy/r1/1/train/anthropic/v1/messages",
+            env.base
+        ))
+        .header("x-api-key", ADMIN)
+        .json(&json!({"model": "p", "max_tokens": 16, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .expect("send")
+        .text()
+        .await
+        .expect("stream");
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|f| f.lines().next()?.strip_prefix("event: "))
+        .collect();
+    assert_eq!(events.first(), Some(&"message_start"), "{events:?}");
+    // The engine waits 700 ms before each chunk after its first.
+    let deltas: Vec<usize> = (0..events.len())
+        .filter(|&i| events[i] == "content_block_delta")
+        .collect();
+    assert_eq!(deltas.len(), 2, "{events:?}");
+    assert!(
+        events[deltas[0]..deltas[1]].contains(&"ping"),
+        "pinged while the engine was silent: {events:?}"
+    );
+    assert_eq!(events.last(), Some(&"message_stop"));
+}

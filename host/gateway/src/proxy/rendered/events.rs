@@ -3,7 +3,8 @@
 //! (reasoning, content, tool-call deltas) become `message_start`,
 //! `content_block_start` / `_delta` (`thinking_delta`, `text_delta`,
 //! `input_json_delta`) / `_stop`, `message_delta` (stop reason, usage);
-//! `message_stop` is the stream's end, sent once the record is committed.
+//! `message_stop` is the stream's end, sent once the record is committed;
+//! `ping` keeps a silent stream alive.
 
 use serde_json::{Value, json};
 
@@ -32,6 +33,11 @@ fn frame(event: &str, data: Value) -> String {
     format!("event: {event}\ndata: {data}\n\n")
 }
 
+/// A keep-alive frame.
+pub fn message_ping() -> String {
+    frame("ping", json!({"type": "ping"}))
+}
+
 /// The frame that ends a Messages stream.
 pub fn message_stop() -> String {
     frame("message_stop", json!({"type": "message_stop"}))
@@ -50,8 +56,8 @@ impl MessageEvents {
         }
     }
 
-    /// The frames one chat chunk becomes.
-    pub fn push(&mut self, chunk: &Value) -> Vec<String> {
+    /// `message_start`, the first time it is asked for.
+    pub fn start(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         if !std::mem::replace(&mut self.started, true) {
             out.push(frame(
@@ -62,6 +68,12 @@ impl MessageEvents {
                     "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}}),
             ));
         }
+        out
+    }
+
+    /// The frames one chat chunk becomes.
+    pub fn push(&mut self, chunk: &Value) -> Vec<String> {
+        let mut out = self.start();
         let Some(choice) = chunk.pointer("/choices/0") else {
             return out;
         };

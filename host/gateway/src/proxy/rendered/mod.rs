@@ -23,7 +23,7 @@ use agl_conversation::{
 use agl_wire::rollout::ApiKind;
 
 pub use chunks::ChatChunks;
-pub use events::{MessageEvents, message_stop};
+pub use events::{MessageEvents, message_ping, message_stop};
 pub use sglang::GenerateChunks;
 
 use super::rewrite::RawBody;
