@@ -4,6 +4,7 @@
 //!   compared on its parsed form;
 //! - [`openai_chat`]: the Chat Completions front-end, in and out;
 //! - [`anthropic`]: the Anthropic Messages front-end, in and out;
+//! - [`responses`]: the OpenAI Responses front-end, in and out;
 //! - [`family`]: how a model family writes tool calls and reasoning, and
 //!   parsing an output's text back into a turn;
 //! - [`render`]: the policy's chat template and tokenizer, whole or only
@@ -17,6 +18,7 @@ pub mod family;
 pub mod message;
 pub mod openai_chat;
 pub mod render;
+pub mod responses;
 
 pub use continuation::{Chains, Prompt, Served};
 pub use family::{Family, ToolFormat};
