@@ -54,6 +54,7 @@ pub fn routes() -> axum::Router<AppState> {
     axum::Router::new()
         .route(&format!("{PREFIX}/chat/completions"), post(chat))
         .route(&format!("{PREFIX}/completions"), post(completions))
+        .route(&format!("{PREFIX}/responses"), post(responses))
         .route(&format!("{ANTHROPIC}/messages"), post(messages))
         .route(
             &format!("{ANTHROPIC}/messages/count_tokens"),
@@ -81,6 +82,15 @@ async fn completions(
     body: Result<ApiBody, ApiError>,
 ) -> Response {
     serve(ApiKind::Completions, st, path, headers, body).await
+}
+
+async fn responses(
+    st: State<AppState>,
+    path: ProxyPath,
+    headers: HeaderMap,
+    body: Result<ApiBody, ApiError>,
+) -> Response {
+    serve(ApiKind::Responses, st, path, headers, body).await
 }
 
 /// Anthropic Messages (`?beta=true` and other query strings tolerated).
@@ -201,14 +211,18 @@ async fn handle(
     };
     rewrite::rewrite(&mut forward, api, &engine.model, temperature);
     let streaming = rewrite::is_stream(&forward);
-    if api == ApiKind::AnthropicMessages && engine.render != Render::Gateway {
+    let own_render = matches!(api, ApiKind::AnthropicMessages | ApiKind::Responses);
+    if own_render && engine.render != Render::Gateway {
         return Err(ApiError::bad_request(format!(
-            "the Messages API is served by the gateway's own rendering; engine `{}` is \
-             registered with render = \"engine\" (set render = \"gateway\")",
+            "this API is served by the gateway's own rendering; engine `{}` is registered \
+             with render = \"engine\" (set render = \"gateway\")",
             engine.name
         )));
     }
-    let renders = matches!(api, ApiKind::ChatCompletions | ApiKind::AnthropicMessages);
+    if api == ApiKind::Responses {
+        rendered::check_responses_request(&forward, streaming)?;
+    }
+    let renders = own_render || api == ApiKind::ChatCompletions;
     let rendered = if renders && engine.render == Render::Gateway {
         let renderer = st.renderer.clone().ok_or_else(|| {
             ApiError::new(

@@ -530,3 +530,109 @@ async fn a_silent_engine_gets_a_messages_stream_pinged() {
     );
     assert_eq!(events.last(), Some(&"message_stop"));
 }
+
+/// OpenAI Responses on the same core (not streamed yet): a function_call
+/// item, the call's output sent back as items continuing token-exactly,
+/// and what is not served yet refused before anything is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_continue_token_exactly_and_refuse_what_is_not_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let turn = Arc::new(AtomicUsize::new(0));
+    let counter = turn.clone();
+    let engine = TestEngineConfig::default().with_script(move |_| {
+        match counter.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::text(CALL),
+            _ => Reply::text("There are 3 files."),
+        }
+    });
+    let env = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer(dir.path())),
+        Default::default(),
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    let url = format!("{}/proxy/r1/1/train/openai/v1/responses", env.base);
+    let tools = json!([{"type": "function", "name": "bash", "parameters": {"type": "object"}}]);
+    let first = chat(
+        &url,
+        json!({"model": "policy", "instructions": "Be brief.", "tools": tools,
+                                  "input": "How many files?", "max_output_tokens": 256}),
+    )
+    .await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let first: Value = first.json().await.expect("json");
+    assert_eq!(first["object"], "response", "{first}");
+    assert_eq!(first["status"], "completed");
+    let call = first["output"]
+        .as_array()
+        .expect("output")
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .expect("a function_call item")
+        .clone();
+    assert_eq!(call["name"], "bash");
+    let mut input = vec![json!({"role": "user", "content": "How many files?"})];
+    input.extend(first["output"].as_array().expect("output").iter().cloned());
+    input.push(
+        json!({"type": "function_call_output", "call_id": call["call_id"], "output": "a b c"}),
+    );
+    let second: Value = chat(
+        &url,
+        json!({"model": "policy", "instructions": "Be brief.", "tools": tools,
+                                          "input": input, "max_output_tokens": 256}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(
+        second["output"][0]["content"][0]["text"], "There are 3 files.",
+        "{second}"
+    );
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    let calls: Vec<Value> = events
+        .iter()
+        .map(|e| e.payload.parse().expect("payload"))
+        .collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0]["api"], "responses");
+    assert_eq!(calls[1]["continues"], json!(events[0].seq), "{}", calls[1]);
+    let sent = env.engine.requests();
+    let body = sent[1].body.as_ref().expect("body");
+    assert_eq!(body["max_tokens"], 256);
+    for key in ["input", "instructions", "tools", "max_output_tokens"] {
+        assert!(body.get(key).is_none(), "{key}: {body}");
+    }
+    for (bad, want) in [
+        (
+            json!({"model": "p", "input": "x", "stream": true}),
+            "streamed Responses",
+        ),
+        (
+            json!({"model": "p", "input": "x", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (
+            json!({"model": "p", "input": [{"type": "local_shell_call", "call_id": "c"}]}),
+            "local_shell_call",
+        ),
+    ] {
+        let resp = chat(&url, bad).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        let err: Value = resp.json().await.expect("json");
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains(want),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        env.store
+            .list_events("r1", 0, 10)
+            .await
+            .expect("events")
+            .len(),
+        2
+    );
+}

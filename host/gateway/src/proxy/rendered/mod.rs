@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use agl_conversation::{
-    AssistantTurn, Chains, Conversation, Renderer, Served, anthropic, openai_chat,
+    AssistantTurn, Chains, Conversation, Renderer, Served, anthropic, openai_chat, responses,
 };
 use agl_wire::rollout::ApiKind;
 
@@ -87,6 +87,26 @@ impl ChainIndex {
     }
 }
 
+/// What of a Responses request is not served yet, refused before anything
+/// is recorded: a streamed answer, and `previous_response_id` (the history
+/// must come in `input`).
+pub fn check_responses_request(body: &RawBody, streaming: bool) -> Result<(), ApiError> {
+    if streaming {
+        return Err(ApiError::bad_request(
+            "streamed Responses are not served yet; send stream: false",
+        ));
+    }
+    if body
+        .get("previous_response_id")
+        .is_some_and(|v| v.get() != "null")
+    {
+        return Err(ApiError::bad_request(
+            "`previous_response_id` is not served yet; send the whole history in `input`",
+        ));
+    }
+    Ok(())
+}
+
 /// What a gateway-rendered call carries until its record is committed.
 pub struct RenderedCall {
     pub renderer: Arc<Renderer>,
@@ -116,6 +136,7 @@ impl RenderedCall {
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
         let conversation = match front {
             ApiKind::AnthropicMessages => anthropic::conversation(&value),
+            ApiKind::Responses => responses::conversation(&value),
             _ => openai_chat::conversation(&value),
         }
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -201,6 +222,9 @@ impl RenderedCall {
         if let Some(max) = body.shift_remove("max_completion_tokens") {
             body.insert("max_tokens".into(), max);
         }
+        if let Some(max) = body.shift_remove("max_output_tokens") {
+            body.insert("max_tokens".into(), max);
+        }
         if let Some(stop) = body.shift_remove("stop_sequences") {
             body.insert("stop".into(), stop);
         }
@@ -260,8 +284,30 @@ impl RenderedCall {
     pub fn answer_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
         match self.front {
             ApiKind::AnthropicMessages => self.messages_body(completion, id_prefix),
+            ApiKind::Responses => self.response_body(completion, id_prefix),
             _ => self.chat_body(completion, id_prefix),
         }
+    }
+
+    /// A Responses response: output items, status, usage.
+    fn response_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
+        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
+        let choice = completion.choices.into_iter().next().unwrap_or_default();
+        let turn = self.parse(&choice.text);
+        let cut = choice.finish_reason.as_str() == Some("length");
+        let (input, output) = (self.prompt_ids.len(), choice.token_ids.len());
+        let id = format!("{id_prefix}_{input}");
+        let body = json!({
+            "id": format!("resp_{id}"),
+            "object": "response",
+            "created_at": completion.created,
+            "status": if cut { "incomplete" } else { "completed" },
+            "incomplete_details": if cut { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+            "model": completion.model,
+            "output": responses::output_items(&turn, &id),
+            "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output},
+        });
+        (serde_json::to_vec(&body).unwrap_or_default(), turn)
     }
 
     /// A Messages response: content blocks, `stop_reason`, usage.
