@@ -19,7 +19,7 @@ use crate::support::{Local, start_local_with};
 const CALL: &str =
     "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\":\"ls\"}}\n</tool_call>";
 
-async fn start(dir: &Path) -> Local {
+pub(crate) async fn start(dir: &Path) -> Local {
     let (tok, eos) = crate::policy::tools_policy(dir);
     // The engine reads prompts in the policy's ids.
     let codec = {

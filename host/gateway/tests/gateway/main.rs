@@ -14,5 +14,6 @@ mod policy;
 mod process;
 mod proxy;
 mod rendered;
+mod responses_sdk;
 #[allow(dead_code)] // each module uses a subset
 mod support;
