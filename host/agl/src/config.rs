@@ -269,6 +269,7 @@ mod tests {
             "gateway.max_connections=0",
             "gateway.header_timeout_secs=-1",
             "gateway.body_timeout_secs=0",
+            "gateway.stream_ping_secs=0",
         ] {
             let e = Config::load(None, &[bad.into()]).unwrap_err().to_string();
             let key = bad.split('=').next().unwrap();

@@ -20,10 +20,10 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::ConversationError;
-use crate::message::{AssistantTurn, Conversation, Message, ToolCall};
+use crate::message::{AssistantTurn, Conversation, Message, ToolCall, function_tool, map_tools};
 
 /// Reads a Messages request body's `system`, `messages` and `tools`.
 pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
@@ -189,43 +189,18 @@ fn text_blocks(value: &Value, what: &str) -> Result<String, ConversationError> {
 
 /// Custom tools as OpenAI function tools.
 fn tools(tools: Option<&Value>) -> Result<Option<Value>, ConversationError> {
-    let Some(list) = tools.filter(|t| !t.is_null()) else {
-        return Ok(None);
-    };
-    let list = list
-        .as_array()
-        .ok_or_else(|| ConversationError::unsupported("`tools` must be a list"))?;
-    let mut out = Vec::new();
-    for (i, t) in list.iter().enumerate() {
+    map_tools(tools, |i, t| {
         let kind = t.get("type").and_then(Value::as_str).unwrap_or("custom");
-        let name = t.get("name").and_then(Value::as_str);
-        match (kind, name) {
-            ("custom", Some(name)) => {
-                let mut function = Map::new();
-                function.insert("name".into(), json!(name));
-                if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
-                    function.insert("description".into(), d.clone());
-                }
-                let schema = t
-                    .get("input_schema")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object"}));
-                function.insert("parameters".into(), schema);
-                out.push(json!({"type": "function", "function": function}));
-            }
-            (_, None) => {
-                return Err(ConversationError::unsupported(format!(
-                    "tools[{i}]: a tool needs `name`"
-                )));
-            }
-            (kind, Some(_)) => {
-                return Err(ConversationError::unsupported(format!(
-                    "tools[{i}]: server tool type `{kind}` is not supported; send custom tools"
-                )));
-            }
+        match (kind, t.get("name").and_then(Value::as_str)) {
+            ("custom", Some(name)) => Ok(function_tool(t, name, "input_schema")),
+            (_, None) => Err(ConversationError::unsupported(format!(
+                "tools[{i}]: a tool needs `name`"
+            ))),
+            (kind, Some(_)) => Err(ConversationError::unsupported(format!(
+                "tools[{i}]: server tool type `{kind}` is not supported; send custom tools"
+            ))),
         }
-    }
-    Ok(Some(Value::Array(out)))
+    })
 }
 
 /// Why generation stopped, as Messages says it.

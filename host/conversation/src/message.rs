@@ -143,6 +143,42 @@ impl Conversation {
     }
 }
 
+/// A request's tool list mapped tool by tool into the OpenAI function list
+/// templates expect; absent or null is no tools.
+pub(crate) fn map_tools(
+    tools: Option<&Value>,
+    one: impl Fn(usize, &Value) -> Result<Value, crate::ConversationError>,
+) -> Result<Option<Value>, crate::ConversationError> {
+    let Some(list) = tools.filter(|t| !t.is_null()) else {
+        return Ok(None);
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| crate::ConversationError::unsupported("`tools` must be a list"))?;
+    let out = list
+        .iter()
+        .enumerate()
+        .map(|(i, t)| one(i, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(Value::Array(out)))
+}
+
+/// A flat tool definition (`name`, `description`, its schema under
+/// `schema_key`) as an OpenAI function tool.
+pub(crate) fn function_tool(t: &Value, name: &str, schema_key: &str) -> Value {
+    let mut function = Map::new();
+    function.insert("name".into(), json!(name));
+    if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+        function.insert("description".into(), d.clone());
+    }
+    let schema = t
+        .get(schema_key)
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object"}));
+    function.insert("parameters".into(), schema);
+    json!({"type": "function", "function": function})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,10 +17,10 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::ConversationError;
-use crate::message::{AssistantTurn, Conversation, Message, ToolCall};
+use crate::message::{AssistantTurn, Conversation, Message, ToolCall, function_tool, map_tools};
 
 /// Reads a Responses request body.
 pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
@@ -163,37 +163,19 @@ fn parts(content: Option<&Value>, i: usize) -> Result<String, ConversationError>
 
 /// `function` tools as the chat function list.
 fn tools(tools: Option<&Value>) -> Result<Option<Value>, ConversationError> {
-    let Some(list) = tools.filter(|t| !t.is_null()) else {
-        return Ok(None);
-    };
-    let list = list
-        .as_array()
-        .ok_or_else(|| ConversationError::unsupported("`tools` must be a list"))?;
-    let mut out = Vec::new();
-    for (i, t) in list.iter().enumerate() {
+    map_tools(tools, |i, t| {
         let kind = t.get("type").and_then(Value::as_str).unwrap_or("(none)");
-        let Some(name) = t
+        match t
             .get("name")
             .and_then(Value::as_str)
             .filter(|_| kind == "function")
-        else {
-            return Err(ConversationError::unsupported(format!(
+        {
+            Some(name) => Ok(function_tool(t, name, "parameters")),
+            None => Err(ConversationError::unsupported(format!(
                 "tools[{i}]: tool type `{kind}` is not supported; send function tools"
-            )));
-        };
-        let mut function = Map::new();
-        function.insert("name".into(), json!(name));
-        if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
-            function.insert("description".into(), d.clone());
+            ))),
         }
-        let schema = t
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object"}));
-        function.insert("parameters".into(), schema);
-        out.push(json!({"type": "function", "function": function}));
-    }
-    Ok(Some(Value::Array(out)))
+    })
 }
 
 /// The response's `output` items for a turn: reasoning, the message, then

@@ -55,15 +55,7 @@ pub(crate) async fn start(dir: &Path) -> Local {
 
 /// Runs the client with the URL and token the rollout's view gives its agent.
 async fn run_client(local: &Local, args: &[&str]) -> tokio::task::JoinHandle<Value> {
-    let view: Value = reqwest::Client::new()
-        .get(format!("{}/v1/rollouts/r1", local.base))
-        .bearer_auth(crate::support::ADMIN)
-        .send()
-        .await
-        .expect("view")
-        .json()
-        .await
-        .expect("json");
+    let view = local.view("r1").await;
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/anthropic_client.py");
     let mut cmd = Command::new(python());

@@ -51,24 +51,24 @@ async fn gateway_rendered_calls_continue_token_exactly_on_sglang_generate() {
     calls_continue_token_exactly(EngineApi::Sglang).await;
 }
 
-async fn calls_continue_token_exactly(api: EngineApi) {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Rollout `r1` running on a gateway that renders, its engine writing a
+/// `bash` call first and "There are 3 files." after.
+async fn call_then_answer(dir: &Path, api: EngineApi) -> crate::support::Local {
     let turn = Arc::new(AtomicUsize::new(0));
-    let counter = turn.clone();
     let engine = TestEngineConfig::default().with_script(move |_| {
-        match counter.fetch_add(1, Ordering::SeqCst) {
+        match turn.fetch_add(1, Ordering::SeqCst) {
             0 => Reply::text(CALL),
             _ => Reply::text("There are 3 files."),
         }
     });
-    let env = start_local_with(
-        engine,
-        GatewayConfig::default(),
-        Some(renderer(dir.path())),
-        api,
-    )
-    .await;
+    let env = start_local_with(engine, GatewayConfig::default(), Some(renderer(dir)), api).await;
     env.running(&["r1".to_string()]).await;
+    env
+}
+
+async fn calls_continue_token_exactly(api: EngineApi) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = call_then_answer(dir.path(), api).await;
     let url = env.chat_url("r1");
     let user = json!({"role": "user", "content": "How many files?"});
 
@@ -270,22 +270,7 @@ async fn a_restarted_gateway_rebuilds_its_chains_from_the_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_messages_continue_token_exactly_with_errors_in_their_shape() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let turn = Arc::new(AtomicUsize::new(0));
-    let counter = turn.clone();
-    let engine = TestEngineConfig::default().with_script(move |_| {
-        match counter.fetch_add(1, Ordering::SeqCst) {
-            0 => Reply::text(CALL),
-            _ => Reply::text("There are 3 files."),
-        }
-    });
-    let env = start_local_with(
-        engine,
-        GatewayConfig::default(),
-        Some(renderer(dir.path())),
-        Default::default(),
-    )
-    .await;
-    env.running(&["r1".to_string()]).await;
+    let env = call_then_answer(dir.path(), EngineApi::Openai).await;
     let url = format!(
         "{}/proxy/r1/1/train/anthropic/v1/messages?beta=true",
         env.base
@@ -537,22 +522,7 @@ async fn a_silent_engine_gets_a_messages_stream_pinged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_continue_token_exactly_and_refuse_what_is_not_served() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let turn = Arc::new(AtomicUsize::new(0));
-    let counter = turn.clone();
-    let engine = TestEngineConfig::default().with_script(move |_| {
-        match counter.fetch_add(1, Ordering::SeqCst) {
-            0 => Reply::text(CALL),
-            _ => Reply::text("There are 3 files."),
-        }
-    });
-    let env = start_local_with(
-        engine,
-        GatewayConfig::default(),
-        Some(renderer(dir.path())),
-        Default::default(),
-    )
-    .await;
-    env.running(&["r1".to_string()]).await;
+    let env = call_then_answer(dir.path(), EngineApi::Openai).await;
     let url = format!("{}/proxy/r1/1/train/openai/v1/responses", env.base);
     let tools = json!([{"type": "function", "name": "bash", "parameters": {"type": "object"}}]);
     let first = chat(

@@ -13,15 +13,7 @@ use crate::process::python;
 async fn sdk_responses_with_a_function_call_round_trip() {
     let dir = tempfile::tempdir().expect("tempdir");
     let local = crate::anthropic_sdk::start(dir.path()).await;
-    let view: Value = reqwest::Client::new()
-        .get(format!("{}/v1/rollouts/r1", local.base))
-        .bearer_auth(crate::support::ADMIN)
-        .send()
-        .await
-        .expect("view")
-        .json()
-        .await
-        .expect("json");
+    let view = local.view("r1").await;
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/responses_client.py");
     let mut cmd = Command::new(python());

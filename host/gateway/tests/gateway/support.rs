@@ -98,6 +98,19 @@ impl Local {
     }
 
     /// The chat completions URL of rollout `id`'s proxy (attempt 1, train).
+    /// `GET /v1/rollouts/{id}` as the admin: the URLs and token its agent gets.
+    pub async fn view(&self, id: &str) -> serde_json::Value {
+        reqwest::Client::new()
+            .get(format!("{}/v1/rollouts/{id}", self.base))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("view")
+            .json()
+            .await
+            .expect("view JSON")
+    }
+
     pub fn chat_url(&self, id: &str) -> String {
         format!(
             "{}/proxy/{id}/1/train/openai/v1/chat/completions",
