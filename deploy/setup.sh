@@ -4,7 +4,10 @@
 # links against plus the openai and anthropic SDKs (for the proxy's SDK tests), and the
 # built-in plugins (build/plugins/*.wasm), and the Python references the
 # GGUF import and trainer parity tests compare against (transformers, gguf,
-# jinja2, accelerate), and mini-swe-agent (the harness of examples/mini-swe).
+# jinja2, accelerate), mini-swe-agent (the harness of examples/mini-swe), and
+# the Claude Code, Codex and OpenCode CLIs from npm (examples/claude-code,
+# examples/codex, examples/opencode and the tests that drive them) into
+# $AGL_VENV/node, so deploy/env.sh puts them on PATH.
 #
 # Environment:
 #   AGL_VENV          venv location (default: .venv in the repo)
@@ -23,6 +26,10 @@ ACCELERATE_VERSION=1.15.0  # transformers needs it to load a model from a GGUF
 # The real harness examples/mini-swe runs and host/agl/tests/e2e/mini_swe.rs drives
 # (pulls litellm; about 70 s to install on 2 cores with a warm pip cache).
 MINI_SWE_AGENT_VERSION=2.4.6
+# The coding-agent CLIs (each ships its native binary as a platform package).
+CLAUDE_CODE_VERSION=2.1.328
+CODEX_VERSION=0.169.0
+OPENCODE_VERSION=1.18.33
 VENV=${AGL_VENV:-.venv}
 
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
@@ -65,6 +72,19 @@ sys.exit(version('mini-swe-agent') != '$MINI_SWE_AGENT_VERSION')
 " 2>/dev/null; then
     echo "setup: installing mini-swe-agent==$MINI_SWE_AGENT_VERSION into $VENV"
     "$VENV/bin/pip" install --quiet "mini-swe-agent==$MINI_SWE_AGENT_VERSION"
+fi
+
+NODE_PREFIX="$VENV/node"
+if ! (cd "$NODE_PREFIX" 2>/dev/null && node -e "
+const want = {'@anthropic-ai/claude-code': '$CLAUDE_CODE_VERSION', '@openai/codex': '$CODEX_VERSION', 'opencode-ai': '$OPENCODE_VERSION'};
+for (const [p, v] of Object.entries(want)) {
+  if (require('./node_modules/' + p + '/package.json').version !== v) process.exit(1);
+}" 2>/dev/null); then
+    echo "setup: installing claude-code, codex and opencode from npm into $NODE_PREFIX"
+    mkdir -p "$NODE_PREFIX"
+    (cd "$NODE_PREFIX" && npm install --silent --no-audit --no-fund --no-save \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
+        "opencode-ai@$OPENCODE_VERSION")
 fi
 
 plugins/build.sh

@@ -49,3 +49,17 @@ pub fn pid_alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// A coding-agent CLI deploy/setup.sh installed from npm
+/// (`$AGL_VENV/node/node_modules/.bin/{claude,codex,opencode}`).
+pub fn node_cli(name: &str) -> PathBuf {
+    let repo = repo_root();
+    let venv = std::env::var_os("AGL_VENV").map_or_else(|| repo.join(".venv"), |v| repo.join(v));
+    let bin = venv.join("node/node_modules/.bin").join(name);
+    assert!(
+        bin.exists(),
+        "{} missing: run deploy/setup.sh (it installs the pinned CLIs from npm)",
+        bin.display()
+    );
+    bin
+}

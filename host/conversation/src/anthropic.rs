@@ -220,8 +220,13 @@ pub fn stop_reason(
     }
 }
 
+/// The id of the answer's `i`th `tool_use` block (whole or streamed).
+pub fn tool_use_id(id_prefix: &str, i: usize) -> String {
+    format!("toolu_{id_prefix}_{i}")
+}
+
 /// The response's content blocks: thinking, text, then each tool call as a
-/// `tool_use` (ids `toolu_{prefix}_{i}` unless the call has one).
+/// `tool_use` (ids [`tool_use_id`] unless the call has one).
 pub fn content_blocks(turn: &AssistantTurn, id_prefix: &str) -> Vec<Value> {
     let mut out = Vec::new();
     if let Some(r) = &turn.reasoning {
@@ -238,7 +243,7 @@ pub fn content_blocks(turn: &AssistantTurn, id_prefix: &str) -> Vec<Value> {
         };
         out.push(json!({
             "type": "tool_use",
-            "id": c.id.clone().unwrap_or_else(|| format!("toolu_{id_prefix}_{i}")),
+            "id": c.id.clone().unwrap_or_else(|| tool_use_id(id_prefix, i)),
             "name": c.name,
             "input": input,
         }));

@@ -3,6 +3,7 @@
 
 mod anthropic_sdk;
 mod api;
+mod claude_code;
 mod curl;
 mod hostile;
 mod load;

@@ -6,6 +6,7 @@
 //! `message_stop` is the stream's end, sent once the record is committed;
 //! `ping` keeps a silent stream alive.
 
+use agl_conversation::anthropic;
 use serde_json::{Value, json};
 
 /// The block being streamed.
@@ -19,6 +20,8 @@ enum Block {
 
 pub struct MessageEvents {
     id: String,
+    /// Names the tool_use blocks as the whole answer (and the record) does.
+    id_prefix: String,
     model: String,
     input_tokens: usize,
     output_tokens: usize,
@@ -44,9 +47,10 @@ pub fn message_stop() -> String {
 }
 
 impl MessageEvents {
-    pub fn new(id: String, model: String, input_tokens: usize) -> Self {
+    pub fn new(id: String, id_prefix: &str, model: String, input_tokens: usize) -> Self {
         MessageEvents {
             id,
+            id_prefix: id_prefix.to_string(),
             model,
             input_tokens,
             output_tokens: 0,
@@ -104,9 +108,12 @@ impl MessageEvents {
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
             let i = call["index"].as_u64().unwrap_or(0);
             let function = &call["function"];
-            let index = self.open_block(Block::Tool(i), &mut out, || {
-                json!({"type": "tool_use", "id": call["id"], "name": function["name"], "input": {}})
-            });
+            let id = anthropic::tool_use_id(&self.id_prefix, i as usize);
+            let index = self.open_block(
+                Block::Tool(i),
+                &mut out,
+                || json!({"type": "tool_use", "id": id, "name": function["name"], "input": {}}),
+            );
             if let Some(args) = function["arguments"].as_str().filter(|a| !a.is_empty()) {
                 out.push(delta_frame(
                     index,

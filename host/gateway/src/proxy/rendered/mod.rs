@@ -354,6 +354,7 @@ impl RenderedCall {
         (self.front == ApiKind::AnthropicMessages).then(|| {
             MessageEvents::new(
                 self.message_id(id_prefix),
+                id_prefix,
                 self.model.clone(),
                 self.prompt_ids.len(),
             )

@@ -1,0 +1,259 @@
+//! The real Claude Code CLI (`claude -p`, pinned by deploy/setup.sh) through
+//! the Messages proxy, against a scripted engine that writes Hermes tool
+//! calls in the policy's ids: it runs the Bash tool (the side effect
+//! happens), starts a sub-agent with its Agent tool, and finishes. Every
+//! call is recorded with the ids the engine saw and sampled.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use agl_conversation::Renderer;
+use agl_gateway::GatewayConfig;
+use agl_testengine::{Codec, EngineRequest, Reply, TestEngineConfig};
+use agl_wire::rollout::ModelCall;
+use serde_json::{Value, json};
+
+use crate::process::node_cli;
+use crate::support::{Local, start_local_with};
+
+/// The sub-agent `--agents` defines; its system prompt tells the script
+/// which agent is asking.
+const WRITER: &str =
+    r#"{"writer": {"description": "Writes files", "prompt": "You are the writer sub-agent."}}"#;
+
+fn call(name: &str, arguments: Value) -> Reply {
+    Reply::text(format!(
+        "<tool_call>\n{}\n</tool_call>",
+        json!({"name": name, "arguments": arguments})
+    ))
+}
+
+/// The text after the prompt's last tool response, or the whole prompt.
+fn last_turn(r: &EngineRequest) -> &str {
+    r.prompt_text
+        .rsplit("<tool_response>")
+        .next()
+        .unwrap_or_default()
+}
+
+async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Local {
+    let (tok, eos) = crate::policy::tools_policy(dir);
+    let codec = {
+        let (e, d) = (tok.clone(), tok.clone());
+        Codec::new(
+            move |text| e.encode(text, false).unwrap_or_default(),
+            move |ids| d.decode(ids, false).unwrap_or_default(),
+        )
+    };
+    let engine = TestEngineConfig::default()
+        .with_codec(codec)
+        .with_script(script);
+    let renderer = Renderer::new(tok, &[eos]).expect("renderer");
+    let local = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer),
+        Default::default(),
+    )
+    .await;
+    local.running(&["r1".into()]).await;
+    local
+}
+
+/// `claude -p TASK` headless in `work`, with a private home, the rollout's
+/// URL and token, and a one-line system prompt.
+async fn claude(local: &Local, work: &Path, task: &str, extra: &[&str]) -> Output {
+    // `--bare` leaves out the Agent tool; a test that needs it goes without.
+    let view = local.view("r1").await;
+    let home = work.join(".home");
+    std::fs::create_dir_all(&home).expect("home");
+    let mut cmd = Command::new(node_cli("claude"));
+    cmd.args(["-p", task, "--system-prompt", "You are terse."])
+        .args(["--max-turns", "6", "--output-format", "json"])
+        .args(extra)
+        .current_dir(work)
+        .env("HOME", &home)
+        .env(
+            "ANTHROPIC_BASE_URL",
+            view["anthropic_base_url"].as_str().expect("url"),
+        )
+        .env("ANTHROPIC_API_KEY", view["token"].as_str().expect("token"))
+        .env("ANTHROPIC_MODEL", "policy")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0");
+    tokio::task::spawn_blocking(move || cmd.output().expect("run claude"))
+        .await
+        .expect("join")
+}
+
+fn report(out: &Output, calls: &[ModelCall]) -> String {
+    let mut s = format!(
+        "stdout: {}\nstderr: {}\n",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for c in calls {
+        let request: Value = c.request.parse().unwrap_or_default();
+        let last = request["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .cloned();
+        let tools: Vec<Value> = request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["name"].clone())
+            .collect();
+        s.push_str(&format!(
+            "call {} (continues {:?}, tools {tools:?}): last message {} -> {}\n",
+            c.index,
+            c.continues,
+            last.unwrap_or_default(),
+            c.response
+        ));
+    }
+    s
+}
+
+/// Each recorded call holds the prompt ids the engine was sent and the ids
+/// and logprobs it sampled, in order.
+fn assert_exact(local: &Local, calls: &[ModelCall]) {
+    let sent: Vec<Vec<u32>> = local
+        .engine
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/completions")
+        .filter_map(|r| serde_json::from_value(r.body.as_ref()?["prompt"].clone()).ok())
+        .collect();
+    assert_eq!(sent.len(), calls.len());
+    for (c, prompt) in calls.iter().zip(&sent) {
+        assert_eq!(&c.prompt_ids, prompt, "call {}", c.index);
+        assert!(!c.response_ids.is_empty());
+        assert_eq!(c.response_logprobs.len(), c.response_ids.len());
+    }
+}
+
+fn main_agent(r: &EngineRequest) -> Reply {
+    if r.prompt_text.contains("<tool_response>") {
+        Reply::text("Done: wrote out.txt.")
+    } else {
+        call(
+            "Bash",
+            json!({"command": "echo hello > out.txt", "description": "Write a file"}),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_runs_its_bash_tool_and_every_call_continues_token_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = start(dir.path(), main_agent).await;
+    let out = claude(
+        &local,
+        dir.path(),
+        "Write hello to out.txt",
+        &["--bare", "--tools", "Bash", "--allowedTools", "Bash"],
+    )
+    .await;
+    let calls = local
+        .store
+        .export_rollout("r1")
+        .await
+        .expect("export")
+        .calls;
+    let why = report(&out, &calls);
+    assert!(out.status.success(), "{why}");
+    let result: Value = serde_json::from_slice(&out.stdout).expect("result JSON");
+    assert_eq!(result["result"], "Done: wrote out.txt.", "{why}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).expect("the side effect"),
+        "hello\n"
+    );
+    // The tool call, then the answer continuing it.
+    assert_eq!(calls.len(), 2, "{why}");
+    assert_eq!(calls[1].continues, Some(0), "{why}");
+    assert_exact(&local, &calls);
+    let prefix = [calls[0].prompt_ids.clone(), calls[0].response_ids.clone()].concat();
+    assert!(calls[1].prompt_ids.starts_with(&prefix));
+    // The tool_use id the answer streamed is the one Claude Code sent back.
+    let second: Value = calls[1].request.parse().expect("request");
+    let first: Value = calls[0].response.parse().expect("response");
+    let sent_back = &second["messages"][1]["content"][0]["id"];
+    assert_eq!(sent_back, &first["content"][0]["id"], "{why}");
+}
+
+/// The writer sub-agent runs Bash and reports; the main agent starts it
+/// with the Agent tool and answers once it has heard back.
+fn with_sub_agent(r: &EngineRequest) -> Reply {
+    let answered = r.prompt_text.contains("<tool_response>");
+    if r.prompt_text.contains("You are the writer sub-agent.") {
+        if answered {
+            Reply::text("Wrote sub.txt.")
+        } else {
+            call(
+                "Bash",
+                json!({"command": "echo sub > sub.txt", "description": "Write a file"}),
+            )
+        }
+    } else if answered {
+        Reply::text("The writer is on it.")
+    } else {
+        call(
+            "Agent",
+            json!({"description": "Write sub.txt", "prompt": "Write sub to sub.txt.",
+                   "subagent_type": "writer"}),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_sub_agent_is_a_second_chain_of_the_same_rollout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = start(dir.path(), with_sub_agent).await;
+    let out = claude(
+        &local,
+        dir.path(),
+        "Have the writer write sub.txt",
+        &[
+            "--tools",
+            "Bash,Agent",
+            "--allowedTools",
+            "Bash,Agent",
+            "--agents",
+            WRITER,
+        ],
+    )
+    .await;
+    let calls = local
+        .store
+        .export_rollout("r1")
+        .await
+        .expect("export")
+        .calls;
+    let why = report(&out, &calls);
+    assert!(out.status.success(), "{why}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("sub.txt")).unwrap_or_default(),
+        "sub\n",
+        "{why}"
+    );
+    assert_exact(&local, &calls);
+    // Two agents by their system prompts, each one chain: its first call
+    // starts fresh, every later one continues the agent's previous call.
+    let sub: Vec<bool> = calls
+        .iter()
+        .map(|c| c.request.as_str().contains("You are the writer sub-agent."))
+        .collect();
+    for agent in [false, true] {
+        let mine: Vec<&ModelCall> = calls
+            .iter()
+            .filter(|c| sub[c.index as usize] == agent)
+            .collect();
+        assert!(mine.len() >= 2, "agent {agent}: {why}");
+        assert_eq!(mine[0].continues, None, "{why}");
+        for pair in mine.windows(2) {
+            assert_eq!(pair[1].continues, Some(pair[0].index), "{why}");
+        }
+    }
+}
