@@ -28,14 +28,6 @@ fn call(name: &str, arguments: Value) -> Reply {
     ))
 }
 
-/// The text after the prompt's last tool response, or the whole prompt.
-fn last_turn(r: &EngineRequest) -> &str {
-    r.prompt_text
-        .rsplit("<tool_response>")
-        .next()
-        .unwrap_or_default()
-}
-
 async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Local {
     let (tok, eos) = crate::policy::tools_policy(dir);
     let codec = {
