@@ -192,7 +192,7 @@ fn tools(tools: Option<&Value>) -> Result<Option<Value>, ConversationError> {
     map_tools(tools, |i, t| {
         let kind = t.get("type").and_then(Value::as_str).unwrap_or("custom");
         match (kind, t.get("name").and_then(Value::as_str)) {
-            ("custom", Some(name)) => Ok(function_tool(t, name, "input_schema")),
+            ("custom", Some(name)) => Ok(vec![function_tool(t, name, "input_schema")]),
             (_, None) => Err(ConversationError::unsupported(format!(
                 "tools[{i}]: a tool needs `name`"
             ))),

@@ -143,11 +143,12 @@ impl Conversation {
     }
 }
 
-/// A request's tool list mapped tool by tool into the OpenAI function list
-/// templates expect; absent or null is no tools.
+/// A request's tool list mapped tool by tool (each into none, one or more
+/// functions) into the OpenAI function list templates expect; absent or
+/// null is no tools.
 pub(crate) fn map_tools(
     tools: Option<&Value>,
-    one: impl Fn(usize, &Value) -> Result<Value, crate::ConversationError>,
+    one: impl Fn(usize, &Value) -> Result<Vec<Value>, crate::ConversationError>,
 ) -> Result<Option<Value>, crate::ConversationError> {
     let Some(list) = tools.filter(|t| !t.is_null()) else {
         return Ok(None);
@@ -160,7 +161,7 @@ pub(crate) fn map_tools(
         .enumerate()
         .map(|(i, t)| one(i, t))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(Value::Array(out)))
+    Ok(Some(Value::Array(out.concat())))
 }
 
 /// A flat tool definition (`name`, `description`, its schema under

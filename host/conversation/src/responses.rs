@@ -161,48 +161,102 @@ fn parts(content: Option<&Value>, i: usize) -> Result<String, ConversationError>
     }
 }
 
-/// `function` tools as the chat function list.
+/// Tools the API's server runs itself: nothing the policy could call, so
+/// they are not offered to it (Codex always sends `web_search`).
+const HOSTED_TOOLS: [&str; 6] = [
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer_use_preview",
+];
+
+/// `function` tools (and the functions of a `namespace`, under their own
+/// names) as the chat function list; hosted tools left out.
 fn tools(tools: Option<&Value>) -> Result<Option<Value>, ConversationError> {
-    map_tools(tools, |i, t| {
-        let kind = t.get("type").and_then(Value::as_str).unwrap_or("(none)");
-        match t
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|_| kind == "function")
-        {
-            Some(name) => Ok(function_tool(t, name, "parameters")),
-            None => Err(ConversationError::unsupported(format!(
-                "tools[{i}]: tool type `{kind}` is not supported; send function tools"
-            ))),
+    map_tools(tools, |i, t| tool(t, &format!("tools[{i}]")))
+}
+
+fn tool(t: &Value, at: &str) -> Result<Vec<Value>, ConversationError> {
+    let kind = t.get("type").and_then(Value::as_str).unwrap_or("(none)");
+    let name = t.get("name").and_then(Value::as_str);
+    match (kind, name) {
+        ("function", Some(name)) => Ok(vec![function_tool(t, name, "parameters")]),
+        ("namespace", _) => {
+            let nested = t.get("tools").and_then(Value::as_array);
+            let mut out = Vec::new();
+            for (j, n) in nested.into_iter().flatten().enumerate() {
+                out.extend(tool(n, &format!("{at}.tools[{j}]"))?);
+            }
+            Ok(out)
         }
-    })
+        (hosted, _) if HOSTED_TOOLS.contains(&hosted) => Ok(Vec::new()),
+        ("function", None) => Err(ConversationError::unsupported(format!(
+            "{at}: a function tool needs `name`"
+        ))),
+        (kind, _) => Err(ConversationError::unsupported(format!(
+            "{at}: tool type `{kind}` is not supported; send function tools"
+        ))),
+    }
+}
+
+/// The ids of a response's output items, from the response's own id (the
+/// whole answer, its stream events and the record name them alike).
+pub mod ids {
+    pub fn reasoning(id: &str) -> String {
+        format!("rs_{id}")
+    }
+    pub fn message(id: &str) -> String {
+        format!("msg_{id}")
+    }
+    /// The `i`th function_call item.
+    pub fn function_call(id: &str, i: usize) -> String {
+        format!("fc_{id}_{i}")
+    }
+    /// The `i`th call's `call_id` (what its output names).
+    pub fn call(id: &str, i: usize) -> String {
+        format!("call_{id}_{i}")
+    }
+}
+
+/// The reasoning output item.
+pub fn reasoning_item(id: &str, text: &str) -> Value {
+    json!({"type": "reasoning", "id": ids::reasoning(id),
+           "summary": [{"type": "summary_text", "text": text}]})
+}
+
+/// The assistant message output item.
+pub fn message_item(id: &str, text: &str) -> Value {
+    json!({"type": "message", "id": ids::message(id), "role": "assistant", "status": "completed",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+/// The `i`th function_call output item.
+pub fn function_call_item(id: &str, i: usize, call_id: &str, name: &str, arguments: &str) -> Value {
+    json!({"type": "function_call", "id": ids::function_call(id, i), "call_id": call_id,
+           "name": name, "arguments": arguments, "status": "completed"})
 }
 
 /// The response's `output` items for a turn: reasoning, the message, then
-/// each call (ids `{kind}_{prefix}_{i}`; call ids `call_{prefix}_{i}`
-/// unless the call has one).
-pub fn output_items(turn: &AssistantTurn, id_prefix: &str) -> Vec<Value> {
+/// each call (`call_id` [`ids::call`] unless the call has one).
+pub fn output_items(turn: &AssistantTurn, id: &str) -> Vec<Value> {
     let mut out = Vec::new();
     if let Some(r) = &turn.reasoning {
-        out.push(json!({"type": "reasoning", "id": format!("rs_{id_prefix}"),
-                        "summary": [{"type": "summary_text", "text": r}]}));
+        out.push(reasoning_item(id, r));
     }
     if let Some(t) = &turn.content {
-        out.push(
-            json!({"type": "message", "id": format!("msg_{id_prefix}"), "role": "assistant",
-                        "status": "completed",
-                        "content": [{"type": "output_text", "text": t, "annotations": []}]}),
-        );
+        out.push(message_item(id, t));
     }
     for (i, c) in turn.tool_calls.iter().enumerate() {
-        out.push(json!({
-            "type": "function_call",
-            "id": format!("fc_{id_prefix}_{i}"),
-            "call_id": c.id.clone().unwrap_or_else(|| format!("call_{id_prefix}_{i}")),
-            "name": c.name,
-            "arguments": c.arguments_text,
-            "status": "completed",
-        }));
+        let call_id = c.id.clone().unwrap_or_else(|| ids::call(id, i));
+        out.push(function_call_item(
+            id,
+            i,
+            &call_id,
+            &c.name,
+            &c.arguments_text,
+        ));
     }
     out
 }
@@ -275,6 +329,24 @@ mod tests {
             panic!("{:?}", again.messages)
         };
         assert!(back.same_as(turn), "{back:?} vs {turn:?}");
+    }
+
+    #[test]
+    fn namespace_functions_are_offered_and_hosted_tools_left_out() {
+        let body = json!({"input": "x", "tools": [
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+            {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+             "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}]},
+            {"type": "web_search", "external_web_access": true},
+        ]});
+        let tools = conversation(&body).unwrap().tools.unwrap();
+        let names: Vec<&Value> = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| &t["function"]["name"])
+            .collect();
+        assert_eq!(names, [&json!("exec_command"), &json!("spawn_agent")]);
     }
 
     #[test]

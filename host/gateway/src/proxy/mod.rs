@@ -220,7 +220,7 @@ async fn handle(
         )));
     }
     if api == ApiKind::Responses {
-        rendered::check_responses_request(&forward, streaming)?;
+        rendered::check_responses_request(&forward)?;
     }
     let renders = own_render || api == ApiKind::ChatCompletions;
     let rendered = if renders && engine.render == Render::Gateway {

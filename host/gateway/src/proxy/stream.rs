@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
-use super::rendered::{ChatChunks, message_ping, message_stop};
+use super::rendered::ChatChunks;
 use crate::GatewayConfig;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::ApiKind;
@@ -69,16 +69,16 @@ async fn pump(
         .map(|r| ChatChunks::new(r.renderer.family(), r.prompt_ids.clone(), &call.rollout_id));
     // An engine whose events are not completions chunks (SGLang's).
     let mut native = call.rendered.as_ref().and_then(|r| r.native_chunks());
-    // A Messages call: its events instead of chat chunks.
+    // A Messages or Responses call: its events instead of chat chunks.
     let mut events = call
         .rendered
         .as_ref()
-        .and_then(|r| r.message_events(&call.rollout_id));
+        .and_then(|r| r.front_events(&call.rollout_id));
     let mut buf = Vec::new();
     let mut done = false;
     let mut left = false;
     let mut error = None;
-    // A Messages stream opens at once and pings while the engine is silent.
+    // Such a stream opens at once and pings while the engine is silent.
     let ping = GatewayConfig::seconds(call.st.config.stream_ping_secs);
     if let Some(e) = &mut events {
         for frame in e.start() {
@@ -99,7 +99,8 @@ async fn pump(
             }
             item = chunks.next() => item,
             () = tokio::time::sleep(ping), if events.is_some() => {
-                if tx.send(Ok(Bytes::from(message_ping()))).await.is_err() {
+                let frame = events.as_ref().map(|e| e.ping()).unwrap_or_default();
+                if tx.send(Ok(Bytes::from(frame))).await.is_err() {
                     left = true;
                 }
                 continue;
@@ -131,7 +132,8 @@ async fn pump(
             }
             // What the client gets: the engine's chunk as it came, or the
             // chat chunks a completion chunk becomes; each is assembled once.
-            // (A Messages call gets each chat chunk as its events.)
+            // (A Messages or Responses call gets each chat chunk as its
+            // events.)
             let mut out: Vec<String> = Vec::new();
             match (&mut translate, parsed) {
                 (Some(t), Some(v)) => {
@@ -160,18 +162,22 @@ async fn pump(
     drop(chunks);
     let mut response = asm.response();
     let tokens = std::mem::take(&mut asm.tokens);
-    // A Messages call's record holds the message it streamed.
-    if let (Some(r), Some(t), Some(_)) = (&call.rendered, &translate, &events) {
+    // A Messages or Responses call's record holds the answer it streamed,
+    // in that API's shape.
+    if let (Some(r), Some(t)) = (&call.rendered, &translate) {
         let finish = response
             .pointer("/choices/0/finish_reason")
             .and_then(Value::as_str);
-        response = r.message(
-            &r.parse(t.text()),
+        if let Some(answer) = r.streamed_record(
+            t.text(),
             finish,
             tokens.response_ids.len(),
             &call.rollout_id,
-        );
+        ) {
+            response = answer;
+        }
     }
+    let record = response.clone();
     let response = JsonText::from(response);
     if left {
         if let Err(e) = call
@@ -203,12 +209,16 @@ async fn pump(
             if let (Some(r), Some(t)) = (&call.rendered, &translate) {
                 r.served(committed.seq, response_ids, r.parse(t.text()));
             }
-            Ok(match events {
-                Some(_) => Bytes::from(message_stop()),
+            Ok(match &mut events {
+                Some(e) => Bytes::from(e.end(&record).concat()),
                 None => Bytes::from_static(b"data: [DONE]\n\n"),
             })
         }
-        (Ok(_), Some(e)) => Err(io::Error::other(e)),
+        // An API with an error event says so in the stream, then ends it.
+        (Ok(_), Some(e)) => match &mut events {
+            Some(front) => Ok(Bytes::from(front.failed(&e))),
+            None => Err(io::Error::other(e)),
+        },
         (Err(e), _) => {
             tracing::error!(rollout = %call.rollout_id, error = %e, "cannot record streamed call");
             Err(io::Error::other(e.to_string()))

@@ -21,14 +21,14 @@ use crate::support::{Local, start_local_with};
 const WRITER: &str =
     r#"{"writer": {"description": "Writes files", "prompt": "You are the writer sub-agent."}}"#;
 
-fn call(name: &str, arguments: Value) -> Reply {
+pub(crate) fn call(name: &str, arguments: Value) -> Reply {
     Reply::text(format!(
         "<tool_call>\n{}\n</tool_call>",
         json!({"name": name, "arguments": arguments})
     ))
 }
 
-async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Local {
+pub(crate) async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Local {
     let (tok, eos) = crate::policy::tools_policy(dir);
     let codec = {
         let (e, d) = (tok.clone(), tok.clone());
@@ -110,7 +110,7 @@ fn report(out: &Output, calls: &[ModelCall]) -> String {
 
 /// Each recorded call holds the prompt ids the engine was sent and the ids
 /// and logprobs it sampled, in order.
-fn assert_exact(local: &Local, calls: &[ModelCall]) {
+pub(crate) fn assert_exact(local: &Local, calls: &[ModelCall]) {
     let sent: Vec<Vec<u32>> = local
         .engine
         .requests()

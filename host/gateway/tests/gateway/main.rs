@@ -4,6 +4,7 @@
 mod anthropic_sdk;
 mod api;
 mod claude_code;
+mod codex;
 mod curl;
 mod hostile;
 mod load;

@@ -516,7 +516,7 @@ async fn a_silent_engine_gets_a_messages_stream_pinged() {
     assert_eq!(events.last(), Some(&"message_stop"));
 }
 
-/// OpenAI Responses on the same core (not streamed yet): a function_call
+/// OpenAI Responses on the same core: a function_call
 /// item, the call's output sent back as items continuing token-exactly,
 /// and what is not served yet refused before anything is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -576,10 +576,6 @@ async fn responses_continue_token_exactly_and_refuse_what_is_not_served() {
         assert!(body.get(key).is_none(), "{key}: {body}");
     }
     for (bad, want) in [
-        (
-            json!({"model": "p", "input": "x", "stream": true}),
-            "streamed Responses",
-        ),
         (
             json!({"model": "p", "input": "x", "previous_response_id": "resp_1"}),
             "previous_response_id",

@@ -41,6 +41,14 @@ pub fn message_ping() -> String {
     frame("ping", json!({"type": "ping"}))
 }
 
+/// An `error` event: a call that failed after its stream began.
+pub fn message_error(message: &str) -> String {
+    frame(
+        "error",
+        json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+    )
+}
+
 /// The frame that ends a Messages stream.
 pub fn message_stop() -> String {
     frame("message_stop", json!({"type": "message_stop"}))

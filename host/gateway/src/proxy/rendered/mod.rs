@@ -7,6 +7,8 @@
 
 mod chunks;
 mod events;
+mod front;
+mod response_events;
 mod restore;
 mod sglang;
 
@@ -23,7 +25,9 @@ use agl_conversation::{
 use agl_wire::rollout::ApiKind;
 
 pub use chunks::ChatChunks;
-pub use events::{MessageEvents, message_ping, message_stop};
+pub use events::MessageEvents;
+pub use front::FrontEvents;
+pub use response_events::ResponseEvents;
 pub use sglang::GenerateChunks;
 
 use super::rewrite::RawBody;
@@ -88,14 +92,8 @@ impl ChainIndex {
 }
 
 /// What of a Responses request is not served yet, refused before anything
-/// is recorded: a streamed answer, and `previous_response_id` (the history
-/// must come in `input`).
-pub fn check_responses_request(body: &RawBody, streaming: bool) -> Result<(), ApiError> {
-    if streaming {
-        return Err(ApiError::bad_request(
-            "streamed Responses are not served yet; send stream: false",
-        ));
-    }
+/// is recorded: `previous_response_id` (the history must come in `input`).
+pub fn check_responses_request(body: &RawBody) -> Result<(), ApiError> {
     if body
         .get("previous_response_id")
         .is_some_and(|v| v.get() != "null")
@@ -294,20 +292,44 @@ impl RenderedCall {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         let turn = self.parse(&choice.text);
-        let cut = choice.finish_reason.as_str() == Some("length");
-        let (input, output) = (self.prompt_ids.len(), choice.token_ids.len());
-        let id = format!("{id_prefix}_{input}");
-        let body = json!({
+        let body = self.response(
+            &turn,
+            choice.finish_reason.as_str(),
+            choice.token_ids.len(),
+            id_prefix,
+        );
+        (serde_json::to_vec(&body).unwrap_or_default(), turn)
+    }
+
+    /// The Responses `response` for a reply (also the record of a streamed
+    /// one, and what its `response.completed` event carries).
+    pub fn response(
+        &self,
+        turn: &AssistantTurn,
+        finish: Option<&str>,
+        output_tokens: usize,
+        id_prefix: &str,
+    ) -> Value {
+        let cut = finish == Some("length");
+        let input = self.prompt_ids.len();
+        let id = self.response_id(id_prefix);
+        json!({
             "id": format!("resp_{id}"),
             "object": "response",
-            "created_at": completion.created,
+            "created_at": now_secs(),
             "status": if cut { "incomplete" } else { "completed" },
             "incomplete_details": if cut { json!({"reason": "max_output_tokens"}) } else { Value::Null },
-            "model": completion.model,
-            "output": responses::output_items(&turn, &id),
-            "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output},
-        });
-        (serde_json::to_vec(&body).unwrap_or_default(), turn)
+            "model": self.model,
+            "output": responses::output_items(turn, &id),
+            "usage": {"input_tokens": input, "output_tokens": output_tokens,
+                      "total_tokens": input + output_tokens},
+        })
+    }
+
+    /// What a response's item ids are made of: the rollout and the prompt's
+    /// length name one call.
+    fn response_id(&self, id_prefix: &str) -> String {
+        format!("{id_prefix}_{}", self.prompt_ids.len())
     }
 
     /// A Messages response: content blocks, `stop_reason`, usage.
@@ -349,16 +371,42 @@ impl RenderedCall {
         format!("msg_{id_prefix}_{}", self.prompt_ids.len())
     }
 
-    /// The Messages event translator for a streamed call of that API.
-    pub fn message_events(&self, id_prefix: &str) -> Option<MessageEvents> {
-        (self.front == ApiKind::AnthropicMessages).then(|| {
-            MessageEvents::new(
+    /// The event translator of a streamed Messages or Responses call (a
+    /// chat call streams chat chunks as they are).
+    pub fn front_events(&self, id_prefix: &str) -> Option<FrontEvents> {
+        match self.front {
+            ApiKind::AnthropicMessages => Some(FrontEvents::Messages(MessageEvents::new(
                 self.message_id(id_prefix),
                 id_prefix,
                 self.model.clone(),
                 self.prompt_ids.len(),
-            )
-        })
+            ))),
+            ApiKind::Responses => Some(FrontEvents::Responses(ResponseEvents::new(
+                &self.response_id(id_prefix),
+                self.model.clone(),
+                now_secs(),
+            ))),
+            _ => None,
+        }
+    }
+
+    /// What a streamed call's record holds as its response: the answer in
+    /// the called API's shape (a chat call's is the assembled chunks).
+    pub fn streamed_record(
+        &self,
+        text: &str,
+        finish: Option<&str>,
+        output_tokens: usize,
+        id_prefix: &str,
+    ) -> Option<Value> {
+        let turn = self.parse(text);
+        match self.front {
+            ApiKind::AnthropicMessages => {
+                Some(self.message(&turn, finish, output_tokens, id_prefix))
+            }
+            ApiKind::Responses => Some(self.response(&turn, finish, output_tokens, id_prefix)),
+            _ => None,
+        }
     }
 
     /// Keeps the served call for the next one to continue.
@@ -376,6 +424,11 @@ impl RenderedCall {
             .unwrap_or_else(PoisonError::into_inner)
             .served(served, self.continues);
     }
+}
+
+/// Seconds since the epoch, as Responses' `created_at`.
+fn now_secs() -> u64 {
+    crate::control::now_ms() / 1000
 }
 
 /// The parts of a completions body the answer needs (the echoed prompt

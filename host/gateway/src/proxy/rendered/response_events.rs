@@ -1,0 +1,383 @@
+//! A gateway-rendered stream answered as OpenAI Responses events: the chat
+//! chunks [`super::ChatChunks`] makes of the engine's completion chunks
+//! become `response.created` / `.in_progress`, then per output item
+//! `response.output_item.added`, its deltas (`reasoning_summary_text`,
+//! `output_text` inside a `content_part`, `function_call_arguments`), their
+//! `.done` events and `response.output_item.done` with the whole item (Codex
+//! takes each item from there); `response.completed` (or `.incomplete`)
+//! with the whole response ends the stream once the record is committed,
+//! `response.failed` reports an engine error. Every event has its
+//! `sequence_number`; item ids are the ones the whole answer and the record
+//! give (`agl_conversation::responses::ids`).
+
+use agl_conversation::responses::{self, ids};
+use serde_json::{Value, json};
+
+/// The output item being streamed and what it has so far.
+enum Item {
+    Reasoning(String),
+    Message(String),
+    /// The chat chunk's tool-call index, its call id, name and arguments.
+    Call {
+        index: u64,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+pub struct ResponseEvents {
+    /// The id items are named from (`resp_{id}` is the response's).
+    id: String,
+    model: String,
+    created_at: u64,
+    sequence: u64,
+    started: bool,
+    /// The open item and its output index.
+    open: Option<(usize, Item)>,
+    next_index: usize,
+}
+
+impl ResponseEvents {
+    pub fn new(id: &str, model: String, created_at: u64) -> Self {
+        ResponseEvents {
+            id: id.to_string(),
+            model,
+            created_at,
+            sequence: 0,
+            started: false,
+            open: None,
+            next_index: 0,
+        }
+    }
+
+    /// One SSE frame, numbered.
+    fn frame(&mut self, kind: &str, mut data: Value) -> String {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        format!("event: {kind}\ndata: {data}\n\n")
+    }
+
+    /// The response as it stands before it is done.
+    fn shell(&self, status: &str) -> Value {
+        json!({"id": format!("resp_{}", self.id), "object": "response",
+               "created_at": self.created_at, "status": status, "model": self.model,
+               "output": []})
+    }
+
+    /// `response.created` and `response.in_progress`, the first time.
+    pub fn start(&mut self) -> Vec<String> {
+        if std::mem::replace(&mut self.started, true) {
+            return Vec::new();
+        }
+        let shell = self.shell("in_progress");
+        vec![
+            self.frame("response.created", json!({"response": shell})),
+            self.frame("response.in_progress", json!({"response": shell})),
+        ]
+    }
+
+    /// The frames one chat chunk becomes.
+    pub fn push(&mut self, chunk: &Value) -> Vec<String> {
+        let mut out = self.start();
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return out;
+        };
+        let delta = &choice["delta"];
+        if let Some(r) = delta["reasoning_content"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            self.append(Item::Reasoning(String::new()), r, &mut out);
+        }
+        if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            self.append(Item::Message(String::new()), t, &mut out);
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let index = call["index"].as_u64().unwrap_or(0);
+            let function = &call["function"];
+            let args = function["arguments"].as_str().unwrap_or_default();
+            let fresh = Item::Call {
+                index,
+                call_id: ids::call(&self.id, index as usize),
+                name: function["name"].as_str().unwrap_or_default().to_string(),
+                arguments: String::new(),
+            };
+            self.append(fresh, args, &mut out);
+        }
+        if choice["finish_reason"].is_string() {
+            self.close(&mut out);
+        }
+        out
+    }
+
+    /// Adds `text` to the open item if it is of `fresh`'s kind (the same
+    /// call), else closes that one and opens `fresh`.
+    fn append(&mut self, fresh: Item, text: &str, out: &mut Vec<String>) {
+        let same = match (&self.open, &fresh) {
+            (Some((_, Item::Reasoning(_))), Item::Reasoning(_))
+            | (Some((_, Item::Message(_))), Item::Message(_)) => true,
+            (Some((_, Item::Call { index: a, .. })), Item::Call { index: b, .. }) => a == b,
+            _ => false,
+        };
+        if !same {
+            self.close(out);
+            let index = self.next_index;
+            self.next_index += 1;
+            self.open_item(index, &fresh, out);
+            self.open = Some((index, fresh));
+        }
+        if text.is_empty() {
+            return;
+        }
+        let Some((index, item)) = &mut self.open else {
+            return;
+        };
+        let index = *index;
+        let (kind, data) = match item {
+            Item::Reasoning(all) => {
+                all.push_str(text);
+                (
+                    "response.reasoning_summary_text.delta",
+                    json!({"item_id": ids::reasoning(&self.id), "summary_index": 0}),
+                )
+            }
+            Item::Message(all) => {
+                all.push_str(text);
+                (
+                    "response.output_text.delta",
+                    json!({"item_id": ids::message(&self.id), "content_index": 0}),
+                )
+            }
+            Item::Call {
+                index: i,
+                arguments,
+                ..
+            } => {
+                arguments.push_str(text);
+                (
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": ids::function_call(&self.id, *i as usize)}),
+                )
+            }
+        };
+        let mut data = data;
+        data["output_index"] = json!(index);
+        data["delta"] = json!(text);
+        let frame = self.frame(kind, data);
+        out.push(frame);
+    }
+
+    /// `output_item.added` (and the part an item's text goes into).
+    fn open_item(&mut self, index: usize, item: &Item, out: &mut Vec<String>) {
+        let id = &self.id;
+        let added = match item {
+            Item::Reasoning(_) => {
+                json!({"type": "reasoning", "id": ids::reasoning(id), "summary": []})
+            }
+            Item::Message(_) => json!({"type": "message", "id": ids::message(id),
+                    "status": "in_progress", "role": "assistant", "content": []}),
+            Item::Call {
+                index: i,
+                call_id,
+                name,
+                ..
+            } => json!({"type": "function_call", "id": ids::function_call(id, *i as usize),
+                    "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"}),
+        };
+        let frame = self.frame(
+            "response.output_item.added",
+            json!({"output_index": index, "item": added}),
+        );
+        out.push(frame);
+        let part = match item {
+            Item::Reasoning(_) => Some((
+                "response.reasoning_summary_part.added",
+                json!({"item_id": ids::reasoning(&self.id), "summary_index": 0,
+                       "part": {"type": "summary_text", "text": ""}}),
+            )),
+            Item::Message(_) => Some((
+                "response.content_part.added",
+                json!({"item_id": ids::message(&self.id), "content_index": 0,
+                       "part": {"type": "output_text", "text": "", "annotations": []}}),
+            )),
+            Item::Call { .. } => None,
+        };
+        if let Some((kind, mut data)) = part {
+            data["output_index"] = json!(index);
+            let frame = self.frame(kind, data);
+            out.push(frame);
+        }
+    }
+
+    /// The open item's `.done` events and `output_item.done` with the
+    /// whole item.
+    fn close(&mut self, out: &mut Vec<String>) {
+        let Some((index, item)) = self.open.take() else {
+            return;
+        };
+        let id = self.id.clone();
+        let (done, whole) = match &item {
+            Item::Reasoning(text) => (
+                vec![
+                    (
+                        "response.reasoning_summary_text.done",
+                        json!({"item_id": ids::reasoning(&id), "summary_index": 0, "text": text}),
+                    ),
+                    (
+                        "response.reasoning_summary_part.done",
+                        json!({"item_id": ids::reasoning(&id), "summary_index": 0,
+                               "part": {"type": "summary_text", "text": text}}),
+                    ),
+                ],
+                responses::reasoning_item(&id, text),
+            ),
+            Item::Message(text) => (
+                vec![
+                    (
+                        "response.output_text.done",
+                        json!({"item_id": ids::message(&id), "content_index": 0, "text": text}),
+                    ),
+                    (
+                        "response.content_part.done",
+                        json!({"item_id": ids::message(&id), "content_index": 0,
+                               "part": {"type": "output_text", "text": text, "annotations": []}}),
+                    ),
+                ],
+                responses::message_item(&id, text),
+            ),
+            Item::Call {
+                index: i,
+                call_id,
+                name,
+                arguments,
+            } => (
+                vec![(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": ids::function_call(&id, *i as usize), "arguments": arguments}),
+                )],
+                responses::function_call_item(&id, *i as usize, call_id, name, arguments),
+            ),
+        };
+        for (kind, mut data) in done {
+            data["output_index"] = json!(index);
+            let frame = self.frame(kind, data);
+            out.push(frame);
+        }
+        let frame = self.frame(
+            "response.output_item.done",
+            json!({"output_index": index, "item": whole}),
+        );
+        out.push(frame);
+    }
+
+    /// `response.completed` (or `.incomplete`, as its status says) with the
+    /// whole response.
+    pub fn end(&mut self, response: &Value) -> String {
+        let kind = match response["status"].as_str() {
+            Some("incomplete") => "response.incomplete",
+            _ => "response.completed",
+        };
+        self.frame(kind, json!({"response": response}))
+    }
+
+    /// `response.failed`: the engine failed the call.
+    pub fn failed(&mut self, message: &str) -> String {
+        let mut response = self.shell("failed");
+        response["error"] = json!({"code": "server_error", "message": message});
+        self.frame("response.failed", json!({"response": response}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(delta: Value, finish: Option<&str>) -> Value {
+        json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    }
+
+    fn events(frames: &[String]) -> Vec<Value> {
+        frames
+            .iter()
+            .map(|f| {
+                let data = f.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+                serde_json::from_str(data).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_then_a_call_stream_as_items_with_their_done_events_numbered() {
+        let mut e = ResponseEvents::new("r1_9", "m".into(), 1);
+        let mut frames = e.start();
+        frames.extend(e.push(&chunk(json!({"content": "Lis"}), None)));
+        frames.extend(e.push(&chunk(json!({"content": "ting."}), None)));
+        frames.extend(e.push(&chunk(
+            json!({"tool_calls": [{"index": 0, "id": "x", "function": {"name": "shell", "arguments": ""}}]}),
+            None,
+        )));
+        frames.extend(e.push(&chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"cmd\":"}}]}),
+            None,
+        )));
+        frames.extend(e.push(&chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"ls\"}"}}]}),
+            Some("tool_calls"),
+        )));
+        let all = events(&frames);
+        let kinds: Vec<&str> = all.iter().map(|v| v["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+            ]
+        );
+        for (i, v) in all.iter().enumerate() {
+            assert_eq!(v["sequence_number"], i as u64);
+        }
+        // The whole items, as the whole answer names them.
+        assert_eq!(all[8]["item"], responses::message_item("r1_9", "Listing."));
+        assert_eq!(
+            all[13]["item"],
+            responses::function_call_item("r1_9", 0, "call_r1_9_0", "shell", "{\"cmd\":\"ls\"}")
+        );
+        assert_eq!(all[13]["output_index"], 1);
+        let end = events(&[e.end(&json!({"status": "completed", "output": []}))]);
+        assert_eq!(end[0]["type"], "response.completed");
+        assert_eq!(end[0]["sequence_number"], 14);
+    }
+
+    #[test]
+    fn reasoning_is_a_summary_and_a_failure_says_failed() {
+        let mut e = ResponseEvents::new("r1_9", "m".into(), 1);
+        let mut frames = e.push(&chunk(json!({"reasoning_content": "think"}), None));
+        frames.extend(e.push(&chunk(json!({"content": "ok"}), Some("stop"))));
+        let all = events(&frames);
+        assert_eq!(all[2]["item"]["type"], "reasoning");
+        let done: Vec<&Value> = all
+            .iter()
+            .filter(|v| v["type"] == "response.output_item.done")
+            .collect();
+        assert_eq!(done[0]["item"], responses::reasoning_item("r1_9", "think"));
+        assert_eq!(done[1]["item"], responses::message_item("r1_9", "ok"));
+        let failed = events(&[e.failed("engine down")]);
+        assert_eq!(failed[0]["type"], "response.failed");
+        assert_eq!(failed[0]["response"]["status"], "failed");
+        assert_eq!(failed[0]["response"]["error"]["message"], "engine down");
+    }
+}
