@@ -9,6 +9,7 @@ mod curl;
 mod hostile;
 mod load;
 mod openai_sdk;
+mod opencode;
 #[path = "../../../../tests/support/policy.rs"]
 mod policy;
 #[allow(dead_code)]
