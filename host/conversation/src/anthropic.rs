@@ -2,8 +2,9 @@
 //! [`Conversation`], and a parsed model output back into the response
 //! message's content blocks and `stop_reason`.
 //!
-//! - `system`: a string or text blocks (joined by a blank line), and
-//!   `system` messages inside `messages` (Claude Code sends both);
+//! - `system`: a string or text blocks (joined by a blank line; Claude
+//!   Code's per-conversation `x-anthropic-billing-header:` first line left
+//!   out), and `system` messages inside `messages` (Claude Code sends both);
 //! - user content: a string or blocks: `text`, `tool_result` (content a
 //!   string or text blocks; `is_error` marks it `Error: `), each tool result
 //!   its own tool turn, in order;
@@ -29,7 +30,8 @@ use crate::message::{AssistantTurn, Conversation, Message, ToolCall, function_to
 pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
     let mut messages = Vec::new();
     if let Some(system) = body.get("system").filter(|s| !s.is_null()) {
-        messages.push(Message::System(text_blocks(system, "system")?));
+        let text = text_blocks(system, "system")?;
+        messages.push(Message::System(without_billing_line(&text)));
     }
     let list = body
         .get("messages")
@@ -187,6 +189,23 @@ fn text_blocks(value: &Value, what: &str) -> Result<String, ConversationError> {
     }
 }
 
+/// What Claude Code puts first in its system prompt unless
+/// `CLAUDE_CODE_ATTRIBUTION_HEADER=0`: a billing line whose version suffix
+/// changes with the conversation.
+const BILLING_LINE: &str = "x-anthropic-billing-header:";
+
+/// The system prompt without Claude Code's billing line: it is no
+/// instruction for the policy, and a line that differs per conversation
+/// would make every rollout's prompt start differently (the record keeps
+/// the request as sent).
+fn without_billing_line(system: &str) -> String {
+    if !system.starts_with(BILLING_LINE) {
+        return system.to_string();
+    }
+    let rest = system.split_once('\n').map_or("", |(_, rest)| rest);
+    rest.trim_start_matches('\n').to_string()
+}
+
 /// Custom tools as OpenAI function tools.
 fn tools(tools: Option<&Value>) -> Result<Option<Value>, ConversationError> {
     map_tools(tools, |i, t| {
@@ -291,6 +310,28 @@ mod tests {
                 {"role": "system", "content": "Be brief."},
             ],
         })
+    }
+
+    #[test]
+    fn claude_codes_billing_line_is_not_part_of_the_system_prompt() {
+        let body = |suffix: &str| {
+            json!({"system": [
+                {"type": "text", "text": format!("x-anthropic-billing-header: cc_version=2.1.328.{suffix}; cc_entrypoint=sdk-cli;")},
+                {"type": "text", "text": "You are terse."}],
+                "messages": [{"role": "user", "content": "hi"}]})
+        };
+        let a = conversation(&body("ce7")).unwrap();
+        let b = conversation(&body("f00")).unwrap();
+        assert_eq!(a.messages[0], Message::System("You are terse.".into()));
+        assert_eq!(a.messages, b.messages);
+        // Only as the first line: elsewhere it is the harness's text.
+        let kept = json!({"system": "Be brief.\nx-anthropic-billing-header: x",
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let c = conversation(&kept).unwrap();
+        assert_eq!(
+            c.messages[0],
+            Message::System("Be brief.\nx-anthropic-billing-header: x".into())
+        );
     }
 
     #[test]

@@ -53,7 +53,8 @@ pub(crate) async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Lo
 }
 
 /// `claude -p TASK` headless in `work`, with a private home, the rollout's
-/// URL and token, and a one-line system prompt.
+/// URL and token, and a one-line system prompt. The billing line is left
+/// on (no `CLAUDE_CODE_ATTRIBUTION_HEADER=0`): the chains must hold with it.
 async fn claude(local: &Local, work: &Path, task: &str, extra: &[&str]) -> Output {
     // `--bare` leaves out the Agent tool; a test that needs it goes without.
     let view = local.view("r1").await;
@@ -72,8 +73,7 @@ async fn claude(local: &Local, work: &Path, task: &str, extra: &[&str]) -> Outpu
         .env("ANTHROPIC_API_KEY", view["token"].as_str().expect("token"))
         .env("ANTHROPIC_MODEL", "policy")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0");
+        .env("DISABLE_TELEMETRY", "1");
     tokio::task::spawn_blocking(move || cmd.output().expect("run claude"))
         .await
         .expect("join")
@@ -168,6 +168,16 @@ async fn claude_code_runs_its_bash_tool_and_every_call_continues_token_exactly()
     assert_exact(&local, &calls);
     let prefix = [calls[0].prompt_ids.clone(), calls[0].response_ids.clone()].concat();
     assert!(calls[1].prompt_ids.starts_with(&prefix));
+    // Claude Code's billing line is in the request, never in the prompt.
+    assert!(
+        calls[0]
+            .request
+            .as_str()
+            .contains("x-anthropic-billing-header")
+    );
+    let (tok, _) = crate::policy::tools_policy(&dir.path().join(".home"));
+    let prompt = tok.decode(&calls[1].prompt_ids, false).expect("decode");
+    assert!(!prompt.contains("x-anthropic-billing-header"), "{prompt}");
     // The tool_use id the answer streamed is the one Claude Code sent back.
     let second: Value = calls[1].request.parse().expect("request");
     let first: Value = calls[0].response.parse().expect("response");
