@@ -38,6 +38,39 @@ pub fn kind_name(kind: BreakKind) -> &'static str {
     }
 }
 
+/// A `summary` break when `next`'s history holds a message with one of a
+/// harness's compaction `markers` (the text it opens a summary with) that
+/// `prev`'s did not: the harness replaced its history with a summary.
+/// `None` otherwise, for the caller's other rules.
+pub fn marked_summary(prev: &ModelCall, next: &ModelCall, markers: &[&str]) -> Option<ChainBreak> {
+    let texts = |c: &ModelCall| -> Vec<String> {
+        call::request_messages(c)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| call::content_text(m.get("content")?))
+            .collect()
+    };
+    let marked = |texts: &[String]| {
+        markers
+            .iter()
+            .find(|m| texts.iter().any(|t| t.contains(*m)))
+            .copied()
+    };
+    let found = marked(&texts(next))?;
+    if marked(&texts(prev)).is_some() {
+        return None;
+    }
+    let short: String = found.chars().take(60).collect();
+    Some(ChainBreak {
+        kind: BreakKind::Summary,
+        call_index: next.index,
+        detail: format!(
+            "summary: the history was compacted (\"{short}...\"); {}",
+            Divergence::locate(prev, next)
+        ),
+    })
+}
+
 /// Classifies why `next`'s prompt does not start with `prev`'s prompt +
 /// response (`prev` being the last call of the chain).
 pub fn classify_break(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
@@ -93,12 +126,22 @@ fn history(prev: &ModelCall, next: &ModelCall) -> History {
     if prev.api == ApiKind::Completions && next.api == ApiKind::Completions {
         return completion_history(prev, next);
     }
-    let (Some(prev_messages), Some(reply), Some(next_messages)) = (
-        call::request_messages(prev),
-        call::assistant_message(prev),
-        call::request_messages(next),
-    ) else {
+    let (Some(prev_messages), Some(next_messages)) =
+        (call::request_messages(prev), call::request_messages(next))
+    else {
         return History::Unknown;
+    };
+    let Some(reply) = call::assistant_message(prev) else {
+        // A reply not echoed as one message (Responses output items): only
+        // another agent can be told from the requests.
+        return if other_agent(prev, next, &prev_messages, &next_messages) {
+            History::Edited(
+                BreakKind::SubAgent,
+                "another system prompt, agent tag or tool list".to_owned(),
+            )
+        } else {
+            History::Unknown
+        };
     };
     match messages::messages_extend(&prev_messages, &reply, &next_messages) {
         Ok(()) => History::Extends,
@@ -123,22 +166,7 @@ fn edit_kind(
         .zip(next_messages)
         .take_while(|(a, b)| messages::same_message(a, b))
         .count();
-    let tools = |c: &ModelCall| call::request(c).ok().and_then(|r| r.get("tools").cloned());
-    let system = |ms: &[serde_json::Value]| {
-        ms.first()
-            .filter(|m| {
-                matches!(
-                    m.get("role").and_then(|r| r.as_str()),
-                    Some("system" | "developer")
-                )
-            })
-            .cloned()
-    };
-    let other_system = match (system(prev_messages), system(next_messages)) {
-        (Some(a), Some(b)) => !messages::same_message(&a, &b),
-        (a, b) => a.is_some() != b.is_some(),
-    };
-    if other_system || call::agent(prev) != call::agent(next) || tools(prev) != tools(next) {
+    if other_agent(prev, next, prev_messages, next_messages) {
         return BreakKind::SubAgent;
     }
     let seen = |m: &serde_json::Value| earlier.iter().any(|e| messages::same_message(e, m));
@@ -155,6 +183,32 @@ fn edit_kind(
     } else {
         BreakKind::Other
     }
+}
+
+/// Whether `next` is another agent's call: another system prompt (its
+/// first system or developer message), agent tag or tool list.
+fn other_agent(
+    prev: &ModelCall,
+    next: &ModelCall,
+    prev_messages: &[serde_json::Value],
+    next_messages: &[serde_json::Value],
+) -> bool {
+    let tools = |c: &ModelCall| call::request(c).ok().and_then(|r| r.get("tools").cloned());
+    let system = |ms: &[serde_json::Value]| {
+        ms.first()
+            .filter(|m| {
+                matches!(
+                    m.get("role").and_then(|r| r.as_str()),
+                    Some("system" | "developer")
+                )
+            })
+            .cloned()
+    };
+    let other_system = match (system(prev_messages), system(next_messages)) {
+        (Some(a), Some(b)) => !messages::same_message(&a, &b),
+        (a, b) => a.is_some() != b.is_some(),
+    };
+    other_system || call::agent(prev) != call::agent(next) || tools(prev) != tools(next)
 }
 
 fn completion_history(prev: &ModelCall, next: &ModelCall) -> History {

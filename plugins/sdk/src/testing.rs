@@ -121,6 +121,22 @@ pub trait CallExt: Sized {
     /// Request `{"prompt": ...}` and response `{"choices": [{"text": ...}]}`
     /// for the completions API.
     fn completion(self, prompt: &str, text: &str) -> Self;
+    /// Anthropic Messages: request `{"system", "messages"}` and response
+    /// `{"content": content}`.
+    fn anthropic(
+        self,
+        system: serde_json::Value,
+        messages: serde_json::Value,
+        content: serde_json::Value,
+    ) -> Self;
+    /// OpenAI Responses: request `{"instructions", "input"}` and response
+    /// `{"output": output}`.
+    fn responses(
+        self,
+        instructions: &str,
+        input: serde_json::Value,
+        output: serde_json::Value,
+    ) -> Self;
 }
 
 impl CallExt for ModelCall {
@@ -160,6 +176,38 @@ impl CallExt for ModelCall {
             "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
         })
         .to_string();
+        self
+    }
+
+    fn anthropic(
+        mut self,
+        system: serde_json::Value,
+        messages: serde_json::Value,
+        content: serde_json::Value,
+    ) -> Self {
+        self.api = ApiKind::AnthropicMessages;
+        self.request_json =
+            serde_json::json!({"model": "policy", "system": system, "messages": messages})
+                .to_string();
+        self.response_json =
+            serde_json::json!({"type": "message", "role": "assistant", "content": content})
+                .to_string();
+        self
+    }
+
+    fn responses(
+        mut self,
+        instructions: &str,
+        input: serde_json::Value,
+        output: serde_json::Value,
+    ) -> Self {
+        self.api = ApiKind::Responses;
+        self.request_json =
+            serde_json::json!({"model": "policy", "instructions": instructions, "input": input})
+                .to_string();
+        self.response_json =
+            serde_json::json!({"object": "response", "status": "completed", "output": output})
+                .to_string();
         self
     }
 
