@@ -337,11 +337,10 @@ mod tests {
     #[test]
     fn maps_system_blocks_tool_use_results_and_tools() {
         let c = conversation(&claude_code_like()).unwrap();
+        // The billing line left out, the blocks joined.
         assert_eq!(
             c.messages[0],
-            Message::System(
-                "x-anthropic-billing-header: cc_version=2\n\nYou are a coding agent.".into()
-            )
+            Message::System("You are a coding agent.".into())
         );
         assert_eq!(c.messages[1], Message::User("fix the bug".into()));
         let Message::Assistant(turn) = &c.messages[2] else {

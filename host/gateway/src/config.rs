@@ -32,6 +32,11 @@ pub struct GatewayConfig {
     /// many seconds without engine output (as Anthropic's API does), so
     /// idle-cutting proxies and clients keep the stream.
     pub stream_ping_secs: f64,
+    /// Gateway-rendered calls on a policy whose context is known: a
+    /// `max_tokens` beyond what the prompt leaves is lowered to it (and an
+    /// absent one set to it) rather than failing at the engine. Off: sent
+    /// as asked.
+    pub clamp_max_tokens: bool,
     /// Base URL agents reach the gateway at, used in proxy URLs; unset =
     /// `http://<listen>`.
     pub public_base_url: Option<String>,
@@ -53,6 +58,7 @@ impl Default for GatewayConfig {
             header_timeout_secs: 30.0,
             body_timeout_secs: 60.0,
             stream_ping_secs: 5.0,
+            clamp_max_tokens: true,
             public_base_url: None,
             train_temperature: 1.0,
             val_temperature: 0.0,

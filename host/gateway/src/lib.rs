@@ -71,6 +71,9 @@ pub struct AppState {
     pub renderer: Option<Arc<Renderer>>,
     /// Token-exact continuation state per rollout attempt.
     pub chains: proxy::ChainIndex,
+    /// The policy engine's context (prompt + answer) in tokens, when known
+    /// (see [`Gateway::with_context_len`]).
+    pub context_len: Option<usize>,
 }
 
 pub struct Gateway {
@@ -110,6 +113,7 @@ impl Gateway {
                 local_hosts: Arc::new(local::LocalHosts::new(config.public_base_url.as_deref())),
                 renderer: None,
                 chains: proxy::ChainIndex::default(),
+                context_len: None,
                 config: Arc::new(config),
             },
         }
@@ -127,6 +131,14 @@ impl Gateway {
     /// [`Gateway::router`].
     pub fn with_renderer(mut self, renderer: Renderer) -> Gateway {
         self.state.renderer = Some(Arc::new(renderer));
+        self
+    }
+
+    /// The policy's context in tokens: a gateway-rendered prompt that
+    /// leaves no room is refused with the API's context-length error, and
+    /// `max_tokens` is clamped to the room left (`gateway.clamp_max_tokens`).
+    pub fn with_context_len(mut self, tokens: usize) -> Gateway {
+        self.state.context_len = Some(tokens);
         self
     }
 

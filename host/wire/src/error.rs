@@ -12,6 +12,8 @@ pub struct ApiError {
     /// The OpenAI `type`: `invalid_request_error`, `not_found_error`, ...
     pub kind: &'static str,
     pub message: String,
+    /// OpenAI's machine-readable `code` (e.g. `context_length_exceeded`).
+    pub code: Option<&'static str>,
 }
 
 impl ApiError {
@@ -20,7 +22,21 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            code: None,
         }
+    }
+
+    /// A prompt of `prompt` tokens leaves no room in a context of
+    /// `context` tokens: OpenAI's `context_length_exceeded`, in words
+    /// Anthropic's clients recognise too ("prompt is too long").
+    pub fn context_length(prompt: usize, context: usize) -> Self {
+        let mut e = Self::bad_request(format!(
+            "prompt is too long: {prompt} tokens > {} maximum (this model's maximum context \
+             length is {context} tokens, and at least one must be left for the answer)",
+            context.saturating_sub(1)
+        ));
+        e.code = Some("context_length_exceeded");
+        e
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -89,6 +105,7 @@ impl ApiError {
             error: ErrorDetail {
                 message: self.message.clone(),
                 kind: self.kind.to_string(),
+                code: self.code.map(str::to_string),
             },
         }
     }
@@ -105,6 +122,8 @@ pub struct ErrorDetail {
     pub message: String,
     #[serde(rename = "type")]
     pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }
 
 #[cfg(feature = "axum")]

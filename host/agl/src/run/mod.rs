@@ -129,6 +129,11 @@ pub async fn run(
     if config.engine.render == agl_wire::api::Render::Gateway {
         gateway = gateway.with_renderer(policy::configured_renderer(&model_dir, &config.engine)?);
     }
+    // The embedded engine's context is its max_len (an external engine
+    // answers for its own).
+    if config.engine.kind == config::EngineKind::Embedded {
+        gateway = gateway.with_context_len(config.engine.max_len);
+    }
     let control = gateway.control();
 
     let kind = config.model.kind();

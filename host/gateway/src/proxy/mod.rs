@@ -247,6 +247,21 @@ async fn handle(
     } else {
         None
     };
+    // The room the policy's context leaves: none is that API's
+    // context-length error (a streamed Responses call gets it as the
+    // `response.failed` event Codex reads).
+    let mut room = None;
+    if let (Some(r), Some(context)) = (&rendered, st.context_len) {
+        let prompt = r.prompt_ids.len();
+        if prompt >= context {
+            let e = ApiError::context_length(prompt, context);
+            if api == ApiKind::Responses && streaming {
+                return Ok(rendered::failed_response_stream(r, &rollout_id, &e));
+            }
+            return Err(e);
+        }
+        room = st.config.clamp_max_tokens.then_some(context - prompt);
+    }
     let url = match (api, &rendered) {
         (_, Some(r)) => r.url(&engine),
         (ApiKind::ChatCompletions, None) => format!("{}/chat/completions", engine.base_url),
@@ -267,7 +282,7 @@ async fn handle(
         rendered,
     };
     let out = match &call.rendered {
-        Some(r) => Bytes::from(r.engine_body(forward, streaming)),
+        Some(r) => Bytes::from(r.engine_body(forward, streaming, room)),
         None => Bytes::from(serde_json::to_vec(&forward).unwrap_or_default()),
     };
     Ok(forward::run(call, url, out, streaming).await)

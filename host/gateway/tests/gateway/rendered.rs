@@ -602,3 +602,80 @@ async fn responses_continue_token_exactly_and_refuse_what_is_not_served() {
         2
     );
 }
+
+/// On a policy with a known context: `max_tokens` beyond what the prompt
+/// leaves is clamped (and set when absent), and a prompt that leaves no
+/// room is each API's own context-length error, never an engine call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_limit_clamps_max_tokens_and_refuses_a_prompt_that_fills_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = TestEngineConfig::default().with_replies([Reply::text("ok")]);
+    let env = crate::support::start_local_sized(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer(dir.path())),
+        EngineApi::Openai,
+        Some(400),
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    let short = json!({"role": "user", "content": "hi"});
+    let resp = chat(
+        &env.chat_url("r1"),
+        json!({"messages": [short], "max_tokens": 100_000}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = chat(&env.chat_url("r1"), json!({"messages": [short]})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let sent = env.engine.requests();
+    for r in &sent {
+        let body = r.body.as_ref().expect("body");
+        let prompt = body["prompt"].as_array().expect("ids").len() as u64;
+        assert_eq!(body["max_tokens"].as_u64(), Some(400 - prompt), "{body}");
+    }
+    // A prompt of 500 bytes (one id each) cannot fit.
+    let long = "x".repeat(500);
+    let base = format!("{}/proxy/r1/1/train", env.base);
+    let resp = chat(
+        &env.chat_url("r1"),
+        json!({"messages": [{"role": "user", "content": long}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let err: Value = resp.json().await.expect("json");
+    assert_eq!(err["error"]["code"], "context_length_exceeded", "{err}");
+    let resp = chat(
+        &format!("{base}/anthropic/v1/messages"),
+        json!({"model": "p", "max_tokens": 10, "messages": [{"role": "user", "content": long}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let err: Value = resp.json().await.expect("json");
+    assert_eq!(err["type"], "error");
+    assert_eq!(err["error"]["type"], "invalid_request_error");
+    let message = err["error"]["message"].as_str().expect("message");
+    assert!(message.starts_with("prompt is too long: "), "{message}");
+    // Streamed Responses: a stream whose response.failed says why.
+    let resp = chat(
+        &format!("{base}/openai/v1/responses"),
+        json!({"model": "p", "input": long, "stream": true}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.expect("text");
+    let failed: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "response.failed")
+        .expect("response.failed");
+    assert_eq!(
+        failed["response"]["error"]["code"], "context_length_exceeded",
+        "{failed}"
+    );
+    // Nothing reached the engine, nothing was recorded.
+    assert_eq!(env.engine.requests().len(), sent.len());
+    let calls = env.store.list_events("r1", 0, 10).await.expect("events");
+    assert_eq!(calls.len(), 2);
+}

@@ -36,6 +36,17 @@ pub async fn start_local_with(
     renderer: Option<agl_conversation::Renderer>,
     api: agl_store::EngineApi,
 ) -> Local {
+    start_local_sized(engine, config, renderer, api, None).await
+}
+
+/// [`start_local_with`] on a policy whose context is `context_len` tokens.
+pub async fn start_local_sized(
+    engine: TestEngineConfig,
+    config: GatewayConfig,
+    renderer: Option<agl_conversation::Renderer>,
+    api: agl_store::EngineApi,
+    context_len: Option<usize>,
+) -> Local {
     let engine = TestEngine::start(engine).await.expect("engine");
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path().join("agl.db")).expect("open store");
@@ -55,6 +66,9 @@ pub async fn start_local_with(
     let mut gateway = Gateway::new(store.clone(), config);
     if let Some(r) = renderer {
         gateway = gateway.with_renderer(r);
+    }
+    if let Some(n) = context_len {
+        gateway = gateway.with_context_len(n);
     }
     let auth = gateway.state().auth.clone();
     let control = gateway.control();

@@ -51,7 +51,7 @@ impl FrontEvents {
     pub fn failed(&mut self, message: &str) -> String {
         match self {
             FrontEvents::Messages(_) => events::message_error(message),
-            FrontEvents::Responses(e) => e.failed(message),
+            FrontEvents::Responses(e) => e.failed("server_error", message),
         }
     }
 }

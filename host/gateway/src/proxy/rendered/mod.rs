@@ -105,6 +105,31 @@ pub fn check_responses_request(body: &RawBody) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A streamed Responses call refused before the engine was asked (its
+/// prompt leaves no room): a stream that says so as `response.failed` with
+/// the error's code, as the API does, since that is where Responses
+/// clients read why.
+pub fn failed_response_stream(
+    call: &RenderedCall,
+    id_prefix: &str,
+    e: &ApiError,
+) -> axum::response::Response {
+    use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+    use axum::response::IntoResponse;
+    let mut events =
+        ResponseEvents::new(&call.response_id(id_prefix), call.model.clone(), now_secs());
+    let mut frames = events.start();
+    frames.push(events.failed(e.code.unwrap_or("invalid_request_error"), &e.message));
+    (
+        [
+            (CONTENT_TYPE, "text/event-stream"),
+            (CACHE_CONTROL, "no-cache"),
+        ],
+        frames.concat(),
+    )
+        .into_response()
+}
+
 /// What a gateway-rendered call carries until its record is committed.
 pub struct RenderedCall {
     pub renderer: Arc<Renderer>,
@@ -173,7 +198,22 @@ impl RenderedCall {
     }
 
     /// The engine request over the prompt ids, in the engine's API.
-    pub fn engine_body(&self, body: RawBody, stream: bool) -> Vec<u8> {
+    /// `room`: the tokens the context has left after the prompt, when the
+    /// gateway knows the context; `max_tokens` is clamped to it (and set to
+    /// it when the harness asked for none).
+    pub fn engine_body(&self, mut body: RawBody, stream: bool, room: Option<usize>) -> Vec<u8> {
+        sampling_names(&mut body);
+        if let Some(room) = room {
+            let asked = body
+                .get("max_tokens")
+                .and_then(|v| v.get().parse::<u64>().ok());
+            if asked.is_none_or(|a| a > room as u64) {
+                let room = RawValue::from_string(room.to_string());
+                if let Ok(room) = room {
+                    body.insert("max_tokens".into(), room);
+                }
+            }
+        }
         match self.api {
             EngineApi::Openai => self.completions_body(body),
             EngineApi::Sglang => sglang::generate_body(&body, &self.prompt_ids, stream),
@@ -217,15 +257,6 @@ impl RenderedCall {
             "frequency_penalty",
             "repetition_penalty",
         ];
-        if let Some(max) = body.shift_remove("max_completion_tokens") {
-            body.insert("max_tokens".into(), max);
-        }
-        if let Some(max) = body.shift_remove("max_output_tokens") {
-            body.insert("max_tokens".into(), max);
-        }
-        if let Some(stop) = body.shift_remove("stop_sequences") {
-            body.insert("stop".into(), stop);
-        }
         body.retain(|k, _| KEEP.contains(&k.as_str()));
         let raw = |v: Value| {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
@@ -423,6 +454,20 @@ impl RenderedCall {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .served(served, self.continues);
+    }
+}
+
+/// The front-ends' names of the answer's length and stop texts as the
+/// completions API names them (`max_tokens`, `stop`).
+fn sampling_names(body: &mut RawBody) {
+    for (theirs, ours) in [
+        ("max_completion_tokens", "max_tokens"),
+        ("max_output_tokens", "max_tokens"),
+        ("stop_sequences", "stop"),
+    ] {
+        if let Some(v) = body.shift_remove(theirs) {
+            body.insert(ours.into(), v);
+        }
     }
 }
 

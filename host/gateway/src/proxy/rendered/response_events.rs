@@ -282,10 +282,11 @@ impl ResponseEvents {
         self.frame(kind, json!({"response": response}))
     }
 
-    /// `response.failed`: the engine failed the call.
-    pub fn failed(&mut self, message: &str) -> String {
+    /// `response.failed` with an error `code` (`server_error`: the engine
+    /// failed the call; `context_length_exceeded`).
+    pub fn failed(&mut self, code: &str, message: &str) -> String {
         let mut response = self.shell("failed");
-        response["error"] = json!({"code": "server_error", "message": message});
+        response["error"] = json!({"code": code, "message": message});
         self.frame("response.failed", json!({"response": response}))
     }
 }
@@ -375,7 +376,7 @@ mod tests {
             .collect();
         assert_eq!(done[0]["item"], responses::reasoning_item("r1_9", "think"));
         assert_eq!(done[1]["item"], responses::message_item("r1_9", "ok"));
-        let failed = events(&[e.failed("engine down")]);
+        let failed = events(&[e.failed("server_error", "engine down")]);
         assert_eq!(failed[0]["type"], "response.failed");
         assert_eq!(failed[0]["response"]["status"], "failed");
         assert_eq!(failed[0]["response"]["error"]["message"], "engine down");
