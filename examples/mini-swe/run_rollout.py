@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """One mini-swe rollout, started by the agl controller per attempt.
 
+The copy, the test restore, the grading and the reward are rollout.py's
+(shared with the claude-code, codex and opencode examples); this file runs
+mini:
+
 1. Copies the task's repo snapshot (AGL_INPUT: a row of tasks.jsonl, see
-   tasks.py) to a fresh temp dir, without `.git`, so the agent cannot
-   `git diff`/`git log` its way to the answer.
+   tasks.py) to a fresh temp dir, without `.git`.
 2. Runs the unmodified `mini` CLI (mini-swe-agent 2.4.6, default mini.yaml,
    tool calling) in it: model `openai/<name>` at the rollout's proxy
    (OPENAI_BASE_URL / OPENAI_API_KEY from the controller, handed over in a
@@ -37,28 +40,16 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tasks  # noqa: E402
+import rollout  # noqa: E402
+from rollout import Outcome, env_int  # noqa: E402
 
-SYSTEM_FAILURE = int(os.environ.get("AGL_SYSTEM_FAILURE_EXIT_CODE", "75"))
 # How mini stops when the policy, not the system, ended the episode.
 AGENT_STATUSES = {"Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError"}
 # Raised by litellm when the policy's context overflows: the policy's doing.
 AGENT_ERRORS = {"ContextWindowExceededError"}
-# Variables the agent's shell must not see (its own input, the event URL).
-HIDDEN_ENV = ("AGL_INPUT", "AGL_EVENT_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE")
-
-
-def env_int(name, default):
-    return int(os.environ.get(name) or default)
-
-
-def log(message):
-    print(f"run_rollout: {message}", file=sys.stderr, flush=True)
 
 
 def mini_binary():
@@ -89,23 +80,15 @@ def mini_config(path, base_url, api_key):
 
 
 def run_mini(work, repo, task):
-    """Runs mini in `repo`; returns (process rc, exit_status or None)."""
-    bin_dir = work / "bin"
-    bin_dir.mkdir()
-    python = os.environ.get("MSWE_TASK_PYTHON") or sys.executable
-    for name in ("python", "python3"):
-        (bin_dir / name).symlink_to(python)
+    """Runs mini in `repo`; scored when mini says the policy stopped it."""
     config = work / "rollout.yaml"
     mini_config(config, os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"])
-    env = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV}
-    env.update({
-        "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+    env = rollout.agent_env(work, {
         "MSWEA_CONFIGURED": "true",
         "MSWEA_SILENT_STARTUP": "1",
         "MSWEA_COST_TRACKING": "ignore_errors",
         "MSWEA_GLOBAL_CONFIG_DIR": str(work / "mswea"),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "PYTHONDONTWRITEBYTECODE": "1",
     })
     traj = work / "traj.json"
     model = os.environ.get("MSWE_MODEL") or "policy"
@@ -118,84 +101,10 @@ def run_mini(work, repo, task):
         status = json.loads(traj.read_text())["info"]["exit_status"]
     except (OSError, ValueError, KeyError, TypeError):
         status = None
-    return rc, status
-
-
-def restore_tests(task, repo):
-    """Puts the snapshot's test files back (and removes ones the agent made up)."""
-    for rel in task["test_files"]:
-        src, dst = task["repo_dir"] / rel, repo / rel
-        if dst.is_dir() and not dst.is_symlink():
-            shutil.rmtree(dst)
-        elif dst.exists() or dst.is_symlink():
-            dst.unlink()
-        if src.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-    if task.get("test_patch"):
-        subprocess.run(["git", "apply", "-"], cwd=repo, input=task["test_patch"].encode(), check=True)
-
-
-def run_test(task, repo, test_id):
-    python = os.environ.get("MSWE_TASK_PYTHON") or sys.executable
-    if task["test_runner"] == "pytest":
-        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_id]
-    else:
-        cmd = [python, "-m", "unittest", test_id]
-    try:
-        r = subprocess.run(
-            cmd, cwd=repo, stdin=subprocess.DEVNULL, capture_output=True,
-            timeout=env_int("MSWE_TEST_TIMEOUT", 120), env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
-        )
-    except subprocess.TimeoutExpired:
-        return False
-    return r.returncode == 0
-
-
-def post_event(kind, payload):
-    body = json.dumps({"kind": kind, "payload": payload}).encode()
-    req = urllib.request.Request(
-        os.environ["AGL_EVENT_URL"],
-        data=body,
-        headers={
-            "Content-Type": "application/json",
-            "Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}",
-        },
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        resp.read()
-
-
-def main():
-    try:
-        task = tasks.normalize(json.loads(os.environ.get("AGL_INPUT") or "{}"))
-    except (ValueError, tasks.TaskError) as e:
-        log(f"bad task row: {e}")
-        return 2
-    if not task["repo_dir"].is_dir():
-        log(f"no repo snapshot at {task['repo_dir']} (run examples/mini-swe/gen_tasks.py)")
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="mswe-"))  # no "=": mini reads "-c a=b" as a key
-    try:
-        repo = work / "repo"
-        shutil.copytree(task["repo_dir"], repo, ignore=shutil.ignore_patterns(".git"), symlinks=True)
-        rc, status = run_mini(work, repo, task)
-        if status not in AGENT_STATUSES and status not in AGENT_ERRORS:
-            log(f"mini failed (rc {rc}, exit_status {status}): system failure, not scored")
-            return SYSTEM_FAILURE
-        restore_tests(task, repo)
-        results = {t: run_test(task, repo, t) for t in task["FAIL_TO_PASS"] + task["PASS_TO_PASS"]}
-        passed = [t for t, ok in results.items() if ok]
-        failed = [t for t, ok in results.items() if not ok]
-        value = 1.0 if not failed else 0.0
-        post_event("reward", {"value": value, "tests": {"passed": passed, "failed": failed},
-                              "exit_status": status})
-        print(json.dumps({"instance_id": task["instance_id"], "exit_status": status, "reward": value}))
-        return 0
-    finally:
-        if os.environ.get("MSWE_KEEP_WORKDIR") != "1":
-            shutil.rmtree(work, ignore_errors=True)
+    if status not in AGENT_STATUSES and status not in AGENT_ERRORS:
+        return Outcome(False, f"mini failed (rc {rc}, exit_status {status})")
+    return Outcome(True, status)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(rollout.main(run_mini))

@@ -3,6 +3,7 @@
 
 mod agl_run;
 mod cli;
+mod coding_clis;
 mod controller_cli;
 mod conversation;
 mod durability;

@@ -26,8 +26,8 @@ use serde_json::{Value, json};
 const AGL: &str = env!("CARGO_BIN_EXE_agl");
 const SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
 /// The three tasks (from gen_tasks.py) and what the scripted policy does.
-const FIX: &str = "tiny__arith-0";
-const IDLE: &str = "tiny__bounds-0";
+pub(crate) const FIX: &str = "tiny__arith-0";
+pub(crate) const IDLE: &str = "tiny__bounds-0";
 const HACK: &str = "tiny__parity-0";
 
 /// The bash commands the policy runs on a task, in order, then submits.
@@ -63,7 +63,7 @@ fn policy(r: &EngineRequest) -> Reply {
 }
 
 /// Generates the tasks into `dir/repos` and keeps rows A, B, C as the data.
-fn tasks(dir: &Path) {
+pub(crate) fn tasks(dir: &Path) {
     let mini = python().with_file_name("mini");
     assert!(
         mini.is_file(),

@@ -1,0 +1,353 @@
+//! examples/claude-code, examples/codex and examples/opencode end to end:
+//! the real `agl run` binary runs each example's own agl.toml (two steps,
+//! with the engine, data and output folders pointed at the test's), whose
+//! controller starts the real CLI (Claude Code 2.1.328, Codex 0.169.0,
+//! OpenCode 1.18.33, from deploy/setup.sh) on two mini-swe tasks. A
+//! scripted test engine plays the policy in the Hermes/Qwen-style tools
+//! template's ids: on the arith task it runs one `sed` that fixes the bug
+//! through the CLI's shell tool, then says it is done; on the bounds task
+//! it answers at once. Rewards come from the tasks' tests (1 and 0), each
+//! rollout's agent calls are one sample whose trained tokens are exactly
+//! the sampled ones, and the update between the steps shows in the weight
+//! version every call carries.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use agl_testengine::{Codec, EngineRequest, Reply, TestEngine, TestEngineConfig};
+use serde_json::{Value, json};
+
+use crate::mini_swe::{FIX, IDLE, tasks};
+use crate::support::{repo_root, tiny_model};
+
+const AGL: &str = env!("CARGO_BIN_EXE_agl");
+const SED: &str = "sed -i 's/return a - b/return a + b/' arith0.py";
+
+/// A harness: its example folder, its shell tool and that tool's
+/// arguments for a command, the adapter its agl.toml names.
+struct Harness {
+    example: &'static str,
+    tool: &'static str,
+    args: fn(&str) -> Value,
+    adapter: &'static str,
+}
+
+const CLAUDE_CODE: Harness = Harness {
+    example: "claude-code",
+    tool: "Bash",
+    args: |c| json!({"command": c, "description": "Fix the bug"}),
+    adapter: "claude-code",
+};
+const CODEX: Harness = Harness {
+    example: "codex",
+    tool: "exec_command",
+    args: |c| json!({"cmd": c}),
+    adapter: "codex",
+};
+const OPENCODE: Harness = Harness {
+    example: "opencode",
+    tool: "bash",
+    args: |c| json!({"command": c, "description": "Fix the bug"}),
+    adapter: "trajectory",
+};
+
+/// The scripted policy for `h`: the fix, then done; a side call without
+/// the shell tool (OpenCode's title) gets a title.
+fn policy(h: &'static Harness) -> impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static {
+    move |r| {
+        let p = &r.prompt_text;
+        let offered = p.contains(&format!("\"name\": \"{}\"", h.tool));
+        if !offered {
+            Reply::text("Fix a bug")
+        } else if p.contains("`arith0.py`") && !p.contains("<tool_response>") {
+            let call = json!({"name": h.tool, "arguments": (h.args)(SED)});
+            Reply::text(format!("<tool_call>\n{call}\n</tool_call>"))
+        } else {
+            Reply::text("Done.")
+        }
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn jsonl(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every agent's stderr, for failure messages.
+fn agent_logs(logs: &Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(logs).into_iter().flatten().flatten() {
+        let path = entry.path().join("1/stderr");
+        let tail = std::fs::read_to_string(&path).unwrap_or_default();
+        let tail: String = tail
+            .chars()
+            .rev()
+            .take(2000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        all.push_str(&format!("--- {}\n{tail}\n", path.display()));
+    }
+    all
+}
+
+fn agl(dir: &Path, args: &[String]) -> Output {
+    Command::new(AGL)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("AGL_CONFIG")
+        .env_remove("AGL_ADMIN_KEY")
+        .env("MSWE_TASKS_ROOT", dir.join("repos"))
+        .output()
+        .unwrap()
+}
+
+fn decode(tok: &agl_tokenizer::Tokenizer, ids: &Value) -> String {
+    let ids: Vec<u32> = ids
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    tok.decode(&ids, false).unwrap()
+}
+
+async fn example_trains_two_steps(h: &'static Harness) {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    tiny_model(&dir.join("model"), 32768);
+    let (tok, _) = crate::policy::tools_policy(&dir.join("model"));
+    tasks(dir);
+    // The fixed task and the idle one, a step each.
+    let rows: String = std::fs::read_to_string(dir.join("data.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(FIX) || l.contains(IDLE))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
+    let codec = {
+        let (e, d) = (tok.clone(), tok.clone());
+        Codec::new(
+            move |text| e.encode(text, false).unwrap(),
+            move |ids| d.decode(ids, false).unwrap(),
+        )
+    };
+    let engine = TestEngine::start(
+        TestEngineConfig::default()
+            .with_script(policy(h))
+            .with_codec(codec),
+    )
+    .await
+    .unwrap();
+    let config = repo_root().join(format!("examples/{}/agl.toml", h.example));
+    let at = |p: &str| dir.join(p).display().to_string();
+    let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];
+    for set in [
+        format!("model.path={:?}", at("model")),
+        "engine.kind=\"external\"".into(),
+        format!("engine.base_url=\"http://{}\"", engine.addr()),
+        "engine.model_name=\"tiny\"".into(),
+        "engine.reload=\"sglang\"".into(),
+        format!("run.data={:?}", at("data.jsonl")),
+        format!("run.out_dir={:?}", at("out")),
+        "run.progress=false".into(),
+        format!("controller.logs_dir={:?}", at("logs")),
+        "controller.timeout_secs=240".into(),
+        "controller.kill_grace_secs=1".into(),
+        "controller.poll_interval_ms=50".into(),
+        "controller.shutdown_wait_secs=2".into(),
+        "controller.max_system_retries=0".into(),
+        "gateway.listen=\"127.0.0.1:0\"".into(),
+        "train.lr=1e-3".into(),
+        "train.token_budget=65536".into(),
+    ] {
+        args.push("-o".into());
+        args.push(set);
+    }
+    args.push("run".into());
+    let run = agl(dir, &args);
+    let log = format!("{}\n{}", text(&run), agent_logs(&dir.join("logs")));
+    assert!(run.status.success(), "agl run failed:\n{log}");
+    let metrics = jsonl(&std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap());
+    for step in [1, 2] {
+        let m = metrics.iter().find(|m| m["step"] == step);
+        assert_eq!(
+            m.map(|m| &m["rollouts"]),
+            Some(&json!(2)),
+            "step {step}: {log}"
+        );
+    }
+
+    let db = at("out/agl.db");
+    let export = agl(
+        dir,
+        &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),
+    );
+    assert!(export.status.success(), "{}", text(&export));
+    let rollouts = jsonl(&std::fs::read_to_string(dir.join("rollouts.jsonl")).unwrap());
+    assert_eq!(rollouts.len(), 4, "{log}");
+    let mut versions = BTreeSet::new();
+    for r in &rollouts {
+        let task = r["input"]["instance_id"].as_str().unwrap();
+        let reward = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|e| e["kind"] == "reward")
+            .unwrap_or_else(|| panic!("{task}: no reward\n{log}"))["payload"]
+            .clone();
+        let want = if task == FIX { 1.0 } else { 0.0 };
+        assert_eq!(
+            reward["value"].as_f64(),
+            Some(want),
+            "{task}: {reward}\n{log}"
+        );
+        let calls = r["calls"].as_array().unwrap();
+        let rollout_versions: BTreeSet<u64> = calls
+            .iter()
+            .map(|c| c["weight_version"].as_u64().unwrap())
+            .collect();
+        assert_eq!(rollout_versions.len(), 1, "{task}: one version per rollout");
+        versions.extend(rollout_versions);
+    }
+    // The update after step 1 is version 1 for every call of step 2.
+    assert_eq!(versions, BTreeSet::from([0, 1]), "{log}");
+
+    let plugin = |name: &str| {
+        repo_root()
+            .join(format!("build/plugins/{name}.wasm"))
+            .display()
+            .to_string()
+    };
+    let test = agl(
+        dir,
+        &[
+            "plugin",
+            "test",
+            "--plugin",
+            &plugin(h.adapter),
+            "--reward",
+            &plugin("reported"),
+            "--rollouts",
+            "rollouts.jsonl",
+            "--json",
+        ]
+        .map(String::from),
+    );
+    assert!(test.status.success(), "{}", text(&test));
+    let samples = jsonl(&String::from_utf8_lossy(&test.stdout));
+    for r in &rollouts {
+        let id = r["id"].as_str().unwrap();
+        // The agent's calls (those offered its shell tool): one chain.
+        let tool = format!("\"{}\"", h.tool);
+        let agent: Vec<&Value> = r["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["request"].to_string().contains(&tool))
+            .collect();
+        let fixed = r["input"]["instance_id"] == FIX;
+        assert_eq!(agent.len(), if fixed { 2 } else { 1 }, "{id}");
+        let sample = samples
+            .iter()
+            .find(|s| s["rollout_id"] == id && s["sample"]["source_calls"][0] == agent[0]["index"])
+            .unwrap_or_else(|| panic!("{id}: no sample for the agent"));
+        let sources: Vec<&Value> = agent.iter().map(|c| &c["index"]).collect();
+        assert_eq!(
+            sample["sample"]["source_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+            sources,
+            "{id}"
+        );
+        // Trained tokens are exactly what was sampled, in order.
+        let response = &sample["sample"]["response_ids"];
+        let ids = response.as_array().unwrap();
+        let trained: String = sample["sample"]["trainable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let (a, b) = (
+                    s["start"].as_u64().unwrap() as usize,
+                    s["end"].as_u64().unwrap() as usize,
+                );
+                decode(&tok, &Value::Array(ids[a..b].to_vec()))
+            })
+            .collect();
+        let sampled: String = agent
+            .iter()
+            .map(|c| decode(&tok, &c["response_ids"]))
+            .collect();
+        assert_eq!(trained, sampled, "{id}");
+        if fixed {
+            assert!(
+                trained.contains(SED.split('\'').nth(1).unwrap()),
+                "{id}: {trained}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_claude_code_example_trains_two_steps_on_the_real_cli() {
+    example_trains_two_steps(&CLAUDE_CODE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_codex_example_trains_two_steps_on_the_real_cli() {
+    example_trains_two_steps(&CODEX).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_opencode_example_trains_two_steps_on_the_real_cli() {
+    example_trains_two_steps(&OPENCODE).await;
+}
+
+/// A gateway that cannot be reached fails the attempt as a system failure
+/// (exit 75: retried, never scored), whether the CLI gives up (Claude
+/// Code) or keeps retrying until its time is up (Codex, OpenCode).
+#[test]
+fn an_unreachable_gateway_is_a_system_failure_for_every_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    tasks(dir.path());
+    let row = std::fs::read_to_string(dir.path().join("data.jsonl")).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    for h in [&CLAUDE_CODE, &CODEX, &OPENCODE] {
+        let script = repo_root().join(format!("examples/{}/run_rollout.py", h.example));
+        let out = Command::new(crate::support::python())
+            .arg(script)
+            .env("AGL_INPUT", row.lines().next().unwrap())
+            .env("MSWE_TASKS_ROOT", dir.path().join("repos"))
+            .env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+            .env("OPENAI_API_KEY", "t")
+            .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+            // A reward post would fail loudly (exit 1), not exit 75.
+            .env("AGL_EVENT_URL", format!("http://127.0.0.1:{port}/events"))
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .env("CX_RETRIES", "0")
+            .env("CX_WALL_TIME", "5")
+            .env("OC_WALL_TIME", "5")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(75), "{}: {}", h.example, text(&out));
+        assert!(text(&out).contains("gateway unreachable"), "{}", text(&out));
+    }
+}
