@@ -172,6 +172,20 @@ const HOSTED_TOOLS: [&str; 6] = [
     "computer_use_preview",
 ];
 
+/// The assistant turn a response's `output` items were (to compare what
+/// the harness sends back with what it got, and to rebuild chains).
+pub fn assistant_turn(output: &Value) -> Result<AssistantTurn, ConversationError> {
+    let items = output
+        .as_array()
+        .ok_or_else(|| ConversationError::unsupported("`output` must be a list"))?;
+    let mut messages = Vec::new();
+    read_items(items, &mut messages)?;
+    match messages.pop() {
+        Some(Message::Assistant(turn)) if messages.is_empty() => Ok(turn),
+        _ => Err(ConversationError::unsupported("not one assistant turn")),
+    }
+}
+
 /// `function` tools (and the functions of a `namespace`, under their own
 /// names) as the chat function list; hosted tools left out.
 fn tools(tools: Option<&Value>) -> Result<Option<Value>, ConversationError> {

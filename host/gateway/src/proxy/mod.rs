@@ -219,9 +219,6 @@ async fn handle(
             engine.name
         )));
     }
-    if api == ApiKind::Responses {
-        rendered::check_responses_request(&forward)?;
-    }
     let renders = own_render || api == ApiKind::ChatCompletions;
     let rendered = if renders && engine.render == Render::Gateway {
         let renderer = st.renderer.clone().ok_or_else(|| {

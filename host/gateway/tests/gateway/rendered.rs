@@ -518,9 +518,9 @@ async fn a_silent_engine_gets_a_messages_stream_pinged() {
 
 /// OpenAI Responses on the same core: a function_call
 /// item, the call's output sent back as items continuing token-exactly,
-/// and what is not served yet refused before anything is recorded.
+/// and what it cannot hold refused by name before anything is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn responses_continue_token_exactly_and_refuse_what_is_not_served() {
+async fn responses_continue_token_exactly_and_refuse_what_they_cannot_hold() {
     let dir = tempfile::tempdir().expect("tempdir");
     let env = call_then_answer(dir.path(), EngineApi::Openai).await;
     let url = format!("{}/proxy/r1/1/train/openai/v1/responses", env.base);
@@ -575,16 +575,10 @@ async fn responses_continue_token_exactly_and_refuse_what_is_not_served() {
     for key in ["input", "instructions", "tools", "max_output_tokens"] {
         assert!(body.get(key).is_none(), "{key}: {body}");
     }
-    for (bad, want) in [
-        (
-            json!({"model": "p", "input": "x", "previous_response_id": "resp_1"}),
-            "previous_response_id",
-        ),
-        (
-            json!({"model": "p", "input": [{"type": "local_shell_call", "call_id": "c"}]}),
-            "local_shell_call",
-        ),
-    ] {
+    for (bad, want) in [(
+        json!({"model": "p", "input": [{"type": "local_shell_call", "call_id": "c"}]}),
+        "local_shell_call",
+    )] {
         let resp = chat(&url, bad).await;
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
         let err: Value = resp.json().await.expect("json");
@@ -678,4 +672,124 @@ async fn the_context_limit_clamps_max_tokens_and_refuses_a_prompt_that_fills_it(
     assert_eq!(env.engine.requests().len(), sent.len());
     let calls = env.store.list_events("r1", 0, 10).await.expect("events");
     assert_eq!(calls.len(), 2);
+}
+
+/// A new gateway on the same store: a Messages tool-result turn and a
+/// Responses call that names its `previous_response_id` (sending only the
+/// call's output) both continue the calls the first gateway served; an
+/// unknown previous id is OpenAI's 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_and_previous_response_ids_continue_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = TestEngineConfig::default().with_replies([Reply::text(CALL)]);
+    let env = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer(dir.path())),
+        Default::default(),
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    let base = format!("{}/proxy/r1/1/train", env.base);
+    let claude_tools = json!([{"name": "bash", "input_schema": {"type": "object"}}]);
+    let question = json!({"role": "user", "content": "How many files?"});
+    let first_message: Value = chat(
+        &format!("{base}/anthropic/v1/messages"),
+        json!({"model": "p", "max_tokens": 512, "tools": claude_tools, "messages": [question]}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let fn_tools = json!([{"type": "function", "name": "bash", "parameters": {"type": "object"}}]);
+    let first_response: Value = chat(
+        &format!("{base}/openai/v1/responses"),
+        json!({"model": "p", "tools": fn_tools, "input": "How many files, again?"}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let seqs: Vec<u64> = env
+        .store
+        .list_events("r1", 0, 10)
+        .await
+        .expect("events")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let restarted = agl_gateway::Gateway::new(
+        env.store.clone(),
+        GatewayConfig {
+            listen: addr.to_string(),
+            admin_key: Some(ADMIN.into()),
+            ..GatewayConfig::default()
+        },
+    )
+    .with_renderer(renderer(dir.path()));
+    tokio::spawn(restarted.serve(listener, std::future::pending()));
+    let base = format!("http://{addr}/proxy/r1/1/train");
+
+    let tool_use = first_message["content"]
+        .as_array()
+        .and_then(|c| c.iter().find(|b| b["type"] == "tool_use"))
+        .unwrap_or_else(|| panic!("a tool_use: {first_message}"));
+    let result = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": tool_use["id"], "content": "a b c"}]});
+    let resp = chat(
+        &format!("{base}/anthropic/v1/messages"),
+        json!({"model": "p", "max_tokens": 512, "tools": claude_tools,
+               "messages": [question, {"role": "assistant", "content": first_message["content"]}, result]}),
+    )
+    .await;
+    let status = resp.status();
+    assert_eq!(status, StatusCode::OK, "{}", resp.text().await.unwrap_or_default());
+    let call = first_response["output"]
+        .as_array()
+        .expect("output")
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .expect("a call")
+        .clone();
+    let output =
+        json!({"type": "function_call_output", "call_id": call["call_id"], "output": "a b c"});
+    let resp = chat(
+        &format!("{base}/openai/v1/responses"),
+        json!({"model": "p", "tools": fn_tools, "previous_response_id": first_response["id"],
+               "input": [output]}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    let links: Vec<Value> = events[2..]
+        .iter()
+        .map(|e| e.payload.parse().expect("payload")["continues"].clone())
+        .collect();
+    assert_eq!(links, [json!(seqs[0]), json!(seqs[1])]);
+    // The record keeps the request as sent.
+    let sent: Value = events[3].payload.parse().expect("payload");
+    assert_eq!(
+        sent["request"]["previous_response_id"],
+        first_response["id"]
+    );
+
+    let resp = chat(
+        &format!("{base}/openai/v1/responses"),
+        json!({"model": "p", "previous_response_id": "resp_nope", "input": "x"}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let err: Value = resp.json().await.expect("json");
+    assert_eq!(err["error"]["code"], "previous_response_not_found", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("resp_nope")
+    );
 }

@@ -8,6 +8,7 @@
 mod chunks;
 mod events;
 mod front;
+mod previous;
 mod response_events;
 mod restore;
 mod sglang;
@@ -91,20 +92,6 @@ impl ChainIndex {
     }
 }
 
-/// What of a Responses request is not served yet, refused before anything
-/// is recorded: `previous_response_id` (the history must come in `input`).
-pub fn check_responses_request(body: &RawBody) -> Result<(), ApiError> {
-    if body
-        .get("previous_response_id")
-        .is_some_and(|v| v.get() != "null")
-    {
-        return Err(ApiError::bad_request(
-            "`previous_response_id` is not served yet; send the whole history in `input`",
-        ));
-    }
-    Ok(())
-}
-
 /// A streamed Responses call refused before the engine was asked (its
 /// prompt leaves no room): a stream that says so as `response.failed` with
 /// the error's code, as the API does, since that is where Responses
@@ -155,8 +142,17 @@ impl RenderedCall {
         (index, store): (&ChainIndex, &Store),
         (rollout_id, attempt): (&str, u32),
     ) -> Result<RenderedCall, ApiError> {
-        let value: Value = serde_json::from_slice(body)
+        let mut value: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+        if front == ApiKind::Responses
+            && value
+                .get("previous_response_id")
+                .is_some_and(Value::is_string)
+        {
+            value = previous::ResponsesIndex::load(store, rollout_id, attempt)
+                .await?
+                .expand(value)?;
+        }
         let conversation = match front {
             ApiKind::AnthropicMessages => anthropic::conversation(&value),
             ApiKind::Responses => responses::conversation(&value),

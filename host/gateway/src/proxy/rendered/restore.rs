@@ -1,11 +1,14 @@
 //! After a gateway restart, a live attempt's chains are rebuilt from its
-//! recorded calls (the store is the source of truth): each successful chat
-//! call becomes the leaf it was, replacing the call it continued.
+//! recorded calls (the store is the source of truth): each successful call
+//! (Chat Completions, Messages or Responses) becomes the leaf it was,
+//! replacing the call it continued.
 
-use agl_conversation::{Chains, Served, openai_chat};
+use agl_conversation::{Chains, Served, anthropic, openai_chat, responses};
 use agl_store::{MAX_PAGE, MODEL_REQUEST, Store, StoreError};
 use agl_wire::record::{CallStatus, ModelRequest};
 use agl_wire::rollout::ApiKind;
+
+use super::previous::ResponsesIndex;
 
 /// The chains of rollout `rollout_id`'s attempt `attempt`, from the store.
 pub async fn chains_from_store(
@@ -14,6 +17,7 @@ pub async fn chains_from_store(
     attempt: u32,
 ) -> Result<Chains, StoreError> {
     let mut chains = Chains::default();
+    let calls = ResponsesIndex::load(store, rollout_id, attempt).await?;
     let mut after = 0;
     loop {
         let page = store.list_events(rollout_id, after, MAX_PAGE).await?;
@@ -28,25 +32,41 @@ pub async fn chains_from_store(
             let Ok(call) = serde_json::from_str::<ModelRequest>(ev.payload.as_str()) else {
                 continue;
             };
-            if let Some(served) = served_of(ev.seq, &call) {
+            if let Some(served) = served_of(ev.seq, &call, &calls) {
                 chains.served(served, call.continues);
             }
         }
     }
 }
 
-/// A recorded chat call as the leaf it was when served; `None` for calls
-/// that cannot be continued (failed, not chat, no tokens).
-fn served_of(seq: u64, call: &ModelRequest) -> Option<Served> {
-    if call.status != CallStatus::Ok
-        || call.api != ApiKind::ChatCompletions
-        || call.response_ids.is_empty()
-    {
+/// A recorded call as the leaf it was when served, whichever front-end
+/// served it; `None` for calls that cannot be continued (failed, raw
+/// completions, no tokens). A Responses call that named a
+/// `previous_response_id` is read as its expanded history.
+fn served_of(seq: u64, call: &ModelRequest, calls: &ResponsesIndex) -> Option<Served> {
+    if call.status != CallStatus::Ok || call.response_ids.is_empty() {
         return None;
     }
-    let conversation = openai_chat::conversation(&call.request.parse().ok()?).ok()?;
+    let request = call.request.parse().ok()?;
     let response = call.response.parse().ok()?;
-    let reply = openai_chat::assistant_turn(response.pointer("/choices/0/message")?).ok()?;
+    let (conversation, reply) = match call.api {
+        ApiKind::ChatCompletions => (
+            openai_chat::conversation(&request).ok()?,
+            openai_chat::assistant_turn(response.pointer("/choices/0/message")?).ok()?,
+        ),
+        ApiKind::AnthropicMessages => (
+            anthropic::conversation(&request).ok()?,
+            anthropic::assistant_turn(response.get("content")?).ok()?,
+        ),
+        ApiKind::Responses => {
+            let request = calls.expand(request).ok()?;
+            (
+                responses::conversation(&request).ok()?,
+                responses::assistant_turn(response.get("output")?).ok()?,
+            )
+        }
+        ApiKind::Completions => return None,
+    };
     Some(Served {
         call: seq,
         messages: conversation.messages,
