@@ -24,7 +24,9 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use crate::ConversationError;
-use crate::message::{AssistantTurn, Conversation, Message, ToolCall, function_tool, map_tools};
+use crate::message::{
+    AssistantTurn, Conversation, Message, ToolCall, ToolChoice, function_tool, map_tools,
+};
 
 /// Reads a Messages request body's `system`, `messages` and `tools`.
 pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
@@ -41,9 +43,12 @@ pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
     for (i, m) in list.iter().enumerate() {
         read_message(i, m, &mut messages, &mut tool_uses)?;
     }
+    let tools = tools(body.get("tools"))?;
+    let tool_choice = tool_choice(body.get("tool_choice"))?.checked(&tools)?;
     Ok(Conversation {
         messages,
-        tools: tools(body.get("tools"))?,
+        tools,
+        tool_choice,
     })
 }
 
@@ -204,6 +209,30 @@ fn without_billing_line(system: &str) -> String {
     }
     let rest = system.split_once('\n').map_or("", |(_, rest)| rest);
     rest.trim_start_matches('\n').to_string()
+}
+
+/// `tool_choice`: `{"type": "auto" | "any" | "none"}` or `{"type": "tool",
+/// "name"}` (`disable_parallel_tool_use` changes nothing: the policy writes
+/// what it writes).
+fn tool_choice(choice: Option<&Value>) -> Result<ToolChoice, ConversationError> {
+    let Some(choice) = choice.filter(|c| !c.is_null()) else {
+        return Ok(ToolChoice::Auto);
+    };
+    match choice.get("type").and_then(Value::as_str) {
+        Some("auto") => Ok(ToolChoice::Auto),
+        Some("none") => Ok(ToolChoice::None),
+        Some("any") => Ok(ToolChoice::Required),
+        Some("tool") => match choice.get("name").and_then(Value::as_str) {
+            Some(name) => Ok(ToolChoice::Function(name.to_string())),
+            None => Err(ConversationError::unsupported(
+                "`tool_choice` of type `tool` needs `name`",
+            )),
+        },
+        other => Err(ConversationError::unsupported(format!(
+            "`tool_choice` type `{}` is not one of auto, any, tool, none",
+            other.unwrap_or("(none)")
+        ))),
+    }
 }
 
 /// Custom tools as OpenAI function tools.

@@ -14,7 +14,7 @@
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::message::{AssistantTurn, ToolCall};
+use crate::message::{AssistantTurn, ToolCall, ToolChoice};
 
 /// How tool calls are written (named as in `[engine] tool_parser`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -48,6 +48,41 @@ impl Family {
         Family {
             tools,
             reasoning: template.contains("</think>"),
+        }
+    }
+
+    /// The family an answer under `choice` is read with: `none` reads
+    /// text only.
+    pub fn under(self, choice: &ToolChoice) -> Family {
+        match choice {
+            ToolChoice::None => Family {
+                tools: ToolFormat::None,
+                ..self
+            },
+            _ => self,
+        }
+    }
+
+    /// The text a forced tool call starts with, written after the
+    /// generation prompt so the model can only go on with a call (of the
+    /// named tool): as its template writes calls. Empty when nothing is
+    /// forced or the family writes no calls.
+    pub fn forced_call(&self, choice: &ToolChoice) -> String {
+        let name = |n: &str| serde_json::to_string(n).unwrap_or_default();
+        match (self.tools, choice) {
+            (ToolFormat::Hermes, ToolChoice::Required) => "<tool_call>\n{\"name\": ".into(),
+            (ToolFormat::Hermes, ToolChoice::Function(n)) => {
+                format!("<tool_call>\n{{\"name\": {}, \"arguments\": ", name(n))
+            }
+            (ToolFormat::Qwen3Coder, ToolChoice::Required) => "<tool_call>\n<function=".into(),
+            (ToolFormat::Qwen3Coder, ToolChoice::Function(n)) => {
+                format!("<tool_call>\n<function={n}>\n")
+            }
+            (ToolFormat::Llama3Json, ToolChoice::Required) => "{\"name\": ".into(),
+            (ToolFormat::Llama3Json, ToolChoice::Function(n)) => {
+                format!("{{\"name\": {}, \"parameters\": ", name(n))
+            }
+            _ => String::new(),
         }
     }
 
@@ -309,5 +344,45 @@ mod tests {
             HERMES.parse(" two\n\n").content.as_deref(),
             Some(" two\n\n")
         );
+    }
+
+    #[test]
+    fn a_forced_call_prefix_parses_as_a_call_of_that_tool() {
+        for tools in [
+            ToolFormat::Hermes,
+            ToolFormat::Qwen3Coder,
+            ToolFormat::Llama3Json,
+        ] {
+            let family = Family {
+                tools,
+                reasoning: false,
+            };
+            let choice = ToolChoice::Function("bash".into());
+            let prefix = family.forced_call(&choice);
+            let rest = match tools {
+                ToolFormat::Hermes => "{\"cmd\": \"ls\"}}\n</tool_call>",
+                ToolFormat::Qwen3Coder => {
+                    "<parameter=cmd>\nls\n</parameter>\n</function>\n</tool_call>"
+                }
+                _ => "{\"cmd\": \"ls\"}}",
+            };
+            let turn = family.parse(&format!("{prefix}{rest}"));
+            assert_eq!(turn.tool_calls.len(), 1, "{tools:?}: {turn:?}");
+            assert_eq!(turn.tool_calls[0].name, "bash");
+            assert_eq!(
+                turn.tool_calls[0].arguments,
+                serde_json::json!({"cmd": "ls"})
+            );
+            assert!(!family.forced_call(&ToolChoice::Required).is_empty());
+            assert!(family.forced_call(&ToolChoice::Auto).is_empty());
+        }
+        let hermes = Family {
+            tools: ToolFormat::Hermes,
+            reasoning: false,
+        };
+        let text = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {}}\n</tool_call>";
+        let as_text = hermes.under(&ToolChoice::None).parse(text);
+        assert!(as_text.tool_calls.is_empty());
+        assert_eq!(as_text.content.as_deref(), Some(text));
     }
 }

@@ -22,7 +22,7 @@ pub mod responses;
 
 pub use continuation::{Chains, Prompt, Served};
 pub use family::{Family, ToolFormat};
-pub use message::{AssistantTurn, Conversation, Message, ToolCall};
+pub use message::{AssistantTurn, Conversation, Message, ToolCall, ToolChoice};
 pub use render::Renderer;
 
 #[derive(Debug, thiserror::Error)]

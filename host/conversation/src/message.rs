@@ -11,6 +11,54 @@ pub struct Conversation {
     pub messages: Vec<Message>,
     /// The OpenAI `tools` list as sent (function schemas), if any.
     pub tools: Option<Value>,
+    /// Whether the answer must (or must not) call a tool.
+    pub tool_choice: ToolChoice,
+}
+
+/// What the harness asked of the answer's tool calls (each API names them
+/// its own way: Chat and Responses `auto` / `none` / `required` / a
+/// function, Messages `auto` / `none` / `any` / `tool`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// No tool call: the answer is text (the tools stay in the prompt).
+    None,
+    /// Some tool call.
+    Required,
+    /// A call of this tool.
+    Function(String),
+}
+
+impl ToolChoice {
+    /// Checks a named tool against the request's tools.
+    pub(crate) fn checked(
+        self,
+        tools: &Option<Value>,
+    ) -> Result<ToolChoice, crate::ConversationError> {
+        let names = || {
+            tools
+                .as_ref()
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        };
+        match &self {
+            ToolChoice::Function(name) if !names().any(|n| n == name) => {
+                Err(crate::ConversationError::unsupported(format!(
+                    "`tool_choice` names tool `{name}`, which `tools` does not hold"
+                )))
+            }
+            ToolChoice::Required | ToolChoice::Function(_) if names().next().is_none() => {
+                Err(crate::ConversationError::unsupported(
+                    "`tool_choice` asks for a tool call, but `tools` is empty",
+                ))
+            }
+            _ => Ok(self),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

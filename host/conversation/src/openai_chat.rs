@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::ConversationError;
-use crate::message::{AssistantTurn, Conversation, Message, ToolCall};
+use crate::message::{AssistantTurn, Conversation, Message, ToolCall, ToolChoice};
 
 /// Message keys the front-end reads; others must be absent or null.
 const KNOWN_KEYS: [&str; 9] = [
@@ -39,7 +39,35 @@ pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
     {
         return Err(ConversationError::unsupported("`tools` must be a list"));
     }
-    Ok(Conversation { messages, tools })
+    let tool_choice = match body.get("tool_choice") {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ConversationError::unsupported(format!(
+                    "`tool_choice` `{other}` is not one of auto, none, required"
+                )));
+            }
+        },
+        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) if v.get("type").and_then(Value::as_str) == Some("function") => {
+                ToolChoice::Function(name.to_string())
+            }
+            _ => {
+                return Err(ConversationError::unsupported(
+                    "`tool_choice` must be a string or {\"type\": \"function\", \"function\": {\"name\"}}",
+                ));
+            }
+        },
+    }
+    .checked(&tools)?;
+    Ok(Conversation {
+        messages,
+        tools,
+        tool_choice,
+    })
 }
 
 fn message(i: usize, m: &Value) -> Result<Message, ConversationError> {

@@ -20,7 +20,9 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use crate::ConversationError;
-use crate::message::{AssistantTurn, Conversation, Message, ToolCall, function_tool, map_tools};
+use crate::message::{
+    AssistantTurn, Conversation, Message, ToolCall, ToolChoice, function_tool, map_tools,
+};
 
 /// Reads a Responses request body.
 pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
@@ -37,9 +39,12 @@ pub fn conversation(body: &Value) -> Result<Conversation, ConversationError> {
             ));
         }
     }
+    let tools = tools(body.get("tools"))?;
+    let tool_choice = tool_choice(body.get("tool_choice"))?.checked(&tools)?;
     Ok(Conversation {
         messages,
-        tools: tools(body.get("tools"))?,
+        tools,
+        tool_choice,
     })
 }
 
@@ -158,6 +163,32 @@ fn parts(content: Option<&Value>, i: usize) -> Result<String, ConversationError>
         Some(_) => Err(ConversationError::unsupported(format!(
             "input[{i}].content must be a string or a list of parts"
         ))),
+    }
+}
+
+/// `tool_choice`: `"auto" | "none" | "required"` or `{"type": "function",
+/// "name"}`.
+fn tool_choice(choice: Option<&Value>) -> Result<ToolChoice, ConversationError> {
+    match choice {
+        None | Some(Value::Null) => Ok(ToolChoice::Auto),
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => Ok(ToolChoice::Auto),
+            "none" => Ok(ToolChoice::None),
+            "required" => Ok(ToolChoice::Required),
+            other => Err(ConversationError::unsupported(format!(
+                "`tool_choice` `{other}` is not one of auto, none, required"
+            ))),
+        },
+        Some(v) => match (
+            v.get("type").and_then(Value::as_str),
+            v.get("name").and_then(Value::as_str),
+        ) {
+            (Some("function"), Some(name)) => Ok(ToolChoice::Function(name.to_string())),
+            (kind, _) => Err(ConversationError::unsupported(format!(
+                "`tool_choice` of type `{}` is not supported; send auto, none, required or a function",
+                kind.unwrap_or("(none)")
+            ))),
+        },
     }
 }
 

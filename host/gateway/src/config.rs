@@ -37,6 +37,10 @@ pub struct GatewayConfig {
     /// absent one set to it) rather than failing at the engine. Off: sent
     /// as asked.
     pub clamp_max_tokens: bool,
+    /// Gateway-rendered calls: the most tokens one answer may have, whatever
+    /// the harness asks (or when it asks for none, as Codex does); unset:
+    /// the harness's ask, within the context.
+    pub max_tokens: Option<u32>,
     /// Base URL agents reach the gateway at, used in proxy URLs; unset =
     /// `http://<listen>`.
     pub public_base_url: Option<String>,
@@ -59,6 +63,7 @@ impl Default for GatewayConfig {
             body_timeout_secs: 60.0,
             stream_ping_secs: 5.0,
             clamp_max_tokens: true,
+            max_tokens: None,
             public_base_url: None,
             train_temperature: 1.0,
             val_temperature: 0.0,
@@ -71,6 +76,9 @@ impl GatewayConfig {
     pub fn check(&self) -> Result<(), String> {
         if self.max_connections == 0 {
             return Err("gateway.max_connections must be at least 1".into());
+        }
+        if self.max_tokens == Some(0) {
+            return Err("gateway.max_tokens must be at least 1 (or unset)".into());
         }
         for (key, secs) in [
             ("header_timeout_secs", self.header_timeout_secs),

@@ -244,9 +244,9 @@ async fn handle(
     } else {
         None
     };
-    // The room the policy's context leaves: none is that API's
-    // context-length error (a streamed Responses call gets it as the
-    // `response.failed` event Codex reads).
+    // The room the policy's context leaves (and the configured cap): none
+    // is that API's context-length error (a streamed Responses call gets it
+    // as the `response.failed` event Codex reads).
     let mut room = None;
     if let (Some(r), Some(context)) = (&rendered, st.context_len) {
         let prompt = r.prompt_ids.len();
@@ -258,6 +258,9 @@ async fn handle(
             return Err(e);
         }
         room = st.config.clamp_max_tokens.then_some(context - prompt);
+    }
+    if let Some(cap) = st.config.max_tokens {
+        room = Some(room.map_or(cap as usize, |r| r.min(cap as usize)));
     }
     let url = match (api, &rendered) {
         (_, Some(r)) => r.url(&engine),

@@ -14,7 +14,6 @@ use tokio::sync::mpsc;
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
-use super::rendered::ChatChunks;
 use crate::GatewayConfig;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::ApiKind;
@@ -66,7 +65,7 @@ async fn pump(
     let mut translate = call
         .rendered
         .as_ref()
-        .map(|r| ChatChunks::new(r.renderer.family(), r.prompt_ids.clone(), &call.rollout_id));
+        .map(|r| r.chat_chunks(&call.rollout_id));
     // An engine whose events are not completions chunks (SGLang's).
     let mut native = call.rendered.as_ref().and_then(|r| r.native_chunks());
     // A Messages or Responses call: its events instead of chat chunks.

@@ -674,6 +674,50 @@ async fn the_context_limit_clamps_max_tokens_and_refuses_a_prompt_that_fills_it(
     assert_eq!(calls.len(), 2);
 }
 
+/// `gateway.max_tokens` caps every rendered answer, asked for or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configured_max_tokens_caps_every_rendered_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = TestEngineConfig::default().with_replies([Reply::text("ok")]);
+    let config = GatewayConfig {
+        max_tokens: Some(7),
+        ..GatewayConfig::default()
+    };
+    let env = start_local_with(
+        engine,
+        config,
+        Some(renderer(dir.path())),
+        EngineApi::Openai,
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    let base = format!("{}/proxy/r1/1/train", env.base);
+    let user = json!({"role": "user", "content": "hi"});
+    for (url, body) in [
+        (
+            env.chat_url("r1"),
+            json!({"messages": [user], "max_tokens": 100}),
+        ),
+        (
+            env.chat_url("r1"),
+            json!({"messages": [user], "max_tokens": 3}),
+        ),
+        (
+            format!("{base}/openai/v1/responses"),
+            json!({"model": "p", "input": "hi"}),
+        ),
+    ] {
+        assert_eq!(chat(&url, body).await.status(), StatusCode::OK);
+    }
+    let asked: Vec<Value> = env
+        .engine
+        .requests()
+        .iter()
+        .map(|r| r.body.as_ref().expect("body")["max_tokens"].clone())
+        .collect();
+    assert_eq!(asked, [json!(7), json!(3), json!(7)]);
+}
+
 /// A new gateway on the same store: a Messages tool-result turn and a
 /// Responses call that names its `previous_response_id` (sending only the
 /// call's output) both continue the calls the first gateway served; an
@@ -748,7 +792,12 @@ async fn messages_and_previous_response_ids_continue_across_a_restart() {
     )
     .await;
     let status = resp.status();
-    assert_eq!(status, StatusCode::OK, "{}", resp.text().await.unwrap_or_default());
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        resp.text().await.unwrap_or_default()
+    );
     let call = first_response["output"]
         .as_array()
         .expect("output")
@@ -791,5 +840,120 @@ async fn messages_and_previous_response_ids_continue_across_a_restart() {
             .as_str()
             .unwrap()
             .contains("resp_nope")
+    );
+}
+
+/// `tool_choice` in each API's words: a named tool is forced by writing its
+/// call's start after the generation prompt (prompt ids, not sampled), and
+/// the answer is that call; `none` reads the answer as text; a tool the
+/// request does not hold is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_choice_forces_a_named_call_or_none_in_every_api() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The engine reads the prompt in the policy's ids.
+    let env = crate::claude_code::start(dir.path(), |r| {
+        if r.prompt_text
+            .ends_with("{\"name\": \"bash\", \"arguments\": ")
+        {
+            Reply::text("{\"cmd\": \"ls\"}}\n</tool_call>")
+        } else {
+            Reply::text(CALL)
+        }
+    })
+    .await;
+    let base = format!("{}/proxy/r1/1/train", env.base);
+    let user = json!({"role": "user", "content": "List the files."});
+    let fn_tools = json!([{"type": "function", "name": "bash", "parameters": {"type": "object"}}]);
+    let claude_tools = json!([{"name": "bash", "input_schema": {"type": "object"}}]);
+
+    let chat_answer: Value = chat(
+        &env.chat_url("r1"),
+        json!({"messages": [user], "tools": tools(),
+               "tool_choice": {"type": "function", "function": {"name": "bash"}}}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let call = &chat_answer["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "bash", "{chat_answer}");
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"cmd": "ls"})
+    );
+
+    let messages = chat(
+        &format!("{base}/anthropic/v1/messages"),
+        json!({"model": "p", "max_tokens": 512, "tools": claude_tools, "stream": true,
+               "tool_choice": {"type": "tool", "name": "bash"},
+               "messages": [{"role": "user", "content": "List them again."}]}),
+    )
+    .await
+    .text()
+    .await
+    .expect("stream");
+    let start = messages
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "content_block_start" && v["content_block"]["type"] == "tool_use")
+        .unwrap_or_else(|| panic!("a tool_use block: {messages}"));
+    assert_eq!(start["content_block"]["name"], "bash");
+
+    let response: Value = chat(
+        &format!("{base}/openai/v1/responses"),
+        json!({"model": "p", "tools": fn_tools, "input": "And once more.",
+               "tool_choice": {"type": "function", "name": "bash"}}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(response["output"][0]["type"], "function_call", "{response}");
+    assert_eq!(response["output"][0]["arguments"], "{\"cmd\": \"ls\"}");
+
+    // Each forced call's start is in the prompt ids, the rest was sampled.
+    let (tok, _) = crate::policy::tools_policy(dir.path());
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    for e in &events {
+        let call: Value = e.payload.parse().expect("payload");
+        let ids = |k: &str| -> Vec<u32> { serde_json::from_value(call[k].clone()).expect("ids") };
+        let prompt = tok.decode(&ids("prompt_ids"), false).expect("decode");
+        assert!(
+            prompt.ends_with("<tool_call>\n{\"name\": \"bash\", \"arguments\": "),
+            "{prompt}"
+        );
+        let sampled = tok.decode(&ids("response_ids"), false).expect("decode");
+        assert!(sampled.starts_with("{\"cmd\": \"ls\"}}"), "{sampled}");
+    }
+
+    // none: the same call text is the answer's content, not a call.
+    let none: Value = chat(
+        &env.chat_url("r1"),
+        json!({"messages": [{"role": "user", "content": "Do not."}], "tools": tools(),
+               "tool_choice": "none"}),
+    )
+    .await
+    .json()
+    .await
+    .expect("json");
+    let message = &none["choices"][0]["message"];
+    assert!(
+        message["tool_calls"].is_null() || message["tool_calls"] == json!([]),
+        "{none}"
+    );
+    assert!(message["content"].as_str().unwrap().contains("<tool_call>"));
+
+    let resp = chat(
+        &env.chat_url("r1"),
+        json!({"messages": [user], "tools": tools(),
+               "tool_choice": {"type": "function", "function": {"name": "rm"}}}),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let err: Value = resp.json().await.expect("json");
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("`rm`"),
+        "{err}"
     );
 }

@@ -54,7 +54,14 @@ impl ChatChunks {
         }
     }
 
-    /// The completion's text so far.
+    /// Starts from `text` as already written (and not yet streamed): a
+    /// forced tool call's start in the prompt.
+    pub fn with_text(mut self, text: &str) -> ChatChunks {
+        self.text.push_str(text);
+        self
+    }
+
+    /// The answer's text so far.
     pub fn text(&self) -> &str {
         &self.text
     }

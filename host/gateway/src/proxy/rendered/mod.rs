@@ -21,7 +21,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use agl_conversation::{
-    AssistantTurn, Chains, Conversation, Renderer, Served, anthropic, openai_chat, responses,
+    AssistantTurn, Chains, Conversation, Family, Renderer, Served, anthropic, openai_chat,
+    responses,
 };
 use agl_wire::rollout::ApiKind;
 
@@ -119,7 +120,6 @@ pub fn failed_response_stream(
 
 /// What a gateway-rendered call carries until its record is committed.
 pub struct RenderedCall {
-    pub renderer: Arc<Renderer>,
     pub conversation: Conversation,
     pub prompt_ids: Vec<u32>,
     /// The call (store seq) this one continues; `None` = a new chain.
@@ -130,6 +130,11 @@ pub struct RenderedCall {
     pub api: EngineApi,
     model: String,
     chains: AttemptChains,
+    /// How the answer is read (text only under `tool_choice` none).
+    family: Family,
+    /// A forced tool call's start, already in the prompt's ids (see
+    /// [`Family::forced_call`]).
+    forced: String,
 }
 
 impl RenderedCall {
@@ -172,9 +177,19 @@ impl RenderedCall {
         })
         .await
         .map_err(|e| ApiError::internal(format!("rendering the prompt: {e}")))?;
-        let prompt = prompt.map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let mut prompt = prompt.map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let choice = &conversation.tool_choice;
+        let forced = renderer.family().forced_call(choice);
+        if !forced.is_empty() {
+            let ids = renderer
+                .tokenizer()
+                .encode(&forced, false)
+                .map_err(|e| ApiError::internal(format!("tokenizing the forced call: {e}")))?;
+            prompt.ids.extend(ids);
+        }
         Ok(RenderedCall {
-            renderer,
+            family: renderer.family().under(choice),
+            forced,
             conversation,
             prompt_ids: prompt.ids,
             continues: prompt.continues,
@@ -268,9 +283,21 @@ impl RenderedCall {
         serde_json::to_vec(&body).unwrap_or_default()
     }
 
-    /// The reply parsed from the completion's text.
+    /// The reply parsed from the answer's whole text: a forced call's
+    /// start, then what the engine generated.
     pub fn parse(&self, text: &str) -> AssistantTurn {
-        self.renderer.family().parse(text)
+        self.family.parse(text)
+    }
+
+    /// The answer's whole text from a completion's text.
+    fn whole(&self, completion: &str) -> String {
+        format!("{}{completion}", self.forced)
+    }
+
+    /// The chat chunk translator of a streamed answer, holding the forced
+    /// call's start as text already written.
+    pub fn chat_chunks(&self, id_prefix: &str) -> ChatChunks {
+        ChatChunks::new(self.family, self.prompt_ids.clone(), id_prefix).with_text(&self.forced)
     }
 
     /// The engine's completions body answered as Chat Completions, with
@@ -280,7 +307,7 @@ impl RenderedCall {
     pub fn chat_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let choice = completion.choices.into_iter().next().unwrap_or_default();
-        let turn = self.parse(&choice.text);
+        let turn = self.parse(&self.whole(&choice.text));
         let finish_reason = if turn.tool_calls.is_empty() {
             choice.finish_reason
         } else {
@@ -318,7 +345,7 @@ impl RenderedCall {
     fn response_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let choice = completion.choices.into_iter().next().unwrap_or_default();
-        let turn = self.parse(&choice.text);
+        let turn = self.parse(&self.whole(&choice.text));
         let body = self.response(
             &turn,
             choice.finish_reason.as_str(),
@@ -340,6 +367,13 @@ impl RenderedCall {
         let cut = finish == Some("length");
         let input = self.prompt_ids.len();
         let id = self.response_id(id_prefix);
+        let mut output = responses::output_items(turn, &id);
+        if cut {
+            // Cut at max_output_tokens: the items are as far as they got.
+            for item in &mut output {
+                item["status"] = json!("incomplete");
+            }
+        }
         json!({
             "id": format!("resp_{id}"),
             "object": "response",
@@ -347,7 +381,7 @@ impl RenderedCall {
             "status": if cut { "incomplete" } else { "completed" },
             "incomplete_details": if cut { json!({"reason": "max_output_tokens"}) } else { Value::Null },
             "model": self.model,
-            "output": responses::output_items(turn, &id),
+            "output": output,
             "usage": {"input_tokens": input, "output_tokens": output_tokens,
                       "total_tokens": input + output_tokens},
         })
@@ -363,7 +397,7 @@ impl RenderedCall {
     fn messages_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let choice = completion.choices.into_iter().next().unwrap_or_default();
-        let turn = self.parse(&choice.text);
+        let turn = self.parse(&self.whole(&choice.text));
         let body = self.message(
             &turn,
             choice.finish_reason.as_str(),
