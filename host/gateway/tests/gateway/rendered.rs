@@ -957,3 +957,91 @@ async fn tool_choice_forces_a_named_call_or_none_in_every_api() {
         "{err}"
     );
 }
+
+/// Malformed and unservable bodies: a 400 in the called API's own error
+/// shape, naming what is wrong; nothing recorded, nothing sent on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_messages_and_responses_bodies_are_400s_in_their_own_shape() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = call_then_answer(dir.path(), EngineApi::Openai).await;
+    let base = format!("{}/proxy/r1/1/train", env.base);
+    let raw = |url: String, body: &'static str| async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth(ADMIN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("send")
+    };
+    let messages = format!("{base}/anthropic/v1/messages");
+    let responses = format!("{base}/openai/v1/responses");
+    let cases: [(&String, &'static str, &str); 10] = [
+        (&messages, "{not json", "JSON"),
+        (
+            &messages,
+            r#"{"model": "p", "max_tokens": 8, "messages": 5}"#,
+            "`messages` must be a list",
+        ),
+        (
+            &messages,
+            r#"{"model": "p", "max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "foo"}]}]}"#,
+            "`foo`",
+        ),
+        (
+            &messages,
+            r#"{"model": "p", "max_tokens": 8, "tool_choice": {"type": "maybe"}, "messages": [{"role": "user", "content": "x"}]}"#,
+            "`maybe`",
+        ),
+        (
+            &messages,
+            r#"{"model": "p", "max_tokens": 8, "tools": [{"type": "web_search_20250305", "name": "web_search"}], "messages": [{"role": "user", "content": "x"}]}"#,
+            "web_search_20250305",
+        ),
+        (&responses, "[1, 2", "JSON"),
+        (
+            &responses,
+            r#"{"model": "p", "input": 3}"#,
+            "`input` must be a string",
+        ),
+        (
+            &responses,
+            r#"{"model": "p", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:x"}]}]}"#,
+            "`input_image`",
+        ),
+        (
+            &responses,
+            r#"{"model": "p", "input": [{"type": "custom_tool_call", "call_id": "c", "name": "apply_patch", "input": "x"}]}"#,
+            "`custom_tool_call`",
+        ),
+        (
+            &responses,
+            r#"{"model": "p", "input": "x", "tools": [{"type": "custom", "name": "apply_patch"}]}"#,
+            "`custom`",
+        ),
+    ];
+    for (url, body, want) in cases {
+        let resp = raw(url.clone(), body).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{body}");
+        let err: Value = resp.json().await.expect("json");
+        let message = if url == &messages {
+            assert_eq!(err["type"], "error", "{err}");
+            assert_eq!(err["error"]["type"], "invalid_request_error", "{err}");
+            err["error"]["message"]
+                .as_str()
+                .expect("message")
+                .to_string()
+        } else {
+            assert_eq!(err["error"]["type"], "invalid_request_error", "{err}");
+            err["error"]["message"]
+                .as_str()
+                .expect("message")
+                .to_string()
+        };
+        assert!(message.contains(want), "{body}: {message}");
+    }
+    assert!(env.engine.requests().is_empty());
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    assert!(events.is_empty());
+}
