@@ -14,7 +14,7 @@ use agl_wire::rollout::ModelCall;
 use serde_json::{Value, json};
 
 use crate::process::node_cli;
-use crate::support::{Local, start_local_with};
+use crate::support::{Local, start_local_sized};
 
 /// The sub-agent `--agents` defines; its system prompt tells the script
 /// which agent is asking.
@@ -29,6 +29,15 @@ pub(crate) fn call(name: &str, arguments: Value) -> Reply {
 }
 
 pub(crate) async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Local {
+    start_sized(dir, script, None).await
+}
+
+/// [`start`] on a policy whose context is `context_len` tokens.
+pub(crate) async fn start_sized(
+    dir: &Path,
+    script: fn(&EngineRequest) -> Reply,
+    context_len: Option<usize>,
+) -> Local {
     let (tok, eos) = crate::policy::tools_policy(dir);
     let codec = {
         let (e, d) = (tok.clone(), tok.clone());
@@ -41,11 +50,12 @@ pub(crate) async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Lo
         .with_codec(codec)
         .with_script(script);
     let renderer = Renderer::new(tok, &[eos]).expect("renderer");
-    let local = start_local_with(
+    let local = start_local_sized(
         engine,
         GatewayConfig::default(),
         Some(renderer),
         Default::default(),
+        context_len,
     )
     .await;
     local.running(&["r1".into()]).await;
@@ -262,4 +272,30 @@ async fn a_claude_code_sub_agent_is_a_second_chain_of_the_same_rollout() {
             assert_eq!(pair[1].continues, Some(pair[0].index), "{why}");
         }
     }
+}
+
+/// A prompt the policy's context cannot hold: Claude Code gets Anthropic's
+/// "prompt is too long" error and reports it; nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_reports_the_context_length_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = start_sized(dir.path(), main_agent, Some(200)).await;
+    let out = claude(
+        &local,
+        dir.path(),
+        "Write hello to out.txt",
+        &["--bare", "--tools", "Bash"],
+    )
+    .await;
+    let calls = local
+        .store
+        .export_rollout("r1")
+        .await
+        .expect("export")
+        .calls;
+    let why = report(&out, &calls);
+    let result: Value = serde_json::from_slice(&out.stdout).expect("result JSON");
+    assert_eq!(result["terminal_reason"], "prompt_too_long", "{why}");
+    assert!(calls.is_empty(), "{why}");
+    assert!(local.engine.requests().is_empty());
 }

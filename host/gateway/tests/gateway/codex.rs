@@ -105,3 +105,26 @@ async fn codex_runs_a_command_through_streamed_responses_in_one_chain() {
         assert_eq!(record["status"], "completed", "{why}");
     }
 }
+
+/// A prompt the policy's context cannot hold: Codex gets `response.failed`
+/// with `context_length_exceeded` and reports it; nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_reports_the_context_length_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = crate::claude_code::start_sized(dir.path(), policy, Some(200)).await;
+    let out = codex(&local, dir.path(), "Write hello to out.txt").await;
+    let calls = local
+        .store
+        .export_rollout("r1")
+        .await
+        .expect("export")
+        .calls;
+    let why = report(&out, &calls);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("ran out of room in the model's context window"),
+        "{why}"
+    );
+    assert!(calls.is_empty(), "{why}");
+    assert!(local.engine.requests().is_empty());
+}
