@@ -351,3 +351,159 @@ fn an_unreachable_gateway_is_a_system_failure_for_every_cli() {
         assert!(text(&out).contains("gateway unreachable"), "{}", text(&out));
     }
 }
+
+/// The main agent hands the fix to a sub-agent (Claude Code's Agent tool,
+/// its built-in general-purpose agent), which runs the `sed`.
+fn delegating(r: &EngineRequest) -> Reply {
+    let p = &r.prompt_text;
+    let call = |name: &str, arguments: Value| {
+        let call = json!({"name": name, "arguments": arguments});
+        Reply::text(format!("<tool_call>\n{call}\n</tool_call>"))
+    };
+    if !p.contains("`arith0.py`") && !p.contains("SUBTASK-7") {
+        Reply::text("Nothing to do.")
+    } else if p.contains("SUBTASK-7") && !p.contains("DELEGATE-7") {
+        // The sub-agent's own conversation.
+        if p.contains("<tool_response>") {
+            Reply::text("Fixed it.")
+        } else {
+            call(
+                "Bash",
+                json!({"command": SED, "description": "Fix the bug"}),
+            )
+        }
+    } else if p.contains("DELEGATE-7") {
+        Reply::text("The sub-agent fixed it.")
+    } else {
+        call(
+            "Agent",
+            json!({"description": "DELEGATE-7", "subagent_type": "general-purpose",
+                   "prompt": "SUBTASK-7: in arith0.py, make add() add."}),
+        )
+    }
+}
+
+/// A Claude Code rollout whose main agent starts a sub-agent: two chains,
+/// two samples of the one rollout (the second a `sub-agent` break), both
+/// credited with the rollout's reward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claude_code_sub_agent_is_a_second_sample_of_the_same_rollout() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    tiny_model(&dir.join("model"), 32768);
+    let (tok, _) = crate::policy::tools_policy(&dir.join("model"));
+    tasks(dir);
+    let row = std::fs::read_to_string(dir.join("data.jsonl"))
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(FIX))
+        .map(|l| format!("{l}\n"))
+        .unwrap();
+    std::fs::write(dir.join("data.jsonl"), row).unwrap();
+    let codec = {
+        let (e, d) = (tok.clone(), tok.clone());
+        Codec::new(
+            move |text| e.encode(text, false).unwrap(),
+            move |ids| d.decode(ids, false).unwrap(),
+        )
+    };
+    let engine = TestEngine::start(
+        TestEngineConfig::default()
+            .with_script(delegating)
+            .with_codec(codec),
+    )
+    .await
+    .unwrap();
+    let config = repo_root().join("examples/claude-code/agl.toml");
+    let at = |p: &str| dir.join(p).display().to_string();
+    let command = "CC_TOOLS=Bash,Agent CC_BARE=0 CC_MAX_TURNS=6 \
+        CC_SYSTEM_PROMPT=\"You fix bugs.\" exec \"${AGL_VENV:-.venv}/bin/python\" \
+        examples/claude-code/run_rollout.py";
+    let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];
+    for set in [
+        format!("model.path={:?}", at("model")),
+        "engine.kind=\"external\"".into(),
+        format!("engine.base_url=\"http://{}\"", engine.addr()),
+        "engine.model_name=\"tiny\"".into(),
+        "engine.reload=\"sglang\"".into(),
+        format!("controller.command={command:?}"),
+        format!("run.data={:?}", at("data.jsonl")),
+        format!("run.out_dir={:?}", at("out")),
+        "run.steps=1".into(),
+        "run.progress=false".into(),
+        format!("controller.logs_dir={:?}", at("logs")),
+        "controller.timeout_secs=240".into(),
+        "controller.kill_grace_secs=1".into(),
+        "controller.poll_interval_ms=50".into(),
+        "controller.max_system_retries=0".into(),
+        "gateway.listen=\"127.0.0.1:0\"".into(),
+        "train.token_budget=131072".into(),
+    ] {
+        args.push("-o".into());
+        args.push(set);
+    }
+    args.push("run".into());
+    let run = agl(dir, &args);
+    let log = format!("{}\n{}", text(&run), agent_logs(&dir.join("logs")));
+    assert!(run.status.success(), "agl run failed:\n{log}");
+    let db = at("out/agl.db");
+    let export = agl(
+        dir,
+        &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),
+    );
+    assert!(export.status.success(), "{}", text(&export));
+    let rollouts = jsonl(&std::fs::read_to_string(dir.join("rollouts.jsonl")).unwrap());
+    let plugin = |name: &str| {
+        repo_root()
+            .join(format!("build/plugins/{name}.wasm"))
+            .display()
+            .to_string()
+    };
+    let test = agl(
+        dir,
+        &[
+            "plugin",
+            "test",
+            "--plugin",
+            &plugin("claude-code"),
+            "--reward",
+            &plugin("reported"),
+            "--rollouts",
+            "rollouts.jsonl",
+            "--json",
+        ]
+        .map(String::from),
+    );
+    assert!(test.status.success(), "{}", text(&test));
+    let samples = jsonl(&String::from_utf8_lossy(&test.stdout));
+    for r in &rollouts {
+        let id = r["id"].as_str().unwrap();
+        let mine: Vec<&Value> = samples.iter().filter(|s| s["rollout_id"] == id).collect();
+        assert_eq!(mine.len(), 2, "{id}: main and sub-agent\n{log}");
+        for s in &mine {
+            assert_eq!(
+                s["reward"].as_f64(),
+                Some(1.0),
+                "{id}: the sub-agent's fix counts"
+            );
+        }
+        assert_eq!(
+            mine[1]["sample"]["break_before"]["kind"], "sub-agent",
+            "{id}"
+        );
+        // Every call is in one of the two samples.
+        let mut covered: Vec<u64> = mine
+            .iter()
+            .flat_map(|s| {
+                s["sample"]["source_calls"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap())
+            })
+            .collect();
+        covered.sort();
+        let all: Vec<u64> = (0..r["calls"].as_array().unwrap().len() as u64).collect();
+        assert_eq!(covered, all, "{id}");
+    }
+}
