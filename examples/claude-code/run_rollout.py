@@ -36,7 +36,6 @@ CC_MODEL (policy).
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -45,20 +44,12 @@ import rollout  # noqa: E402
 from rollout import Outcome, env_int  # noqa: E402
 
 
-def claude_binary():
-    if os.environ.get("CC_CLAUDE"):
-        return os.environ["CC_CLAUDE"]
-    venv = Path(os.environ.get("AGL_VENV") or Path(sys.executable).parents[1])
-    local = venv / "node/node_modules/.bin/claude"
-    return str(local) if local.exists() else (shutil.which("claude") or "claude")
-
-
 def run_claude(work, repo, task):
     home = work / "home"
     home.mkdir()
     tools = os.environ.get("CC_TOOLS") or "Bash,Read,Edit,Write"
     cmd = [
-        claude_binary(), "-p", task["problem_statement"], "--output-format", "json",
+        rollout.node_cli("claude", "CC_CLAUDE"), "-p", task["problem_statement"], "--output-format", "json",
         "--max-turns", str(env_int("CC_MAX_TURNS", 20)), "--tools", tools, "--allowedTools", tools,
     ]
     if os.environ.get("CC_BARE", "1") != "0":

@@ -34,21 +34,12 @@ PATH), CX_MODEL (policy), CX_RETRIES (request and stream retries, 10).
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mini-swe"))
 import rollout  # noqa: E402
 from rollout import env_int  # noqa: E402
-
-
-def codex_binary():
-    if os.environ.get("CX_CODEX"):
-        return os.environ["CX_CODEX"]
-    venv = Path(os.environ.get("AGL_VENV") or Path(sys.executable).parents[1])
-    local = venv / "node/node_modules/.bin/codex"
-    return str(local) if local.exists() else (shutil.which("codex") or "codex")
 
 
 def codex_config(home, base_url):
@@ -86,7 +77,7 @@ def run_codex(work, repo, task):
     home.mkdir()
     codex_config(home, os.environ["OPENAI_BASE_URL"])
     cmd = [
-        codex_binary(), "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
+        rollout.node_cli("codex", "CX_CODEX"), "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
         "--json", "-o", str(work / "last.txt"), task["problem_statement"],
     ]
     env = rollout.agent_env(work, {

@@ -84,6 +84,16 @@ def agent_env(work, extra=None):
     return env
 
 
+def node_cli(name, override):
+    """A coding-agent CLI: `$override` if set, else the one deploy/setup.sh
+    installed into the venv, else `name` on PATH."""
+    if os.environ.get(override):
+        return os.environ[override]
+    venv = Path(os.environ.get("AGL_VENV") or Path(sys.executable).parents[1])
+    local = venv / "node/node_modules/.bin" / name
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
 def gateway_reachable():
     """Whether the rollout's proxy answers (`GET .../models` with its token):
     an agent that failed while it does not was failed by the system."""

@@ -28,21 +28,12 @@ on PATH), OC_MODEL (policy).
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mini-swe"))
 import rollout  # noqa: E402
 from rollout import env_int  # noqa: E402
-
-
-def opencode_binary():
-    if os.environ.get("OC_OPENCODE"):
-        return os.environ["OC_OPENCODE"]
-    venv = Path(os.environ.get("AGL_VENV") or Path(sys.executable).parents[1])
-    local = venv / "node/node_modules/.bin/opencode"
-    return str(local) if local.exists() else (shutil.which("opencode") or "opencode")
 
 
 def run_opencode(work, repo, task):
@@ -75,7 +66,7 @@ def run_opencode(work, repo, task):
         "OPENCODE_DISABLE_AUTOUPDATE": "1",
         "AGL_ROLLOUT_TOKEN": os.environ["OPENAI_API_KEY"],
     })
-    cmd = [opencode_binary(), "run", "-m", f"agl/{model}", task["problem_statement"]]
+    cmd = [rollout.node_cli("opencode", "OC_OPENCODE"), "run", "-m", f"agl/{model}", task["problem_statement"]]
     rc, _ = rollout.run_cli(cmd, repo, env, env_int("OC_WALL_TIME", 900))
     return rollout.cli_outcome(rc, "completed" if rc == 0 else "failed")
 

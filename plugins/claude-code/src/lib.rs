@@ -17,27 +17,12 @@
 //! skipped: they train nothing and would only break the chain.
 
 use agl_plugin::breaks::marked_summary;
-use agl_plugin::{ChainBreak, MergeOptions, ModelCall, Rollout, Sample, classify_break};
-use serde::Deserialize;
+use agl_plugin::{ChainBreak, ModelCall, Rollout, Sample, classify_break};
 
 /// The text Claude Code 2.1.328 opens a compacted conversation with
 /// (read from the pinned binary).
 pub const COMPACTION_MARKERS: [&str; 1] =
     ["This session is being continued from a previous conversation that ran out of context."];
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct Config {
-    chain_by_agent: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            chain_by_agent: true,
-        }
-    }
-}
 
 /// Why `next` did not continue the chain `prev` ended.
 pub fn classify(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
@@ -48,12 +33,7 @@ pub struct ClaudeCode;
 
 impl agl_plugin::SampleAdapter for ClaudeCode {
     fn build_samples(rollout: Rollout) -> Result<Vec<Sample>, String> {
-        let config: Config = agl_plugin::config()?;
-        let options = MergeOptions {
-            chain_by_agent: config.chain_by_agent,
-            skip_empty_responses: true,
-        };
-        Ok(agl_plugin::merge_chains_with(&rollout, &options, classify))
+        agl_plugin::merge_configured(&rollout, classify)
     }
 }
 

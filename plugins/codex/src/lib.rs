@@ -16,27 +16,12 @@
 //! skipped: they train nothing and would only break the chain.
 
 use agl_plugin::breaks::marked_summary;
-use agl_plugin::{ChainBreak, MergeOptions, ModelCall, Rollout, Sample, classify_break};
-use serde::Deserialize;
+use agl_plugin::{ChainBreak, ModelCall, Rollout, Sample, classify_break};
 
 /// The text Codex 0.169.0 opens its compaction summary with (read from the
 /// pinned binary).
 pub const COMPACTION_MARKERS: [&str; 1] =
     ["Another language model started to solve this problem and produced a summary"];
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct Config {
-    chain_by_agent: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            chain_by_agent: true,
-        }
-    }
-}
 
 /// Why `next` did not continue the chain `prev` ended.
 pub fn classify(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
@@ -47,12 +32,7 @@ pub struct Codex;
 
 impl agl_plugin::SampleAdapter for Codex {
     fn build_samples(rollout: Rollout) -> Result<Vec<Sample>, String> {
-        let config: Config = agl_plugin::config()?;
-        let options = MergeOptions {
-            chain_by_agent: config.chain_by_agent,
-            skip_empty_responses: true,
-        };
-        Ok(agl_plugin::merge_chains_with(&rollout, &options, classify))
+        agl_plugin::merge_configured(&rollout, classify)
     }
 }
 

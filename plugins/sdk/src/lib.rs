@@ -61,7 +61,7 @@ pub use breaks::classify_break;
 pub use builder::SampleBuilder;
 pub use call::{agent, assistant_message, assistant_text, request_messages, tag};
 pub use config::{config, config_json};
-pub use merge::{MergeOptions, merge_chains, merge_chains_with};
+pub use merge::{MergeOptions, merge_chains, merge_chains_with, merge_configured};
 pub use prefix::{common_prefix_len, starts_with_ids};
 pub use rollout::{input, last_reward};
 

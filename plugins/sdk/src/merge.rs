@@ -25,6 +25,37 @@ impl Default for MergeOptions {
     }
 }
 
+/// The config of an adapter that merges and takes no other keys
+/// (`[plugin.NAME]`: `chain_by_agent`, default `true`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct MergeConfig {
+    chain_by_agent: bool,
+}
+
+impl Default for MergeConfig {
+    fn default() -> Self {
+        MergeConfig {
+            chain_by_agent: true,
+        }
+    }
+}
+
+/// [`merge_chains_with`] under the options the plugin's config gives
+/// (`chain_by_agent`; empty responses skipped): the whole `build-samples`
+/// of an adapter that only merges, with its own break classifier.
+pub fn merge_configured(
+    rollout: &Rollout,
+    classify: impl Fn(&ModelCall, &ModelCall) -> ChainBreak,
+) -> Result<Vec<Sample>, String> {
+    let config: MergeConfig = crate::config()?;
+    let options = MergeOptions {
+        chain_by_agent: config.chain_by_agent,
+        skip_empty_responses: true,
+    };
+    Ok(merge_chains_with(rollout, &options, classify))
+}
+
 /// One chain: the sample being built and its last call.
 struct Chain<'a> {
     key: Option<&'a str>,

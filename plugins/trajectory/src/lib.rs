@@ -10,33 +10,13 @@
 //! Calls with no response tokens (failed or cancelled upstream) are
 //! skipped: they train nothing and would only break the chain.
 
-use agl_plugin::{MergeOptions, Rollout, Sample};
-use serde::Deserialize;
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct Config {
-    chain_by_agent: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            chain_by_agent: true,
-        }
-    }
-}
+use agl_plugin::{Rollout, Sample};
 
 pub struct Trajectory;
 
 impl agl_plugin::SampleAdapter for Trajectory {
     fn build_samples(rollout: Rollout) -> Result<Vec<Sample>, String> {
-        let config: Config = agl_plugin::config()?;
-        let options = MergeOptions {
-            chain_by_agent: config.chain_by_agent,
-            skip_empty_responses: true,
-        };
-        Ok(agl_plugin::merge_chains(&rollout, &options))
+        agl_plugin::merge_configured(&rollout, agl_plugin::classify_break)
     }
 }
 

@@ -124,38 +124,33 @@ fn decode(tok: &agl_tokenizer::Tokenizer, ids: &Value) -> String {
     tok.decode(&ids, false).unwrap()
 }
 
-async fn example_trains_two_steps(h: &'static Harness) {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    tiny_model(&dir.join("model"), 32768);
-    let (tok, _) = crate::policy::tools_policy(&dir.join("model"));
-    tasks(dir);
-    // The fixed task and the idle one, a step each.
-    let rows: String = std::fs::read_to_string(dir.join("data.jsonl"))
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(FIX) || l.contains(IDLE))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
-    let codec = {
-        let (e, d) = (tok.clone(), tok.clone());
-        Codec::new(
-            move |text| e.encode(text, false).unwrap(),
-            move |ids| d.decode(ids, false).unwrap(),
-        )
-    };
-    let engine = TestEngine::start(
+/// The scripted policy as an engine that reads and writes `tok`'s ids.
+async fn policy_engine(
+    tok: &std::sync::Arc<agl_tokenizer::Tokenizer>,
+    script: impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static,
+) -> TestEngine {
+    let (e, d) = (tok.clone(), tok.clone());
+    let codec = Codec::new(
+        move |text| e.encode(text, false).unwrap(),
+        move |ids| d.decode(ids, false).unwrap(),
+    );
+    TestEngine::start(
         TestEngineConfig::default()
-            .with_script(policy(h))
+            .with_script(script)
             .with_codec(codec),
     )
     .await
-    .unwrap();
-    let config = repo_root().join(format!("examples/{}/agl.toml", h.example));
+    .unwrap()
+}
+
+/// `agl --config examples/EXAMPLE/agl.toml -o ... run`: the example's own
+/// config with the model, engine, data and output folders pointed at the
+/// test's, short controller timings, and `extra` overrides.
+fn run_args(example: &str, dir: &Path, engine: &TestEngine, extra: &[String]) -> Vec<String> {
+    let config = repo_root().join(format!("examples/{example}/agl.toml"));
     let at = |p: &str| dir.join(p).display().to_string();
     let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];
-    for set in [
+    let sets = [
         format!("model.path={:?}", at("model")),
         "engine.kind=\"external\"".into(),
         format!("engine.base_url=\"http://{}\"", engine.addr()),
@@ -171,13 +166,36 @@ async fn example_trains_two_steps(h: &'static Harness) {
         "controller.shutdown_wait_secs=2".into(),
         "controller.max_system_retries=0".into(),
         "gateway.listen=\"127.0.0.1:0\"".into(),
-        "train.lr=1e-3".into(),
-        "train.token_budget=65536".into(),
-    ] {
+    ];
+    for set in sets.iter().chain(extra) {
         args.push("-o".into());
-        args.push(set);
+        args.push(set.clone());
     }
     args.push("run".into());
+    args
+}
+
+async fn example_trains_two_steps(h: &'static Harness) {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    tiny_model(&dir.join("model"), 32768);
+    let (tok, _) = crate::policy::tools_policy(&dir.join("model"));
+    tasks(dir);
+    // The fixed task and the idle one, a step each.
+    let rows: String = std::fs::read_to_string(dir.join("data.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(FIX) || l.contains(IDLE))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
+    let engine = policy_engine(&tok, policy(h)).await;
+    let args = run_args(
+        h.example,
+        dir,
+        &engine,
+        &["train.lr=1e-3".into(), "train.token_budget=65536".into()],
+    );
     let run = agl(dir, &args);
     let log = format!("{}\n{}", text(&run), agent_logs(&dir.join("logs")));
     assert!(run.status.success(), "agl run failed:\n{log}");
@@ -191,7 +209,7 @@ async fn example_trains_two_steps(h: &'static Harness) {
         );
     }
 
-    let db = at("out/agl.db");
+    let db = dir.join("out/agl.db").display().to_string();
     let export = agl(
         dir,
         &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),
@@ -400,53 +418,24 @@ async fn a_claude_code_sub_agent_is_a_second_sample_of_the_same_rollout() {
         .map(|l| format!("{l}\n"))
         .unwrap();
     std::fs::write(dir.join("data.jsonl"), row).unwrap();
-    let codec = {
-        let (e, d) = (tok.clone(), tok.clone());
-        Codec::new(
-            move |text| e.encode(text, false).unwrap(),
-            move |ids| d.decode(ids, false).unwrap(),
-        )
-    };
-    let engine = TestEngine::start(
-        TestEngineConfig::default()
-            .with_script(delegating)
-            .with_codec(codec),
-    )
-    .await
-    .unwrap();
-    let config = repo_root().join("examples/claude-code/agl.toml");
-    let at = |p: &str| dir.join(p).display().to_string();
+    let engine = policy_engine(&tok, delegating).await;
     let command = "CC_TOOLS=Bash,Agent CC_BARE=0 CC_MAX_TURNS=6 \
         CC_SYSTEM_PROMPT=\"You fix bugs.\" exec \"${AGL_VENV:-.venv}/bin/python\" \
         examples/claude-code/run_rollout.py";
-    let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];
-    for set in [
-        format!("model.path={:?}", at("model")),
-        "engine.kind=\"external\"".into(),
-        format!("engine.base_url=\"http://{}\"", engine.addr()),
-        "engine.model_name=\"tiny\"".into(),
-        "engine.reload=\"sglang\"".into(),
-        format!("controller.command={command:?}"),
-        format!("run.data={:?}", at("data.jsonl")),
-        format!("run.out_dir={:?}", at("out")),
-        "run.steps=1".into(),
-        "run.progress=false".into(),
-        format!("controller.logs_dir={:?}", at("logs")),
-        "controller.timeout_secs=240".into(),
-        "controller.kill_grace_secs=1".into(),
-        "controller.poll_interval_ms=50".into(),
-        "controller.max_system_retries=0".into(),
-        "gateway.listen=\"127.0.0.1:0\"".into(),
-        "train.token_budget=131072".into(),
-    ] {
-        args.push("-o".into());
-        args.push(set);
-    }
-    args.push("run".into());
+    let args = run_args(
+        "claude-code",
+        dir,
+        &engine,
+        &[
+            format!("controller.command={command:?}"),
+            "run.steps=1".into(),
+            "train.token_budget=131072".into(),
+        ],
+    );
     let run = agl(dir, &args);
     let log = format!("{}\n{}", text(&run), agent_logs(&dir.join("logs")));
     assert!(run.status.success(), "agl run failed:\n{log}");
-    let db = at("out/agl.db");
+    let db = dir.join("out/agl.db").display().to_string();
     let export = agl(
         dir,
         &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),

@@ -8,49 +8,28 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use agl_conversation::Renderer;
-use agl_gateway::GatewayConfig;
-use agl_testengine::{Codec, Reply, TestEngineConfig};
+use agl_testengine::Reply;
 use serde_json::Value;
 
 use crate::process::python;
-use crate::support::{Local, start_local_with};
+use crate::support::Local;
 
 const CALL: &str =
     "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\":\"ls\"}}\n</tool_call>";
 
+/// A tool call for the first prompt, text for any prompt with a result.
+fn script(r: &agl_testengine::EngineRequest) -> Reply {
+    if r.prompt_text.contains("<tool_response>") {
+        Reply::text("There are 3 files.")
+    } else if r.prompt_text.contains("retry me") {
+        Reply::text("retried")
+    } else {
+        Reply::text(CALL)
+    }
+}
+
 pub(crate) async fn start(dir: &Path) -> Local {
-    let (tok, eos) = crate::policy::tools_policy(dir);
-    // The engine reads prompts in the policy's ids.
-    let codec = {
-        let (e, d) = (tok.clone(), tok.clone());
-        Codec::new(
-            move |text| e.encode(text, false).unwrap_or_default(),
-            move |ids| d.decode(ids, false).unwrap_or_default(),
-        )
-    };
-    // A tool call for the first prompt, text for any prompt with a result.
-    let engine = TestEngineConfig::default()
-        .with_codec(codec)
-        .with_script(|r| {
-            if r.prompt_text.contains("<tool_response>") {
-                Reply::text("There are 3 files.")
-            } else if r.prompt_text.contains("retry me") {
-                Reply::text("retried")
-            } else {
-                Reply::text(CALL)
-            }
-        });
-    let renderer = Renderer::new(tok, &[eos]).expect("renderer");
-    let local = start_local_with(
-        engine,
-        GatewayConfig::default(),
-        Some(renderer),
-        Default::default(),
-    )
-    .await;
-    local.running(&["r1".into()]).await;
-    local
+    crate::harness::start(dir, script).await
 }
 
 /// Runs the client with the URL and token the rollout's view gives its agent.

@@ -7,60 +7,18 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use agl_conversation::Renderer;
-use agl_gateway::GatewayConfig;
-use agl_testengine::{Codec, EngineRequest, Reply, TestEngineConfig};
+use agl_testengine::{EngineRequest, Reply};
 use agl_wire::rollout::ModelCall;
 use serde_json::{Value, json};
 
+use crate::harness::{assert_exact, call, report, start, start_sized};
 use crate::process::node_cli;
-use crate::support::{Local, start_local_sized};
+use crate::support::Local;
 
 /// The sub-agent `--agents` defines; its system prompt tells the script
 /// which agent is asking.
 const WRITER: &str =
     r#"{"writer": {"description": "Writes files", "prompt": "You are the writer sub-agent."}}"#;
-
-pub(crate) fn call(name: &str, arguments: Value) -> Reply {
-    Reply::text(format!(
-        "<tool_call>\n{}\n</tool_call>",
-        json!({"name": name, "arguments": arguments})
-    ))
-}
-
-pub(crate) async fn start(dir: &Path, script: fn(&EngineRequest) -> Reply) -> Local {
-    start_sized(dir, script, None).await
-}
-
-/// [`start`] on a policy whose context is `context_len` tokens.
-pub(crate) async fn start_sized(
-    dir: &Path,
-    script: fn(&EngineRequest) -> Reply,
-    context_len: Option<usize>,
-) -> Local {
-    let (tok, eos) = crate::policy::tools_policy(dir);
-    let codec = {
-        let (e, d) = (tok.clone(), tok.clone());
-        Codec::new(
-            move |text| e.encode(text, false).unwrap_or_default(),
-            move |ids| d.decode(ids, false).unwrap_or_default(),
-        )
-    };
-    let engine = TestEngineConfig::default()
-        .with_codec(codec)
-        .with_script(script);
-    let renderer = Renderer::new(tok, &[eos]).expect("renderer");
-    let local = start_local_sized(
-        engine,
-        GatewayConfig::default(),
-        Some(renderer),
-        Default::default(),
-        context_len,
-    )
-    .await;
-    local.running(&["r1".into()]).await;
-    local
-}
 
 /// `claude -p TASK` headless in `work`, with a private home, the rollout's
 /// URL and token, and a one-line system prompt. The billing line is left
@@ -87,57 +45,6 @@ async fn claude(local: &Local, work: &Path, task: &str, extra: &[&str]) -> Outpu
     tokio::task::spawn_blocking(move || cmd.output().expect("run claude"))
         .await
         .expect("join")
-}
-
-fn report(out: &Output, calls: &[ModelCall]) -> String {
-    let mut s = format!(
-        "stdout: {}\nstderr: {}\n",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for c in calls {
-        let request: Value = c.request.parse().unwrap_or_default();
-        let last = request["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .cloned();
-        let tools: Vec<Value> = request["tools"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|t| t["name"].clone())
-            .collect();
-        s.push_str(&format!(
-            "call {} (continues {:?}, tools {tools:?}): last message {} -> {}\n",
-            c.index,
-            c.continues,
-            last.unwrap_or_default(),
-            c.response
-        ));
-    }
-    s
-}
-
-/// Each recorded call holds the prompt ids the engine was sent and the ids
-/// and logprobs it sampled.
-pub(crate) fn assert_exact(local: &Local, calls: &[ModelCall]) {
-    let sent: Vec<Vec<u32>> = local
-        .engine
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/completions")
-        .filter_map(|r| serde_json::from_value(r.body.as_ref()?["prompt"].clone()).ok())
-        .collect();
-    // Agents may call at once: the same prompts, in whatever order.
-    let mut recorded: Vec<&Vec<u32>> = calls.iter().map(|c| &c.prompt_ids).collect();
-    let mut sent: Vec<&Vec<u32>> = sent.iter().collect();
-    recorded.sort();
-    sent.sort();
-    assert_eq!(recorded, sent);
-    for c in calls {
-        assert!(!c.response_ids.is_empty());
-        assert_eq!(c.response_logprobs.len(), c.response_ids.len());
-    }
 }
 
 fn main_agent(r: &EngineRequest) -> Reply {

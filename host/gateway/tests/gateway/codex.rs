@@ -7,10 +7,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use agl_testengine::{EngineRequest, Reply};
-use agl_wire::rollout::ModelCall;
 use serde_json::{Value, json};
 
-use crate::claude_code::{assert_exact, call, start};
+use crate::harness::{assert_exact, call, report, start};
 use crate::process::node_cli;
 use crate::support::Local;
 
@@ -59,21 +58,6 @@ stream_max_retries = 0
         .expect("join")
 }
 
-fn report(out: &Output, calls: &[ModelCall]) -> String {
-    let mut s = format!(
-        "stdout: {}\nstderr: {}\n",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for c in calls {
-        s.push_str(&format!(
-            "call {} (continues {:?}) -> {}\n",
-            c.index, c.continues, c.response
-        ));
-    }
-    s
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_runs_a_command_through_streamed_responses_in_one_chain() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -111,7 +95,7 @@ async fn codex_runs_a_command_through_streamed_responses_in_one_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_reports_the_context_length_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let local = crate::claude_code::start_sized(dir.path(), policy, Some(200)).await;
+    let local = crate::harness::start_sized(dir.path(), policy, Some(200)).await;
     let out = codex(&local, dir.path(), "Write hello to out.txt").await;
     let calls = local
         .store

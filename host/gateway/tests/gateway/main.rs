@@ -6,6 +6,7 @@ mod api;
 mod claude_code;
 mod codex;
 mod curl;
+mod harness;
 mod hostile;
 mod load;
 mod openai_sdk;

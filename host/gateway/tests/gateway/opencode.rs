@@ -11,7 +11,7 @@ use agl_testengine::{EngineRequest, Reply};
 use agl_wire::rollout::ModelCall;
 use serde_json::json;
 
-use crate::claude_code::{assert_exact, call, start};
+use crate::harness::{assert_exact, call, report, start};
 use crate::process::node_cli;
 use crate::support::Local;
 
@@ -64,21 +64,6 @@ async fn opencode(local: &Local, work: &Path, task: &str) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("run opencode"))
         .await
         .expect("join")
-}
-
-fn report(out: &Output, calls: &[ModelCall]) -> String {
-    let mut s = format!(
-        "stdout: {}\nstderr: {}\n",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for c in calls {
-        s.push_str(&format!(
-            "call {} (continues {:?}) -> {}\n",
-            c.index, c.continues, c.response
-        ));
-    }
-    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

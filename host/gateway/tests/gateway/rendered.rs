@@ -203,6 +203,26 @@ async fn calls_continue_token_exactly(api: EngineApi) {
     assert_eq!(links, [None, Some(0), None]);
 }
 
+/// A new gateway process on `env`'s store (no chains in memory); its
+/// address.
+async fn restart(env: &crate::support::Local, dir: &Path) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let restarted = agl_gateway::Gateway::new(
+        env.store.clone(),
+        GatewayConfig {
+            listen: addr.to_string(),
+            admin_key: Some(ADMIN.into()),
+            ..GatewayConfig::default()
+        },
+    )
+    .with_renderer(renderer(dir));
+    tokio::spawn(restarted.serve(listener, std::future::pending()));
+    addr
+}
+
 fn sent_path(env: &crate::support::Local, n: usize) -> String {
     env.engine.requests()[n].path.clone()
 }
@@ -235,20 +255,7 @@ async fn a_restarted_gateway_rebuilds_its_chains_from_the_store() {
     let first = env.store.list_events("r1", 0, 10).await.expect("events")[0].seq;
 
     // A new gateway process on the same store: no chains in memory.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let restarted = agl_gateway::Gateway::new(
-        env.store.clone(),
-        GatewayConfig {
-            listen: addr.to_string(),
-            admin_key: Some(ADMIN.into()),
-            ..GatewayConfig::default()
-        },
-    )
-    .with_renderer(renderer(dir.path()));
-    tokio::spawn(restarted.serve(listener, std::future::pending()));
+    let addr = restart(&env, dir.path()).await;
     let assistant = json!({"role": "assistant", "tool_calls": [{"id": "x", "type": "function",
         "function": {"name": "bash", "arguments": {"cmd": "ls"}}}]});
     let tool = json!({"role": "tool", "tool_call_id": "x", "content": "a b c"});
@@ -763,20 +770,7 @@ async fn messages_and_previous_response_ids_continue_across_a_restart() {
         .map(|e| e.seq)
         .collect();
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let restarted = agl_gateway::Gateway::new(
-        env.store.clone(),
-        GatewayConfig {
-            listen: addr.to_string(),
-            admin_key: Some(ADMIN.into()),
-            ..GatewayConfig::default()
-        },
-    )
-    .with_renderer(renderer(dir.path()));
-    tokio::spawn(restarted.serve(listener, std::future::pending()));
+    let addr = restart(&env, dir.path()).await;
     let base = format!("http://{addr}/proxy/r1/1/train");
 
     let tool_use = first_message["content"]
@@ -851,7 +845,7 @@ async fn messages_and_previous_response_ids_continue_across_a_restart() {
 async fn tool_choice_forces_a_named_call_or_none_in_every_api() {
     let dir = tempfile::tempdir().expect("tempdir");
     // The engine reads the prompt in the policy's ids.
-    let env = crate::claude_code::start(dir.path(), |r| {
+    let env = crate::harness::start(dir.path(), |r| {
         if r.prompt_text
             .ends_with("{\"name\": \"bash\", \"arguments\": ")
         {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use agl_store::{MAX_PAGE, MODEL_REQUEST, Store, StoreError};
+use agl_store::{Store, StoreError};
 use agl_wire::record::{CallStatus, ModelRequest};
 use agl_wire::rollout::ApiKind;
 use axum::http::StatusCode;
@@ -26,34 +26,26 @@ pub struct ResponsesIndex {
 
 impl ResponsesIndex {
     pub async fn load(store: &Store, rollout_id: &str, attempt: u32) -> Result<Self, StoreError> {
+        let calls = super::restore::attempt_calls(store, rollout_id, attempt).await?;
+        Ok(Self::from_calls(&calls))
+    }
+
+    /// The index of an attempt's calls (see [`super::restore::attempt_calls`]).
+    pub fn from_calls(calls: &[(u64, ModelRequest)]) -> Self {
         let mut index = ResponsesIndex::default();
-        let mut after = 0;
-        loop {
-            let page = store.list_events(rollout_id, after, MAX_PAGE).await?;
-            let Some(last) = page.last() else {
-                return Ok(index);
+        for (_, call) in calls {
+            if call.api != ApiKind::Responses || call.status != CallStatus::Ok {
+                continue;
+            }
+            let (Ok(request), Ok(response)) = (call.request.parse(), call.response.parse()) else {
+                continue;
             };
-            after = last.seq;
-            for ev in &page {
-                if ev.attempt != attempt || ev.kind != MODEL_REQUEST || ev.superseded_by.is_some() {
-                    continue;
-                }
-                let Ok(call) = serde_json::from_str::<ModelRequest>(ev.payload.as_str()) else {
-                    continue;
-                };
-                if call.api != ApiKind::Responses || call.status != CallStatus::Ok {
-                    continue;
-                }
-                let (Ok(request), Ok(response)) = (call.request.parse(), call.response.parse())
-                else {
-                    continue;
-                };
-                if let Some(id) = response.get("id").and_then(Value::as_str) {
-                    let output = response.get("output").cloned().unwrap_or(json!([]));
-                    index.by_id.insert(id.to_string(), (request, output));
-                }
+            if let Some(id) = response.get("id").and_then(Value::as_str) {
+                let output = response.get("output").cloned().unwrap_or(json!([]));
+                index.by_id.insert(id.to_string(), (request, output));
             }
         }
+        index
     }
 
     /// `request` with its `previous_response_id` chain written out into

@@ -16,24 +16,38 @@ pub async fn chains_from_store(
     rollout_id: &str,
     attempt: u32,
 ) -> Result<Chains, StoreError> {
+    let calls = attempt_calls(store, rollout_id, attempt).await?;
+    let responses = ResponsesIndex::from_calls(&calls);
     let mut chains = Chains::default();
-    let calls = ResponsesIndex::load(store, rollout_id, attempt).await?;
+    for (seq, call) in &calls {
+        if let Some(served) = served_of(*seq, call, &responses) {
+            chains.served(served, call.continues);
+        }
+    }
+    Ok(chains)
+}
+
+/// The attempt's recorded calls (those no retry superseded), in order,
+/// with their store seqs.
+pub async fn attempt_calls(
+    store: &Store,
+    rollout_id: &str,
+    attempt: u32,
+) -> Result<Vec<(u64, ModelRequest)>, StoreError> {
+    let mut calls = Vec::new();
     let mut after = 0;
     loop {
         let page = store.list_events(rollout_id, after, MAX_PAGE).await?;
         let Some(last) = page.last() else {
-            return Ok(chains);
+            return Ok(calls);
         };
         after = last.seq;
         for ev in &page {
             if ev.attempt != attempt || ev.kind != MODEL_REQUEST || ev.superseded_by.is_some() {
                 continue;
             }
-            let Ok(call) = serde_json::from_str::<ModelRequest>(ev.payload.as_str()) else {
-                continue;
-            };
-            if let Some(served) = served_of(ev.seq, &call, &calls) {
-                chains.served(served, call.continues);
+            if let Ok(call) = serde_json::from_str::<ModelRequest>(ev.payload.as_str()) {
+                calls.push((ev.seq, call));
             }
         }
     }
