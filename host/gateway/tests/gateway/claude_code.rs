@@ -11,7 +11,9 @@ use agl_testengine::{EngineRequest, Reply};
 use agl_wire::rollout::ModelCall;
 use serde_json::{Value, json};
 
-use crate::harness::{assert_exact, call, report, start, start_sized};
+use crate::harness::{
+    assert_exact, assert_wrote, call, output, recorded, report, start, start_sized,
+};
 use crate::process::node_cli;
 use crate::support::Local;
 
@@ -42,9 +44,7 @@ async fn claude(local: &Local, work: &Path, task: &str, extra: &[&str]) -> Outpu
         .env("ANTHROPIC_MODEL", "policy")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_TELEMETRY", "1");
-    tokio::task::spawn_blocking(move || cmd.output().expect("run claude"))
-        .await
-        .expect("join")
+    output(cmd).await
 }
 
 fn main_agent(r: &EngineRequest) -> Reply {
@@ -69,20 +69,12 @@ async fn claude_code_runs_its_bash_tool_and_every_call_continues_token_exactly()
         &["--bare", "--tools", "Bash", "--allowedTools", "Bash"],
     )
     .await;
-    let calls = local
-        .store
-        .export_rollout("r1")
-        .await
-        .expect("export")
-        .calls;
+    let calls = recorded(&local).await;
     let why = report(&out, &calls);
     assert!(out.status.success(), "{why}");
     let result: Value = serde_json::from_slice(&out.stdout).expect("result JSON");
     assert_eq!(result["result"], "Done: wrote out.txt.", "{why}");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("out.txt")).expect("the side effect"),
-        "hello\n"
-    );
+    assert_wrote(dir.path(), "out.txt", "hello\n", &why);
     // The tool call, then the answer continuing it.
     assert_eq!(calls.len(), 2, "{why}");
     assert_eq!(calls[1].continues, Some(0), "{why}");
@@ -148,19 +140,10 @@ async fn a_claude_code_sub_agent_is_a_second_chain_of_the_same_rollout() {
         ],
     )
     .await;
-    let calls = local
-        .store
-        .export_rollout("r1")
-        .await
-        .expect("export")
-        .calls;
+    let calls = recorded(&local).await;
     let why = report(&out, &calls);
     assert!(out.status.success(), "{why}");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("sub.txt")).unwrap_or_default(),
-        "sub\n",
-        "{why}"
-    );
+    assert_wrote(dir.path(), "sub.txt", "sub\n", &why);
     assert_exact(&local, &calls);
     // Two agents by their system prompts, each one chain: its first call
     // starts fresh, every later one continues the agent's previous call.
@@ -194,12 +177,7 @@ async fn claude_code_reports_the_context_length_error() {
         &["--bare", "--tools", "Bash"],
     )
     .await;
-    let calls = local
-        .store
-        .export_rollout("r1")
-        .await
-        .expect("export")
-        .calls;
+    let calls = recorded(&local).await;
     let why = report(&out, &calls);
     let result: Value = serde_json::from_slice(&out.stdout).expect("result JSON");
     assert_eq!(result["terminal_reason"], "prompt_too_long", "{why}");

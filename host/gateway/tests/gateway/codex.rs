@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use agl_testengine::{EngineRequest, Reply};
 use serde_json::{Value, json};
 
-use crate::harness::{assert_exact, call, report, start};
+use crate::harness::{assert_exact, assert_wrote, call, output, recorded, report, start};
 use crate::process::node_cli;
 use crate::support::Local;
 
@@ -53,9 +53,7 @@ stream_max_retries = 0
     .env("HOME", work)
     .env("CODEX_HOME", &home)
     .env("AGL_ROLLOUT_TOKEN", view["token"].as_str().expect("token"));
-    tokio::task::spawn_blocking(move || cmd.output().expect("run codex"))
-        .await
-        .expect("join")
+    output(cmd).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,19 +61,10 @@ async fn codex_runs_a_command_through_streamed_responses_in_one_chain() {
     let dir = tempfile::tempdir().expect("tempdir");
     let local = start(dir.path(), policy).await;
     let out = codex(&local, dir.path(), "Write hello to out.txt").await;
-    let calls = local
-        .store
-        .export_rollout("r1")
-        .await
-        .expect("export")
-        .calls;
+    let calls = recorded(&local).await;
     let why = report(&out, &calls);
     assert!(out.status.success(), "{why}");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("out.txt")).unwrap_or_default(),
-        "hello\n",
-        "{why}"
-    );
+    assert_wrote(dir.path(), "out.txt", "hello\n", &why);
     // Codex's JSON events end with the agent's answer.
     let answered = String::from_utf8_lossy(&out.stdout).contains("Wrote out.txt.");
     assert!(answered, "{why}");
@@ -97,12 +86,7 @@ async fn codex_reports_the_context_length_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let local = crate::harness::start_sized(dir.path(), policy, Some(200)).await;
     let out = codex(&local, dir.path(), "Write hello to out.txt").await;
-    let calls = local
-        .store
-        .export_rollout("r1")
-        .await
-        .expect("export")
-        .calls;
+    let calls = recorded(&local).await;
     let why = report(&out, &calls);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -4,7 +4,7 @@
 //! holds the ids the engine saw and sampled, and a failure report.
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use agl_conversation::Renderer;
 use agl_gateway::GatewayConfig;
@@ -107,4 +107,27 @@ pub fn assert_exact(local: &Local, calls: &[ModelCall]) {
         assert!(!c.response_ids.is_empty());
         assert_eq!(c.response_logprobs.len(), c.response_ids.len());
     }
+}
+
+/// Runs a CLI to its end off the async workers.
+pub async fn output(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("run the CLI"))
+        .await
+        .expect("join")
+}
+
+/// Rollout `r1`'s recorded calls.
+pub async fn recorded(local: &Local) -> Vec<ModelCall> {
+    local
+        .store
+        .export_rollout("r1")
+        .await
+        .expect("export")
+        .calls
+}
+
+/// The CLI's side effect: `file` in `dir` holds `text`.
+pub fn assert_wrote(dir: &Path, file: &str, text: &str, why: &str) {
+    let got = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    assert_eq!(got, text, "{why}");
 }

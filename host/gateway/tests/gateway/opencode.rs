@@ -11,7 +11,7 @@ use agl_testengine::{EngineRequest, Reply};
 use agl_wire::rollout::ModelCall;
 use serde_json::json;
 
-use crate::harness::{assert_exact, call, report, start};
+use crate::harness::{assert_exact, assert_wrote, call, output, recorded, report, start};
 use crate::process::node_cli;
 use crate::support::Local;
 
@@ -61,9 +61,7 @@ async fn opencode(local: &Local, work: &Path, task: &str) -> Output {
         .env("XDG_STATE_HOME", home.join(".local/state"))
         .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
         .env("AGL_ROLLOUT_TOKEN", view["token"].as_str().expect("token"));
-    tokio::task::spawn_blocking(move || cmd.output().expect("run opencode"))
-        .await
-        .expect("join")
+    output(cmd).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,19 +69,10 @@ async fn opencode_runs_its_bash_tool_through_chat_completions_in_one_chain() {
     let dir = tempfile::tempdir().expect("tempdir");
     let local = start(dir.path(), policy).await;
     let out = opencode(&local, dir.path(), "Write hello to out.txt").await;
-    let calls = local
-        .store
-        .export_rollout("r1")
-        .await
-        .expect("export")
-        .calls;
+    let calls = recorded(&local).await;
     let why = report(&out, &calls);
     assert!(out.status.success(), "{why}");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("out.txt")).unwrap_or_default(),
-        "hello\n",
-        "{why}"
-    );
+    assert_wrote(dir.path(), "out.txt", "hello\n", &why);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("Wrote out.txt."),
         "{why}"
