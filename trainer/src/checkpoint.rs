@@ -31,6 +31,7 @@ use crate::model::{Model, ModelError, read_safetensors_folder};
 use crate::rl::{RlError, RlOptimizer};
 
 const MODEL_DIR: &str = "model";
+const ADAPTER_DIR: &str = "adapter";
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const META_FILE: &str = "meta.json";
 const STEP_PREFIX: &str = "step-";
@@ -131,13 +132,24 @@ pub fn save_checkpoint(
     }
     create_private_dir_all(&tmp).map_err(io_err(&tmp))?;
 
-    let model_dir = tmp.join(MODEL_DIR);
-    model
-        .save(&model_dir)
-        .map_err(|source| CheckpointError::Model {
-            path: model_dir.clone(),
-            source,
-        })?;
+    // With LoRA only the adapter changes: it is the checkpoint's weights
+    // (PEFT's folder); the base stays where the run loaded it from.
+    let (weights_dir, saved) = match model.lora_config() {
+        Some(_) => {
+            let dir = tmp.join(ADAPTER_DIR);
+            let saved = model.save_adapter(&dir, "base");
+            (dir, saved)
+        }
+        None => {
+            let dir = tmp.join(MODEL_DIR);
+            let saved = model.save(&dir);
+            (dir, saved)
+        }
+    };
+    saved.map_err(|source| CheckpointError::Model {
+        path: weights_dir,
+        source,
+    })?;
     let opt_path = tmp.join(OPTIMIZER_FILE);
     // Left on their device: the writer copies one tensor at a time to the
     // host, so a GPU run needs no second copy of the moments in RAM.
@@ -185,6 +197,9 @@ pub fn load_checkpoint(
     opt: &mut RlOptimizer,
 ) -> Result<CheckpointMeta, CheckpointError> {
     let meta = read_meta(path)?;
+    if model.lora_config().is_some() {
+        return load_adapter_checkpoint(path, meta, model, opt);
+    }
     let model_dir = path.join(MODEL_DIR);
     let weights = read_safetensors_folder(&model_dir).map_err(|source| CheckpointError::Model {
         path: model_dir.clone(),
@@ -205,6 +220,42 @@ pub fn load_checkpoint(
             source,
         })?;
     tracing::info!(path = %path.display(), step = meta.step, "checkpoint loaded");
+    Ok(meta)
+}
+
+/// [`load_checkpoint`] of a LoRA run: the adapter folder and the adapter's
+/// optimizer state, both checked before either is copied.
+fn load_adapter_checkpoint(
+    path: &Path,
+    meta: CheckpointMeta,
+    model: &Model,
+    opt: &mut RlOptimizer,
+) -> Result<CheckpointMeta, CheckpointError> {
+    let adapter_dir = path.join(ADAPTER_DIR);
+    if !adapter_dir.is_dir() {
+        return Err(CheckpointError::Mismatch {
+            path: path.to_path_buf(),
+            reason: "this run trains a LoRA adapter; the checkpoint has full weights".into(),
+        });
+    }
+    let load = model
+        .prepare_adapter(&adapter_dir)
+        .map_err(|source| CheckpointError::Model {
+            path: adapter_dir.clone(),
+            source,
+        })?;
+    let opt_path = path.join(OPTIMIZER_FILE);
+    let state = Tensor::read_safetensors(&opt_path).map_err(torch_err(&opt_path))?;
+    opt.load_state_tensors(state)
+        .map_err(|source| CheckpointError::Optimizer {
+            path: opt_path.clone(),
+            source,
+        })?;
+    load.apply().map_err(|source| CheckpointError::Model {
+        path: adapter_dir,
+        source,
+    })?;
+    tracing::info!(path = %path.display(), step = meta.step, "checkpoint loaded (LoRA adapter)");
     Ok(meta)
 }
 

@@ -64,6 +64,25 @@ impl Attention {
         }
     }
 
+    /// The projections by Hugging Face module name.
+    pub fn linears_mut(&mut self) -> [(&'static str, &mut Linear); 4] {
+        [
+            ("q_proj", &mut self.q_proj),
+            ("k_proj", &mut self.k_proj),
+            ("v_proj", &mut self.v_proj),
+            ("o_proj", &mut self.o_proj),
+        ]
+    }
+
+    pub fn linears(&self) -> [(&'static str, &Linear); 4] {
+        [
+            ("q_proj", &self.q_proj),
+            ("k_proj", &self.k_proj),
+            ("v_proj", &self.v_proj),
+            ("o_proj", &self.o_proj),
+        ]
+    }
+
     /// `x` `[B, T, hidden]` -> q `[B, heads, T, d]`, k and v `[B, kv_heads, T, d]`.
     pub fn project(&self, x: &Tensor, rope: &RopeTables) -> (Tensor, Tensor, Tensor) {
         let (b, t) = (x.size()[0], x.size()[1]);
@@ -124,6 +143,24 @@ impl DecoderLayer {
             ),
             mlp: Mlp::new(&path / "mlp", config),
         }
+    }
+
+    /// Every projection with its module path below the layer
+    /// (`self_attn.q_proj`, ..., `mlp.down_proj`).
+    pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let attn = self.self_attn.linears_mut().into_iter();
+        let attn = attn.map(|(n, l)| (format!("self_attn.{n}"), l));
+        let mlp = self.mlp.linears_mut().into_iter();
+        attn.chain(mlp.map(|(n, l)| (format!("mlp.{n}"), l)))
+            .collect()
+    }
+
+    pub fn linears(&self) -> Vec<(String, &Linear)> {
+        let attn = self.self_attn.linears().into_iter();
+        let attn = attn.map(|(n, l)| (format!("self_attn.{n}"), l));
+        let mlp = self.mlp.linears().into_iter();
+        attn.chain(mlp.map(|(n, l)| (format!("mlp.{n}"), l)))
+            .collect()
     }
 
     /// `kv` maps this step's new k/v to the k/v to attend over (identity for

@@ -5,12 +5,15 @@ use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
 use super::config::ModelConfig;
+use super::lora::LoraPair;
 
-/// `y = x W^T (+ b)`, weights `[out, in]` as in PyTorch.
+/// `y = x W^T (+ b)`, weights `[out, in]` as in PyTorch, plus a LoRA
+/// adapter's `scale * B A x` when one is attached.
 #[derive(Debug)]
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    lora: Option<LoraPair>,
 }
 
 impl Linear {
@@ -24,11 +27,34 @@ impl Linear {
             },
         );
         let bias = bias.then(|| path.var("bias", &[out_dim], Init::Const(0.0)));
-        Self { weight, bias }
+        Self {
+            weight,
+            bias,
+            lora: None,
+        }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+        let y = x.linear(&self.weight, self.bias.as_ref());
+        match &self.lora {
+            Some(lora) => y + lora.delta(x),
+            None => y,
+        }
+    }
+
+    /// `(out, in)`.
+    pub fn dims(&self) -> (i64, i64) {
+        let size = self.weight.size();
+        (size[0], size[1])
+    }
+
+    pub fn attach(&mut self, lora: LoraPair) {
+        self.lora = Some(lora);
+    }
+
+    /// The weight as served: merged with the adapter, if any.
+    pub fn serving_weight(&self) -> Option<Tensor> {
+        self.lora.as_ref().map(|l| l.merged(&self.weight))
     }
 }
 
@@ -82,5 +108,22 @@ impl Mlp {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         self.down_proj
             .forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+    }
+
+    /// The projections by Hugging Face module name.
+    pub fn linears_mut(&mut self) -> [(&'static str, &mut Linear); 3] {
+        [
+            ("gate_proj", &mut self.gate_proj),
+            ("up_proj", &mut self.up_proj),
+            ("down_proj", &mut self.down_proj),
+        ]
+    }
+
+    pub fn linears(&self) -> [(&'static str, &Linear); 3] {
+        [
+            ("gate_proj", &self.gate_proj),
+            ("up_proj", &self.up_proj),
+            ("down_proj", &self.down_proj),
+        ]
     }
 }

@@ -11,11 +11,13 @@
 //! from and save to a Hugging Face folder (`weights.rs`) and an optimizer can
 //! take `var_store().trainable_variables()`.
 
+mod adapter;
 mod attention;
 mod cache;
 mod config;
 mod layers;
 mod logprobs;
+mod lora;
 mod rope;
 mod weights;
 
@@ -28,9 +30,11 @@ use attention::{DecoderLayer, Visibility};
 use layers::RmsNorm;
 use rope::Rope;
 
+pub use adapter::AdapterLoad;
 pub use cache::{KvCache, SlotId};
 pub use config::{ModelConfig, ModelType, RopeScaling};
 pub use logprobs::token_logprobs;
+pub use lora::{LoraConfig, read_adapter};
 pub use weights::{DEFAULT_MAX_SHARD_BYTES, read_safetensors_folder};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +75,8 @@ pub struct Model {
     /// The same tensor as `embed_tokens` when the embeddings are tied.
     lm_head: Tensor,
     rope: Rope,
+    /// A LoRA adapter, when attached (`adapter.rs`).
+    adapter: Option<adapter::Adapter>,
 }
 
 impl Model {
@@ -122,6 +128,7 @@ impl Model {
             norm,
             lm_head,
             rope,
+            adapter: None,
         })
     }
 

@@ -182,7 +182,11 @@ impl Model {
             .map_err(|e| ModelError::Config(e.to_string()))?;
         fs::write(&config_path, config_text + "\n").map_err(io_err(&config_path))?;
 
-        let mut params: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        // With a LoRA adapter: the merged weights, a folder any engine serves.
+        let mut params: Vec<(String, Tensor)> = match self.lora_config() {
+            Some(_) => self.serving_weights(),
+            None => self.vs.variables().into_iter().collect(),
+        };
         params.sort_by_cached_key(|(name, _)| natural_key(name));
         let bytes = |t: &Tensor| t.numel() * t.kind().elt_size_in_bytes();
         let total: usize = params.iter().map(|(_, t)| bytes(t)).sum();
@@ -209,13 +213,13 @@ impl Model {
             fs::remove_file(&stale).map_err(io_err(&stale))?;
         }
         if shards.len() == 1 {
-            return write_file(&dir.join(keep), &shards[0]);
+            return write_tensors(&dir.join(keep), &shards[0]);
         }
         let n = shards.len();
         let mut weight_map = BTreeMap::new();
         for (i, shard) in shards.iter().enumerate() {
             let file = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
-            write_file(&dir.join(&file), shard)?;
+            write_tensors(&dir.join(&file), shard)?;
             for (name, _) in shard {
                 weight_map.insert(name.clone(), file.clone());
             }
@@ -226,7 +230,7 @@ impl Model {
     }
 }
 
-fn write_file(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), ModelError> {
+pub(crate) fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), ModelError> {
     let mut buffers = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
         let t = t.to_device(Device::Cpu).contiguous();

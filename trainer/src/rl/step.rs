@@ -106,13 +106,9 @@ const STEPS_KEY: &str = "rl.steps";
 
 impl RlOptimizer {
     pub fn new(model: &Model, adamw: AdamWConfig, schedule: LrSchedule) -> Result<Self, RlError> {
-        let mut params: Vec<(String, Tensor)> = model
-            .var_store()
-            .variables()
-            .into_iter()
-            .filter(|(_, t)| t.requires_grad())
-            .collect();
-        params.sort_by(|a, b| a.0.cmp(&b.0));
+        // The adapter's parameters with LoRA (the base is frozen), else
+        // every parameter: only these get AdamW state.
+        let params = model.trainable_parameters();
         Ok(RlOptimizer {
             adamw: AdamW::new(params, adamw)?,
             schedule,
@@ -197,7 +193,11 @@ pub fn train_step(
     optimizer.adamw.zero_grad();
     let packing = pack_ffd(&lengths(batch), cfg.token_budget);
     let mut stats = accumulate_gradients(model, batch, &packing, cfg)?;
-    let params = model.var_store().trainable_variables();
+    let params: Vec<Tensor> = model
+        .trainable_parameters()
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
     stats.grad_norm = clip_grad_norm(&params, cfg.max_grad_norm);
     stats.lr = optimizer.schedule.lr_at(optimizer.steps);
     optimizer.adamw.step(stats.lr)?;
@@ -375,6 +375,8 @@ fn run(
     };
     let (mut tokens_sum, mut clipped, mut truncated, mut kl) = (0.0, 0.0, 0.0, 0.0);
     let (mut ref_kl, mut ref_tokens, mut entropy) = (0.0, 0.0, 0.0);
+    // LoRA dropout only where gradients flow.
+    model.set_lora_training(backward);
     for mb in &packing.micro_batches {
         let (tokens, mask) = padded_tokens(batch, mb, device);
         let logits = forward(model, &tokens, &mask, cfg)?;
@@ -425,6 +427,7 @@ fn run(
     } else {
         f64::NAN
     };
+    model.set_lora_training(false);
     Ok(stats)
 }
 

@@ -10,6 +10,7 @@ mod cuda;
 mod engine;
 mod hf_parity;
 mod kv_cache;
+mod lora_parity;
 mod rl_batch;
 mod rl_step;
 mod schedule;
