@@ -160,3 +160,42 @@ fn an_adapter_of_another_shape_is_refused_before_anything_is_copied() {
         assert!(t.equal(b));
     }
 }
+
+/// Only the adapter gets AdamW state: with rank 8 on every projection of
+/// the tiny model that is a small fraction of the full model's.
+#[test]
+fn only_the_adapter_gets_optimizer_state() {
+    use agl_trainer::model::LoraConfig;
+    use agl_trainer::rl::{AdamWConfig, LrDecay, LrSchedule, RlOptimizer};
+    let schedule = LrSchedule {
+        peak_lr: 1e-3,
+        warmup_steps: 0,
+        decay: LrDecay::Constant,
+    };
+    let config = crate::common::tiny_config(serde_json::json!({}));
+    let mut model = crate::common::random_model(config, Kind::Float, 3);
+    let full = RlOptimizer::new(&model, AdamWConfig::default(), schedule).unwrap();
+    model.add_lora(&LoraConfig::default()).unwrap();
+    let lora = RlOptimizer::new(&model, AdamWConfig::default(), schedule).unwrap();
+    let numel = |opt: &RlOptimizer| -> i64 {
+        opt.state_tensors()
+            .iter()
+            .filter(|(n, _)| n.starts_with("exp_avg."))
+            .map(|(_, t)| t.numel() as i64)
+            .sum()
+    };
+    let names: Vec<String> = lora.state_tensors().into_iter().map(|(n, _)| n).collect();
+    assert!(
+        names
+            .iter()
+            .filter(|n| *n != "rl.steps")
+            .all(|n| n.contains(".lora_")),
+        "{names:?}"
+    );
+    assert!(
+        numel(&lora) * 5 < numel(&full),
+        "{} vs {}",
+        numel(&lora),
+        numel(&full)
+    );
+}

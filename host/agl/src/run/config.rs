@@ -6,6 +6,7 @@ use agl_wire::api::{EngineApi, Render};
 use std::path::PathBuf;
 
 use agl_trainer::engine::EngineConfig as TchEngineConfig;
+use agl_trainer::model::LoraConfig;
 use serde::Deserialize;
 
 use agl_trainer::rl::{
@@ -147,6 +148,8 @@ pub struct TrainConfig {
     pub max_tokens: Option<usize>,
     pub bf16: bool,
     pub entropy: bool,
+    /// `[train.lora]`: train a LoRA adapter instead of every weight.
+    pub lora: Option<LoraConfig>,
 }
 
 impl Default for TrainConfig {
@@ -172,6 +175,7 @@ impl Default for TrainConfig {
             max_tokens: None,
             bf16: true,
             entropy: true,
+            lora: None,
         }
     }
 }

@@ -60,6 +60,10 @@ pub async fn run(
 ) -> anyhow::Result<RunFinished> {
     let cfg = config.run.clone();
     cfg.validate().map_err(|e| anyhow::anyhow!("[run]: {e}"))?;
+    if let Some(lora) = &config.train.lora {
+        lora.check()
+            .map_err(|e| anyhow::anyhow!("[train.lora]: {e}"))?;
+    }
     let out_dir = cfg.out_dir();
     let db = out_dir.join("agl.db");
     let root = out_dir.join("checkpoints");
@@ -146,6 +150,7 @@ pub async fn run(
         device,
         adamw: config.train.adamw(),
         schedule: config.train.schedule(cfg.steps),
+        lora: config.train.lora.clone(),
     })
     .await?;
 

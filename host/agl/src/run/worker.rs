@@ -9,7 +9,7 @@ use tch::{Device, Kind, Tensor};
 use tokio::sync::oneshot;
 
 use agl_trainer::checkpoint::{self, CheckpointMeta};
-use agl_trainer::model::Model;
+use agl_trainer::model::{LoraConfig, Model};
 use agl_trainer::rl::{
     AdamWConfig, LrSchedule, RlOptimizer, StepConfig, StepStats, UpdateBatch, train_step,
 };
@@ -18,7 +18,8 @@ type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
 
 enum Command {
     Train(Box<UpdateBatch>, StepConfig, Reply<StepStats>),
-    /// Copies of every parameter under its Hugging Face name.
+    /// Copies of every parameter under its Hugging Face name, as served
+    /// (a LoRA adapter merged).
     Weights(Reply<Vec<(String, Tensor)>>),
     /// A loadable Hugging Face folder of the current weights.
     SaveModel(PathBuf, Reply<()>),
@@ -37,6 +38,8 @@ pub struct TrainerSpec {
     pub device: Device,
     pub adamw: AdamWConfig,
     pub schedule: LrSchedule,
+    /// Train a LoRA adapter on the frozen base.
+    pub lora: Option<LoraConfig>,
 }
 
 impl Trainer {
@@ -51,7 +54,10 @@ impl Trainer {
                     .with_context(|| {
                         format!("loading the policy from {}", spec.model_dir.display())
                     })
-                    .and_then(|model| {
+                    .and_then(|mut model| {
+                        if let Some(lora) = &spec.lora {
+                            model.add_lora(lora)?;
+                        }
                         let opt = RlOptimizer::new(&model, spec.adamw, spec.schedule)?;
                         Ok((model, opt))
                     });
@@ -113,15 +119,8 @@ fn serve(model: Model, mut opt: RlOptimizer, rx: std_mpsc::Receiver<Command>) {
                 let _ = reply.send(out);
             }
             Command::Weights(reply) => {
-                let out = tch::no_grad(|| {
-                    model
-                        .var_store()
-                        .variables()
-                        .into_iter()
-                        .map(|(name, t)| (name, t.copy()))
-                        .collect()
-                });
-                let _ = reply.send(Ok(out));
+                // As served: a LoRA adapter merged into its linears.
+                let _ = reply.send(Ok(model.serving_weights()));
             }
             Command::SaveModel(dir, reply) => {
                 let _ = reply.send(model.save(&dir).map_err(Into::into));

@@ -506,3 +506,109 @@ fn blake3_hex(path: &Path) -> String {
         .to_hex()
         .to_string()
 }
+
+/// `[train.lora]`: only the adapter trains. Each published folder is the
+/// base with the adapter merged into its linears (everything else the
+/// base's, bit for bit); checkpoints hold PEFT's adapter folder; a run
+/// killed with SIGKILL resumes from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lora_run_trains_the_adapter_only_and_resumes_after_sigkill() {
+    let setup = Setup::new().await;
+    let config = setup.config_with(
+        "lora",
+        "steps = 3",
+        Some("reported"),
+        "[train.lora]\nrank = 4\nalpha = 8\n",
+    );
+    let out = setup.out("lora");
+    let mut child = setup.spawn(&config, false);
+    let second = out.join("checkpoints/step-000002/meta.json");
+    let t = Instant::now();
+    while !second.is_file() {
+        if child.try_wait().unwrap().is_some() {
+            panic!("agl run exited early:\n{}", finish(child));
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(240),
+            "no second checkpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let checkpoint = out.join("checkpoints/step-000002");
+    assert!(checkpoint.join("adapter/adapter_config.json").is_file());
+    assert!(
+        checkpoint
+            .join("adapter/adapter_model.safetensors")
+            .is_file()
+    );
+    assert!(
+        !checkpoint.join("model").exists(),
+        "a LoRA checkpoint holds no base"
+    );
+    let adapter: Value = serde_json::from_str(
+        &std::fs::read_to_string(checkpoint.join("adapter/adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(adapter["peft_type"], "LORA");
+    assert_eq!(adapter["r"], 4);
+
+    let log = finish(setup.spawn(&config, true));
+    assert!(log.contains("run finished after 3 steps"), "{log}");
+    let store = Store::open(out.join("agl.db")).unwrap();
+    let last = store.latest_weight_version().await.unwrap().unwrap();
+    let meta = last.meta.parse().unwrap();
+    assert_eq!(meta["step"], 3, "{meta}");
+
+    // The last folder the engine loaded: merged linears changed, the rest
+    // is the base.
+    let path = setup
+        .engine
+        .requests()
+        .iter()
+        .rev()
+        .find(|r| r.path == "/update_weights_from_disk")
+        .map(|r| {
+            r.body.as_ref().unwrap()["model_path"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .expect("a reload");
+    let read = |dir: &Path| -> BTreeMap<String, tch::Tensor> {
+        tch::Tensor::read_safetensors(dir.join("model.safetensors"))
+            .unwrap()
+            .into_iter()
+            .collect()
+    };
+    let base = read(&setup.dir.path().join("model"));
+    let served = read(Path::new(&path));
+    assert_eq!(
+        base.keys().collect::<Vec<_>>(),
+        served.keys().collect::<Vec<_>>()
+    );
+    let mut changed = Vec::new();
+    for (name, data) in &base {
+        if !served[name].equal(data) {
+            changed.push(name.clone());
+        }
+    }
+    assert!(!changed.is_empty(), "the adapter changed nothing");
+    for name in &changed {
+        assert!(
+            [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj"
+            ]
+            .iter()
+            .any(|t| name.contains(t)),
+            "{name} changed: only adapted linears may"
+        );
+    }
+}
