@@ -6,6 +6,7 @@
 //! `token_ids`) and [`Faults`] (latency, error statuses, resets, cut streams)
 //! are supported, and every request is recorded.
 
+mod admin;
 mod api;
 mod faults;
 mod plan;
@@ -25,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use admin::AdminState;
 pub use api::VllmError;
 pub use faults::Faults;
 pub use plan::FinishReason;

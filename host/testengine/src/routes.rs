@@ -24,12 +24,12 @@ use super::stream;
 /// The engine's routes over `state`; serve it anywhere. Reset faults need
 /// [`super::TestEngine`]'s own server; elsewhere they abort the response body.
 pub fn router(state: Arc<EngineState>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/generate", post(sglang_generate))
-        .route("/v1/models", get(models))
-        .route("/update_weights_from_disk", post(update_weights_from_disk))
+        .route("/v1/models", get(models));
+    super::admin::routes(router)
         .fallback(not_found)
         .with_state(state)
 }
@@ -50,30 +50,6 @@ async fn models(State(state): State<Arc<EngineState>>) -> Json<Value> {
     Json(json!({"object": "list", "data": [{
         "id": state.model, "object": "model", "created": 0, "owned_by": "agl-testengine",
     }]}))
-}
-
-/// SGLang's weight reload: recorded like any request; succeeds when
-/// `model_path` is a folder with a `config.json` (the engine keeps answering
-/// from its script either way).
-async fn update_weights_from_disk(
-    State(state): State<Arc<EngineState>>,
-    Json(body): Json<Value>,
-) -> Json<Value> {
-    let path = body["model_path"].as_str().unwrap_or_default().to_owned();
-    state.record(RecordedRequest {
-        method: "POST".into(),
-        path: "/update_weights_from_disk".into(),
-        headers: Vec::new(),
-        raw: body.to_string(),
-        body: Some(body),
-    });
-    let ok = std::path::Path::new(&path).join("config.json").is_file();
-    let message = if ok {
-        format!("loaded {path}")
-    } else {
-        format!("no model at {path:?}")
-    };
-    Json(json!({"success": ok, "message": message, "num_paused_requests": 0}))
 }
 
 async fn not_found(req: Request) -> VllmError {

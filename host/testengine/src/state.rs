@@ -47,6 +47,8 @@ pub struct EngineState {
     requests: Mutex<Vec<RecordedRequest>>,
     next_id: AtomicU64,
     abandoned: Arc<AtomicU64>,
+    /// What the weight-update routes changed (`admin.rs`).
+    pub admin: super::admin::AdminState,
 }
 
 /// One answer being produced; counts as abandoned if dropped before
@@ -83,6 +85,7 @@ impl EngineState {
             requests: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             abandoned: Arc::default(),
+            admin: Default::default(),
         }
     }
 

@@ -246,18 +246,35 @@ impl TrainConfig {
 pub enum EngineKind {
     /// agl's own tch engine on the policy weights, in this process.
     Embedded,
-    /// An OpenAI-compatible server (vLLM, SGLang) at `base_url`.
+    /// A vLLM server (0.33, dev mode: `VLLM_SERVER_DEV_MODE=1`, and
+    /// `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` for LoRA) at `base_url`; new
+    /// weights through its RL routes (`run/reload.rs`).
+    Vllm,
+    /// An SGLang server (0.5.23) at `base_url`; new weights through
+    /// `update_weights_from_disk` / `load_lora_adapter`.
+    Sglang,
+    /// Any OpenAI-compatible server at `base_url` that keeps its weights
+    /// (evaluation-only runs: nothing is reloaded).
     External,
 }
 
-/// How an external engine gets new weights.
+impl EngineKind {
+    /// A server agl does not start (it has a `base_url`).
+    pub fn is_remote(self) -> bool {
+        self != EngineKind::Embedded
+    }
+}
+
+/// How a remote engine treats requests still in flight when it pauses
+/// for new weights (the gateway has drained its own calls by then).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ReloadKind {
-    /// SGLang's `POST /update_weights_from_disk {"model_path", "weight_version"}`.
-    Sglang,
-    /// No reload: the engine keeps its weights (evaluation-only runs).
-    None,
+pub enum PauseMode {
+    /// Frozen in place and continued on the new weights (vLLM `keep`,
+    /// SGLang `in_place`).
+    Keep,
+    /// Aborted (vLLM and SGLang `abort`): the harness retries them.
+    Abort,
 }
 
 /// `[engine]`: which engine serves the policy during `agl run`.
@@ -270,7 +287,9 @@ pub struct PolicyEngineConfig {
     pub base_url: Option<String>,
     /// External: the model name it serves (default: the model folder's name).
     pub model_name: Option<String>,
-    pub reload: ReloadKind,
+    /// vLLM / SGLang: what the engine does with requests in flight while
+    /// it loads new weights.
+    pub pause_mode: PauseMode,
     /// Embedded: concurrent sequences and the longest prompt + response;
     /// defaults are the engine's own (`agl engine serve` uses the same).
     pub max_seqs: usize,
@@ -298,7 +317,7 @@ impl Default for PolicyEngineConfig {
             kind: EngineKind::Embedded,
             base_url: None,
             model_name: None,
-            reload: ReloadKind::Sglang,
+            pause_mode: PauseMode::Keep,
             max_seqs: TchEngineConfig::default().max_seqs,
             max_len: TchEngineConfig::default().max_len,
             render: Render::Engine,

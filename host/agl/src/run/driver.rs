@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -355,9 +354,18 @@ impl Driver {
             }
             Err(_) => Ok(()),
         };
-        // Resume whatever happened, so agents are not left paused.
+        // A failed reload leaves the proxy paused: the engine serves the
+        // previous version, which no new call may be recorded under the new
+        // number; agents wait on 429s while the run stops with the error.
+        if let Err(e) = pushed {
+            return Err(e.context(format!(
+                "the engine did not take weight version {}; the proxy stays paused and \
+                 the engine serves version {}",
+                self.version,
+                self.version - 1
+            )));
+        }
         self.control.resume();
-        pushed.context("updating the engine's weights")?;
         recorded?;
         record.drain_s = t.elapsed().as_secs_f64();
         record.step = self.step;

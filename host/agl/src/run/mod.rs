@@ -11,6 +11,7 @@ pub mod data;
 mod driver;
 pub mod plugins;
 pub mod policy;
+mod reload;
 pub mod report;
 mod worker;
 
@@ -141,9 +142,18 @@ pub async fn run(
     let control = gateway.control();
 
     let kind = config.model.kind();
+    let lora = config.train.lora.is_some();
     let device = tch::Device::cuda_if_available();
-    let policy =
-        Policy::start(&config.engine, &model_dir, kind, &out_dir, &gateway, &store).await?;
+    let policy = Policy::start(
+        &config.engine,
+        &model_dir,
+        kind,
+        &out_dir,
+        &gateway,
+        &store,
+        lora,
+    )
+    .await?;
     let trainer = Trainer::start(TrainerSpec {
         model_dir: model_dir.clone(),
         kind: tch::Kind::Float,

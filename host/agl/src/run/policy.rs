@@ -1,12 +1,12 @@
 //! The engine that serves the policy during `agl run`, and how it gets new
-//! weights: embedded = copied in place into agl's own engine; external =
-//! written as a Hugging Face folder and reloaded by the server.
+//! weights: embedded = copied in place into agl's own engine; vLLM or
+//! SGLang = written as a Hugging Face folder (or, training LoRA, a PEFT
+//! adapter folder) and loaded by the server (`reload.rs`); external = kept.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::json;
 
 use agl_conversation::Renderer;
 use agl_gateway::Gateway;
@@ -18,7 +18,8 @@ use agl_wire::api::{Engine, Render};
 use agl_wire::urls;
 use std::sync::Arc;
 
-use super::config::{EngineKind, PolicyEngineConfig, ReloadKind};
+use super::config::{EngineKind, PolicyEngineConfig};
+use super::reload::Reloader;
 use super::worker::Trainer;
 
 /// The engine name agl registers in the store.
@@ -61,13 +62,23 @@ pub fn configured_renderer(model_dir: &Path, cfg: &PolicyEngineConfig) -> anyhow
 
 pub enum Policy {
     Embedded(InferenceServer),
-    External {
-        base_url: String,
-        reload: ReloadKind,
-        http: reqwest::Client,
-        /// Where new weights are written for the server to load.
-        weights_dir: PathBuf,
-    },
+    Remote(Box<Remote>),
+}
+
+/// A server agl does not run.
+pub struct Remote {
+    /// `None`: an `external` engine, which keeps its weights.
+    reloader: Option<Reloader>,
+    /// Where new weights are written for the server to load.
+    weights_dir: PathBuf,
+    /// The engine's registration (its model name moves with the adapter).
+    registration: Engine,
+    /// The base model name the server serves.
+    base_model: String,
+    /// Training LoRA: the adapter requests use now.
+    adapter: std::sync::Mutex<Option<String>>,
+    lora: bool,
+    store: Store,
 }
 
 impl Policy {
@@ -79,6 +90,7 @@ impl Policy {
         out_dir: &Path,
         gateway: &Gateway,
         store: &Store,
+        lora: bool,
     ) -> anyhow::Result<Policy> {
         let default_name = model_dir
             .file_name()
@@ -99,26 +111,35 @@ impl Policy {
                 embed(gateway, store, ENGINE_NAME, &server, cfg.render).await?;
                 Ok(Policy::Embedded(server))
             }
-            EngineKind::External => {
-                let base_url = cfg
-                    .base_url
-                    .clone()
-                    .context("engine.kind = \"external\" needs engine.base_url")?;
+            EngineKind::Vllm | EngineKind::Sglang | EngineKind::External => {
+                let base_url = cfg.base_url.clone().with_context(|| {
+                    format!("engine.kind = {:?} needs engine.base_url", cfg.kind)
+                })?;
                 // Either form is accepted: the proxy calls under `/v1`,
-                // reloads go to the root (SGLang's admin routes live there).
+                // reloads go to the root (the admin routes live there).
                 let openai_base = urls::engine_base_url(&base_url);
-                let base_url = urls::engine_root_url(&base_url);
-                store
+                let root = urls::engine_root_url(&base_url);
+                let registration = store
                     .register_engine(ENGINE_NAME, &openai_base, &name, cfg.render, cfg.api)
                     .await?;
-                Ok(Policy::External {
-                    base_url,
-                    reload: cfg.reload,
-                    http: reqwest::Client::builder()
-                        .timeout(Duration::from_secs(600))
-                        .build()?,
+                let http = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(600))
+                    .build()?;
+                let reloader = (cfg.kind != EngineKind::External).then(|| Reloader {
+                    kind: cfg.kind,
+                    root,
+                    http,
+                    pause: cfg.pause_mode,
+                });
+                Ok(Policy::Remote(Box::new(Remote {
+                    reloader,
                     weights_dir: out_dir.join("weights"),
-                })
+                    registration,
+                    base_model: name,
+                    adapter: std::sync::Mutex::new(None),
+                    lora,
+                    store: store.clone(),
+                })))
             }
         }
     }
@@ -135,40 +156,57 @@ impl Policy {
                     .await
                     .context("loading new weights into the embedded engine")?;
             }
-            Policy::External {
-                base_url,
-                reload,
-                http,
-                weights_dir,
-            } => {
-                if *reload == ReloadKind::None {
-                    return Ok(());
-                }
-                let dir = weights_dir.join(format!("v{version}"));
-                trainer.save_model(&dir).await?;
-                let body = json!({
-                    "model_path": dir,
-                    "weight_version": version.to_string(),
-                    "flush_cache": true,
-                });
-                let url = format!("{base_url}/update_weights_from_disk");
-                let resp = http
-                    .post(&url)
-                    .json(&body)
-                    .send()
-                    .await
-                    .with_context(|| format!("POST {url}"))?;
-                let status = resp.status();
-                let text = resp.text().await.unwrap_or_default();
-                let ok = serde_json::from_str::<serde_json::Value>(&text)
-                    .ok()
-                    .and_then(|v| v.get("success").and_then(|s| s.as_bool()))
-                    .unwrap_or(status.is_success());
-                anyhow::ensure!(status.is_success() && ok, "{url} answered {status}: {text}");
-                // Keep only the folder the engine now serves.
-                prune_except(weights_dir, &dir);
+            Policy::Remote(remote) => remote.update(trainer, version).await?,
+        }
+        Ok(())
+    }
+}
+
+impl Remote {
+    async fn update(&self, trainer: &Trainer, version: u64) -> anyhow::Result<()> {
+        let Some(reloader) = &self.reloader else {
+            return Ok(());
+        };
+        if !self.lora {
+            let dir = self.weights_dir.join(format!("v{version}"));
+            trainer.save_model(&dir).await?;
+            reloader.load_weights(&dir, version).await?;
+            // Keep only the folder the engine now serves.
+            prune_except(&self.weights_dir, &dir);
+            return Ok(());
+        }
+        // A new adapter name per version: requests move to it before the
+        // old one is unloaded (the gateway is drained and paused).
+        let name = format!("agl-v{version}");
+        let dir = self.weights_dir.join(&name);
+        trainer.save_adapter(&dir).await?;
+        let first = self
+            .adapter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none();
+        if first {
+            // A resumed run reloads its checkpoint under a version the run
+            // before it may have loaded already: that name goes first.
+            if let Err(e) = reloader.unload_adapter(&name).await {
+                tracing::debug!(error = %e, "no adapter {name} to replace");
             }
         }
+        reloader.load_adapter(&name, &dir).await?;
+        let r = &self.registration;
+        let model = reloader.adapter_model(&self.base_model, &name);
+        self.store
+            .register_engine(&r.name, &r.base_url, &model, r.render, r.api)
+            .await?;
+        let previous = self
+            .adapter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(name);
+        if let Some(old) = previous {
+            reloader.unload_adapter(&old).await?;
+        }
+        prune_except(&self.weights_dir, &dir);
         Ok(())
     }
 }

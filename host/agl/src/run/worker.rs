@@ -23,6 +23,8 @@ enum Command {
     Weights(Reply<Vec<(String, Tensor)>>),
     /// A loadable Hugging Face folder of the current weights.
     SaveModel(PathBuf, Reply<()>),
+    /// The LoRA adapter as PEFT writes it.
+    SaveAdapter(PathBuf, Reply<()>),
     Checkpoint(PathBuf, CheckpointMeta, usize, Reply<PathBuf>),
     Restore(PathBuf, Reply<CheckpointMeta>),
 }
@@ -96,6 +98,11 @@ impl Trainer {
         self.ask(|r| Command::SaveModel(dir.to_path_buf(), r)).await
     }
 
+    pub async fn save_adapter(&self, dir: &Path) -> anyhow::Result<()> {
+        self.ask(|r| Command::SaveAdapter(dir.to_path_buf(), r))
+            .await
+    }
+
     pub async fn checkpoint(
         &self,
         root: &Path,
@@ -124,6 +131,9 @@ fn serve(model: Model, mut opt: RlOptimizer, rx: std_mpsc::Receiver<Command>) {
             }
             Command::SaveModel(dir, reply) => {
                 let _ = reply.send(model.save(&dir).map_err(Into::into));
+            }
+            Command::SaveAdapter(dir, reply) => {
+                let _ = reply.send(model.save_adapter(&dir, "base").map_err(Into::into));
             }
             Command::Checkpoint(root, meta, keep, reply) => {
                 let out = checkpoint::save_checkpoint(&root, &model, &opt, &meta, keep)

@@ -91,10 +91,9 @@ impl Setup {
 [model]
 path = "model"
 [engine]
-kind = "external"
+kind = "sglang"
 base_url = "http://{addr}"
 model_name = "tiny"
-reload = "sglang"
 [plugins]
 adapter = "{adapter}"
 {reward}
@@ -507,12 +506,11 @@ fn blake3_hex(path: &Path) -> String {
         .to_string()
 }
 
-/// `[train.lora]`: only the adapter trains. Each published folder is the
-/// base with the adapter merged into its linears (everything else the
-/// base's, bit for bit); checkpoints hold PEFT's adapter folder; a run
-/// killed with SIGKILL resumes from it.
+/// `[train.lora]` on SGLang: each update loads the adapter (a PEFT
+/// folder) under a new name and moves requests to it; checkpoints hold
+/// PEFT's adapter folder; a run killed with SIGKILL resumes from it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lora_run_trains_the_adapter_only_and_resumes_after_sigkill() {
+async fn a_lora_run_loads_each_adapter_and_resumes_after_sigkill() {
     let setup = Setup::new().await;
     let config = setup.config_with(
         "lora",
@@ -561,54 +559,185 @@ async fn a_lora_run_trains_the_adapter_only_and_resumes_after_sigkill() {
     let meta = last.meta.parse().unwrap();
     assert_eq!(meta["step"], 3, "{meta}");
 
-    // The last folder the engine loaded: merged linears changed, the rest
-    // is the base.
-    let path = setup
+    // Each update is a new adapter (PEFT folder) under a new name,
+    // requests move to it, and the one before is unloaded.
+    let requests = setup.engine.requests();
+    let loads: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r.path == "/load_lora_adapter")
+        .filter_map(|r| r.body.as_ref())
+        .collect();
+    assert!(loads.len() >= 3, "{loads:?}");
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.path == "/update_weights_from_disk"),
+        "a LoRA run loads adapters, not whole weights"
+    );
+    let last = loads.last().unwrap();
+    assert_eq!(last["lora_name"], format!("agl-v{}", 3));
+    let folder = Path::new(last["lora_path"].as_str().unwrap());
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("adapter_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["r"], 4);
+    let adapters = setup.engine.state().admin.adapters();
+    assert_eq!(
+        adapters.keys().collect::<Vec<_>>(),
+        ["agl-v3"],
+        "older adapters unloaded"
+    );
+    let models: Vec<&str> = requests
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .filter_map(|r| r.body.as_ref()?["model"].as_str())
+        .collect();
+    assert!(models.contains(&"tiny"), "{models:?}");
+    assert!(models.contains(&"tiny:agl-v2"), "{models:?}");
+}
+
+impl Setup {
+    /// [`Setup::config_with`] for an engine of `kind` (`vllm`, `sglang`).
+    fn config_for(&self, kind: &str, out: &str, run: &str, extra: &str) -> PathBuf {
+        let path = self.config_with(out, run, Some("reported"), extra);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace("kind = \"sglang\"", &format!("kind = \"{kind}\""));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// The weight-update calls the engine got, in order, as `path` and body.
+    fn admin_calls(&self) -> Vec<(String, Value)> {
+        const ADMIN: [&str; 11] = [
+            "/pause",
+            "/resume",
+            "/collective_rpc",
+            "/update_weight_version",
+            "/v1/load_lora_adapter",
+            "/v1/unload_lora_adapter",
+            "/pause_generation",
+            "/continue_generation",
+            "/update_weights_from_disk",
+            "/load_lora_adapter",
+            "/unload_lora_adapter",
+        ];
+        self.engine
+            .requests()
+            .into_iter()
+            .filter(|r| ADMIN.contains(&r.path.as_str()))
+            .map(|r| (r.path, r.body.unwrap_or(Value::Null)))
+            .collect()
+    }
+}
+
+/// vLLM 0.33's RL routes, in order, per update: pause keeping requests,
+/// reload from the folder, set the version, resume; the engine then
+/// reports the version every later call is recorded under.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vllm_engine_reloads_full_weights_through_its_rl_routes() {
+    let setup = Setup::new().await;
+    let config = setup.config_for("vllm", "vllm", "steps = 2", "");
+    finish(setup.spawn(&config, false));
+    let calls = setup.admin_calls();
+    let paths: Vec<&str> = calls.iter().map(|(p, _)| p.as_str()).collect();
+    let one = [
+        "/pause",
+        "/collective_rpc",
+        "/update_weight_version",
+        "/resume",
+    ];
+    assert_eq!(paths, [one, one].concat(), "{calls:?}");
+    assert_eq!(calls[0].1["mode"], "keep");
+    assert_eq!(calls[1].1["method"], "reload_weights");
+    let folder = calls[5].1["kwargs"]["weights_path"].as_str().unwrap();
+    assert!(Path::new(folder).join("config.json").is_file(), "{folder}");
+    assert_eq!(calls[2].1["new_version"], "1");
+    assert_eq!(calls[6].1["new_version"], "2");
+    assert_eq!(setup.engine.state().admin.weight_version(), "2");
+    assert!(!setup.engine.state().admin.paused());
+    let versions = call_versions(&setup.out("vllm")).await;
+    let all: std::collections::BTreeSet<u64> = versions.values().flatten().copied().collect();
+    assert!(all.is_subset(&[0, 1, 2].into()), "{all:?}");
+}
+
+/// LoRA on vLLM: each update loads the adapter folder under a new name
+/// (`/v1/load_lora_adapter`), requests move to it (vLLM serves an adapter
+/// under its own name), the previous one is unloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vllm_engine_takes_each_lora_adapter_under_a_new_name() {
+    let setup = Setup::new().await;
+    let config = setup.config_for(
+        "vllm",
+        "vllm-lora",
+        "steps = 2",
+        "[train.lora]\nrank = 4\nalpha = 8\n",
+    );
+    finish(setup.spawn(&config, false));
+    let calls = setup.admin_calls();
+    let paths: Vec<&str> = calls.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/v1/unload_lora_adapter", // the first load clears its name
+            "/v1/load_lora_adapter",
+            "/v1/load_lora_adapter",
+            "/v1/unload_lora_adapter",
+        ],
+        "{calls:?}"
+    );
+    assert_eq!(calls[1].1["lora_name"], "agl-v1");
+    assert_eq!(calls[2].1["lora_name"], "agl-v2");
+    assert_eq!(calls[3].1["lora_name"], "agl-v1");
+    let folder = Path::new(calls[2].1["lora_path"].as_str().unwrap());
+    assert!(folder.join("adapter_model.safetensors").is_file());
+    let models: std::collections::BTreeSet<String> = setup
         .engine
         .requests()
         .iter()
-        .rev()
-        .find(|r| r.path == "/update_weights_from_disk")
-        .map(|r| {
-            r.body.as_ref().unwrap()["model_path"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .expect("a reload");
-    let read = |dir: &Path| -> BTreeMap<String, tch::Tensor> {
-        tch::Tensor::read_safetensors(dir.join("model.safetensors"))
-            .unwrap()
-            .into_iter()
-            .collect()
-    };
-    let base = read(&setup.dir.path().join("model"));
-    let served = read(Path::new(&path));
-    assert_eq!(
-        base.keys().collect::<Vec<_>>(),
-        served.keys().collect::<Vec<_>>()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .filter_map(|r| Some(r.body.as_ref()?["model"].as_str()?.to_string()))
+        .collect();
+    assert!(
+        models.contains("tiny") && models.contains("agl-v1"),
+        "{models:?}"
     );
-    let mut changed = Vec::new();
-    for (name, data) in &base {
-        if !served[name].equal(data) {
-            changed.push(name.clone());
-        }
-    }
-    assert!(!changed.is_empty(), "the adapter changed nothing");
-    for name in &changed {
-        assert!(
-            [
-                "q_proj",
-                "k_proj",
-                "v_proj",
-                "o_proj",
-                "gate_proj",
-                "up_proj",
-                "down_proj"
-            ]
-            .iter()
-            .any(|t| name.contains(t)),
-            "{name} changed: only adapted linears may"
-        );
-    }
+}
+
+/// A reload the engine refuses stops the run with an error that says so,
+/// leaves the proxy paused and the engine on its previous weights
+/// (resumed), and loses no recorded rollout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_reload_stops_the_run_paused_on_the_previous_version() {
+    let setup = Setup::new().await;
+    setup.engine.state().admin.fail_next_loads(1);
+    let config = setup.config_for("sglang", "failed", "steps = 2", "");
+    let out = setup.spawn(&config, false).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("the engine did not take weight version 1")
+            && text.contains("the proxy stays paused"),
+        "{text}"
+    );
+    assert!(text.contains("update_weights_from_disk"), "{text}");
+    let calls = setup.admin_calls();
+    let paths: Vec<&str> = calls.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/pause_generation",
+            "/update_weights_from_disk",
+            "/continue_generation"
+        ],
+        "the engine is resumed on its old weights"
+    );
+    assert_eq!(setup.engine.state().admin.weight_version(), "");
+    let store = Store::open(setup.out("failed").join("agl.db")).unwrap();
+    let last = store.latest_weight_version().await.unwrap().unwrap();
+    assert_eq!(last.version, 0, "version 1 was never recorded");
+    let versions = call_versions(&setup.out("failed")).await;
+    assert!(
+        versions.len() >= 4,
+        "the step's rollouts are kept: {versions:?}"
+    );
 }

@@ -152,10 +152,9 @@ fn run_args(example: &str, dir: &Path, engine: &TestEngine, extra: &[String]) ->
     let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];
     let sets = [
         format!("model.path={:?}", at("model")),
-        "engine.kind=\"external\"".into(),
+        "engine.kind=\"sglang\"".into(),
         format!("engine.base_url=\"http://{}\"", engine.addr()),
         "engine.model_name=\"tiny\"".into(),
-        "engine.reload=\"sglang\"".into(),
         format!("run.data={:?}", at("data.jsonl")),
         format!("run.out_dir={:?}", at("out")),
         "run.progress=false".into(),

@@ -98,10 +98,9 @@ fn config(dir: &Path, engine: &TestEngine) -> String {
 [model]
 path = "model"
 [engine]
-kind = "external"
+kind = "sglang"
 base_url = "http://{addr}"
 model_name = "tiny"
-reload = "sglang"
 render = "gateway"
 [plugins]
 adapter = "{plugins}/mini-swe.wasm"
