@@ -40,13 +40,25 @@ use serde_json::{Value, json};
 use super::state::{EngineState, RecordedRequest};
 
 /// What the admin routes change.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AdminState {
     weight_version: Mutex<String>,
     paused: AtomicBool,
     adapters: Mutex<BTreeMap<String, String>>,
     /// Fail the next N weight or adapter loads (as a load error).
     fail_loads: AtomicU32,
+}
+
+impl Default for AdminState {
+    fn default() -> Self {
+        AdminState {
+            // SGLang's `--weight-version` default.
+            weight_version: Mutex::new("default".into()),
+            paused: AtomicBool::new(false),
+            adapters: Mutex::default(),
+            fail_loads: AtomicU32::new(0),
+        }
+    }
 }
 
 impl AdminState {

@@ -14,6 +14,8 @@ pub struct Call {
     pub created: u64,
     pub params: Params,
     pub plan: Plan,
+    /// The weight version the engine serves (SGLang reports it).
+    pub weight_version: String,
 }
 
 impl Call {

@@ -136,6 +136,7 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
             .map_or(0, |d| d.as_secs()),
         plan: Plan::new(&reply, params.max_tokens, state.chunk_chars, &state.codec),
         params,
+        weight_version: state.admin.weight_version(),
     };
     if call.params.stream {
         stream::respond(&call, decision, answering)

@@ -101,7 +101,7 @@ fn state(call: &Call, ids: &[u32], text: &str, finished: bool) -> Value {
         "id": call.id,
         "finish_reason": if finished { finish_reason(call, ids) } else { Value::Null },
         "prompt_tokens": call.params.prompt_ids.len(),
-        "weight_version": "default",
+        "weight_version": call.weight_version,
         "completion_tokens": ids.len(),
         "cached_tokens": 0,
     });

@@ -38,6 +38,10 @@ pub struct ModelRequest<Req = JsonText> {
     pub response_logprobs: Vec<f32>,
     #[serde(default)]
     pub weight_version: u64,
+    /// The weight version the engine itself reported with its answer
+    /// (SGLang's `meta_info.weight_version`), when it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_weight_version: Option<String>,
     #[serde(default)]
     pub finish_reason: Option<String>,
     #[serde(default)]
@@ -159,6 +163,7 @@ mod tests {
             response_ids: vec![3],
             response_logprobs: vec![-0.25],
             weight_version: 4,
+            engine_weight_version: Some("4".into()),
             finish_reason: Some("stop".into()),
             started_at_ms: 10,
             finished_at_ms: 20,

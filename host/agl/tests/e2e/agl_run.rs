@@ -731,7 +731,7 @@ async fn a_failed_reload_stops_the_run_paused_on_the_previous_version() {
         ],
         "the engine is resumed on its old weights"
     );
-    assert_eq!(setup.engine.state().admin.weight_version(), "");
+    assert_eq!(setup.engine.state().admin.weight_version(), "default");
     let store = Store::open(setup.out("failed").join("agl.db")).unwrap();
     let last = store.latest_weight_version().await.unwrap().unwrap();
     assert_eq!(last.version, 0, "version 1 was never recorded");

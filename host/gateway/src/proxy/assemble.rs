@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::record::{Tokens, ids, logprobs};
+use super::record::{Tokens, ids, logprobs, version_text};
 use agl_wire::rollout::ApiKind;
 
 #[derive(Default)]
@@ -51,6 +51,9 @@ impl Assembler {
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
             self.usage = u.clone();
+        }
+        if let Some(v) = chunk.get("weight_version").and_then(version_text) {
+            self.tokens.engine_weight_version = Some(v);
         }
         let choice = chunk.pointer("/choices/0").unwrap_or(&Value::Null);
         // vLLM sends prompt ids once: top level for chat, on the choice for

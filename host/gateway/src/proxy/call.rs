@@ -101,6 +101,7 @@ impl Call {
             response_ids: out.tokens.response_ids,
             response_logprobs: out.tokens.response_logprobs,
             weight_version: self.weight_version,
+            engine_weight_version: out.tokens.engine_weight_version,
             finish_reason: out.tokens.finish_reason,
             started_at_ms: self.started_ms,
             finished_at_ms: now_ms(),

@@ -26,6 +26,9 @@ pub struct Tokens {
     pub response_ids: Vec<u32>,
     pub response_logprobs: Vec<f32>,
     pub finish_reason: Option<String>,
+    /// The weight version the engine reported (`weight_version` at the
+    /// top of its normalised answer).
+    pub engine_weight_version: Option<String>,
 }
 
 /// The token fields of a complete response body, read straight from its
@@ -38,6 +41,8 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Tokens> {
         prompt_token_ids: Option<Vec<u32>>,
         #[serde(default)]
         choices: Vec<Choice>,
+        #[serde(default)]
+        weight_version: Option<Value>,
     }
     #[derive(Deserialize)]
     struct Choice {
@@ -72,6 +77,7 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Tokens> {
         response_ids: choice.token_ids.unwrap_or_default(),
         response_logprobs: logprobs.unwrap_or_default(),
         finish_reason: choice.finish_reason,
+        engine_weight_version: body.weight_version.as_ref().and_then(version_text),
     })
 }
 
@@ -90,6 +96,16 @@ pub fn tokens_of(api: ApiKind, body: &Value) -> Tokens {
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string),
+        engine_weight_version: body.get("weight_version").and_then(version_text),
+    }
+}
+
+/// An engine's weight version (a string, or a number) as text.
+pub fn version_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 

@@ -196,6 +196,13 @@ async fn calls_continue_token_exactly(api: EngineApi) {
             env.engine.requests()[1].body.as_ref().expect("body")["stream"],
             true
         );
+        // SGLang reports its weight version with every answer, whole or
+        // streamed; the record keeps it.
+        for call in &calls {
+            assert_eq!(call["engine_weight_version"], "default", "{call}");
+        }
+    } else {
+        assert!(calls[0].get("engine_weight_version").is_none());
     }
     // The export names the continued call by its index.
     let exported = env.store.export_rollout("r1").await.expect("export");

@@ -69,13 +69,18 @@ impl ChatChunks {
     /// One completions chunk in, the chat chunks it becomes out.
     pub fn push(&mut self, chunk: &Value) -> Vec<Value> {
         let envelope = |choices: Value| {
-            json!({
+            let mut out = json!({
                 "id": chunk.get("id").cloned().unwrap_or(Value::Null),
                 "object": "chat.completion.chunk",
                 "created": chunk.get("created").cloned().unwrap_or(json!(0)),
                 "model": chunk.get("model").cloned().unwrap_or(Value::Null),
                 "choices": choices,
-            })
+            });
+            // The engine's own weight version, for the record.
+            if let Some(v) = chunk.get("weight_version").filter(|v| !v.is_null()) {
+                out["weight_version"] = v.clone();
+            }
+            out
         };
         let Some(choice) = chunk.pointer("/choices/0") else {
             // The usage chunk (`stream_options.include_usage`).

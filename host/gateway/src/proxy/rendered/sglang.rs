@@ -163,6 +163,8 @@ pub fn completion_bytes(bytes: &[u8], prompt_ids: &[u32], model: &str) -> Vec<u8
         "object": "text_completion",
         "created": 0,
         "model": model,
+        // What the record keeps as the engine's own version.
+        "weight_version": v.pointer("/meta_info/weight_version").cloned().unwrap_or(Value::Null),
         "choices": [{
             "index": 0,
             "text": v["text"].as_str().unwrap_or_default(),
@@ -225,6 +227,7 @@ impl GenerateChunks {
             "object": "text_completion",
             "created": 0,
             "model": self.model,
+            "weight_version": event.pointer("/meta_info/weight_version").cloned().unwrap_or(Value::Null),
             "choices": [{
                 "index": 0,
                 "text": delta,
