@@ -8,6 +8,11 @@
 # The test plugin `faulty` is also built with `--features reward` as
 # faulty-reward.wasm, a component of the other world, and with
 # `--features wit-v0-1` as faulty-v0.1.wasm, a plugin of agl:adapter 0.1.
+#
+# Python plugins (plugins/python/<name>/app.py, the SDK in
+# plugins/python/agl_plugin) are built with the venv's componentize-py
+# (pinned by deploy/setup.sh) into build/plugins/<name>-py.wasm, when it is
+# there and every plugin is built (no names given).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,3 +61,16 @@ for name in "${names[@]}"; do
         build "$name" "$crate" faulty-v0.1 --features wit-v0-1
     fi
 done
+
+# Python plugins: each reward world component with CPython inside.
+componentize="${AGL_VENV:-$root/.venv}/bin/componentize-py"
+if [[ $# -eq 0 && -x "$componentize" ]]; then
+    for app in plugins/python/*/app.py; do
+        dir="$(dirname "$app")"
+        name="$(basename "$dir")"
+        [[ "$name" == agl_plugin ]] && continue
+        echo "building python $name -> build/plugins/$name-py.wasm" >&2
+        "$componentize" -d wit -w reward componentize app -p "$dir" -p plugins/python \
+            -o "$out/$name-py.wasm" >/dev/null
+    done
+fi
