@@ -81,6 +81,10 @@ impl AdminState {
             .clone()
     }
 
+    fn adapters_mut(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.adapters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub fn fail_next_loads(&self, n: u32) {
         self.fail_loads.store(n, Ordering::SeqCst);
     }
@@ -141,6 +145,13 @@ fn string_field<'a>(body: &'a Value, key: &str) -> Result<&'a str, String> {
     body.get(key)
         .and_then(Value::as_str)
         .ok_or_else(|| format!("field required: {key} (a string)"))
+}
+
+/// A load request's `lora_name` and `lora_path`.
+fn name_and_path(body: &Value) -> Result<(String, String), String> {
+    let name = string_field(body, "lora_name")?;
+    let path = string_field(body, "lora_path")?;
+    Ok((name.to_string(), path.to_string()))
 }
 
 fn is_model(dir: &str) -> bool {
@@ -234,22 +245,15 @@ async fn vllm_load_lora(
     Json(body): Json<Value>,
 ) -> Response {
     record(&state, "/v1/load_lora_adapter", &body);
-    let (name, path) = match (
-        string_field(&body, "lora_name"),
-        string_field(&body, "lora_path"),
-    ) {
-        (Ok(n), Ok(p)) => (n.to_string(), p.to_string()),
-        (Err(e), _) | (_, Err(e)) => return unprocessable(e),
+    let (name, path) = match name_and_path(&body) {
+        Ok(pair) => pair,
+        Err(e) => return unprocessable(e),
     };
     let inplace = body
         .get("load_inplace")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let mut adapters = state
-        .admin
-        .adapters
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut adapters = state.admin.adapters_mut();
     if adapters.contains_key(&name) && !inplace {
         return vllm_error(
             StatusCode::BAD_REQUEST,
@@ -279,11 +283,7 @@ async fn vllm_unload_lora(
         Ok(n) => n.to_string(),
         Err(e) => return unprocessable(e),
     };
-    let mut adapters = state
-        .admin
-        .adapters
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut adapters = state.admin.adapters_mut();
     if adapters.remove(&name).is_none() {
         return vllm_error(
             StatusCode::NOT_FOUND,
@@ -362,18 +362,11 @@ async fn sglang_load_lora(
     Json(body): Json<Value>,
 ) -> Response {
     record(&state, "/load_lora_adapter", &body);
-    let (name, path) = match (
-        string_field(&body, "lora_name"),
-        string_field(&body, "lora_path"),
-    ) {
-        (Ok(n), Ok(p)) => (n.to_string(), p.to_string()),
-        (Err(e), _) | (_, Err(e)) => return unprocessable(e),
+    let (name, path) = match name_and_path(&body) {
+        Ok(pair) => pair,
+        Err(e) => return unprocessable(e),
     };
-    let mut adapters = state
-        .admin
-        .adapters
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut adapters = state.admin.adapters_mut();
     let error = if adapters.contains_key(&name) {
         Some(format!("LoRA adapter {name} is already loaded"))
     } else if state.admin.load_fails() || !is_adapter(&path) {
@@ -394,11 +387,7 @@ async fn sglang_unload_lora(
         Ok(n) => n.to_string(),
         Err(e) => return unprocessable(e),
     };
-    let mut adapters = state
-        .admin
-        .adapters
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut adapters = state.admin.adapters_mut();
     let error = adapters
         .remove(&name)
         .is_none()
