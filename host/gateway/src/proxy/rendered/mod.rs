@@ -334,30 +334,36 @@ impl RenderedCall {
     /// The engine's completions body answered in the called API's shape,
     /// and the reply parsed from its text.
     pub fn answer_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
-        match self.front {
-            ApiKind::AnthropicMessages => self.messages_body(completion, id_prefix),
-            ApiKind::Responses => self.response_body(completion, id_prefix),
-            _ => self.chat_body(completion, id_prefix),
+        if self.front == ApiKind::ChatCompletions {
+            return self.chat_body(completion, id_prefix);
         }
-    }
-
-    /// A Responses response: output items, status, usage.
-    fn response_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         let turn = self.parse(&self.whole(&choice.text));
-        let body = self.response(
-            &turn,
-            choice.finish_reason.as_str(),
-            choice.token_ids.len(),
-            id_prefix,
-        );
+        let finish = choice.finish_reason.as_str();
+        let body = self.front_answer(&turn, finish, choice.token_ids.len(), id_prefix);
         (serde_json::to_vec(&body).unwrap_or_default(), turn)
+    }
+
+    /// A Messages `message` or a Responses `response` for a reply (a chat
+    /// call's answer is its chat body, or its assembled chunks: `Null`).
+    fn front_answer(
+        &self,
+        turn: &AssistantTurn,
+        finish: Option<&str>,
+        output_tokens: usize,
+        id_prefix: &str,
+    ) -> Value {
+        match self.front {
+            ApiKind::AnthropicMessages => self.message(turn, finish, output_tokens, id_prefix),
+            ApiKind::Responses => self.response(turn, finish, output_tokens, id_prefix),
+            _ => Value::Null,
+        }
     }
 
     /// The Responses `response` for a reply (also the record of a streamed
     /// one, and what its `response.completed` event carries).
-    pub fn response(
+    fn response(
         &self,
         turn: &AssistantTurn,
         finish: Option<&str>,
@@ -393,22 +399,8 @@ impl RenderedCall {
         format!("{id_prefix}_{}", self.prompt_ids.len())
     }
 
-    /// A Messages response: content blocks, `stop_reason`, usage.
-    fn messages_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
-        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
-        let choice = completion.choices.into_iter().next().unwrap_or_default();
-        let turn = self.parse(&self.whole(&choice.text));
-        let body = self.message(
-            &turn,
-            choice.finish_reason.as_str(),
-            choice.token_ids.len(),
-            id_prefix,
-        );
-        (serde_json::to_vec(&body).unwrap_or_default(), turn)
-    }
-
     /// The Messages `message` for a reply (also the record of a streamed one).
-    pub fn message(
+    fn message(
         &self,
         turn: &AssistantTurn,
         finish: Option<&str>,
@@ -460,14 +452,8 @@ impl RenderedCall {
         output_tokens: usize,
         id_prefix: &str,
     ) -> Option<Value> {
-        let turn = self.parse(text);
-        match self.front {
-            ApiKind::AnthropicMessages => {
-                Some(self.message(&turn, finish, output_tokens, id_prefix))
-            }
-            ApiKind::Responses => Some(self.response(&turn, finish, output_tokens, id_prefix)),
-            _ => None,
-        }
+        let answer = self.front_answer(&self.parse(text), finish, output_tokens, id_prefix);
+        (!answer.is_null()).then_some(answer)
     }
 
     /// Keeps the served call for the next one to continue.
