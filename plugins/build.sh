@@ -9,7 +9,7 @@
 # faulty-reward.wasm, a component of the other world, and with
 # `--features wit-v0-1` as faulty-v0.1.wasm, a plugin of agl:adapter 0.1.
 #
-# Python plugins (plugins/python/<name>/app.py, the SDK in
+# Python plugins (plugins/python/<name>/{plugin.toml,app.py}, the SDK in
 # plugins/python/agl_plugin) are built with the venv's componentize-py
 # (pinned by deploy/setup.sh) into build/plugins/<name>-py.wasm, when it is
 # there and every plugin is built (no names given).
@@ -62,15 +62,15 @@ for name in "${names[@]}"; do
     fi
 done
 
-# Python plugins: each reward world component with CPython inside.
-componentize="${AGL_VENV:-$root/.venv}/bin/componentize-py"
-if [[ $# -eq 0 && -x "$componentize" ]]; then
-    for app in plugins/python/*/app.py; do
-        dir="$(dirname "$app")"
+# Python plugins: one component each, CPython inside, built by the SDK's
+# builder (plugins/python/agl_build.py) from plugin.toml + app.py.
+python="${AGL_VENV:-$root/.venv}/bin/python"
+if [[ $# -eq 0 && -x "${python%/python}/componentize-py" ]]; then
+    for manifest in plugins/python/*/plugin.toml; do
+        dir="$(dirname "$manifest")"
         name="$(basename "$dir")"
-        [[ "$name" == agl_plugin ]] && continue
         echo "building python $name -> build/plugins/$name-py.wasm" >&2
-        "$componentize" -d wit -w reward componentize app -p "$dir" -p plugins/python \
-            -o "$out/$name-py.wasm" >/dev/null
+        PYTHONPATH="$root/plugins/python" "$python" -m agl_build "$dir" \
+            --out "$out/$name-py.wasm" >/dev/null
     done
 fi

@@ -1,0 +1,139 @@
+"""Running plugin code natively, in plain `unittest` tests: stand-ins for
+the host imports, rollouts read from agl's rollout JSONL, and builders for
+hand-made ones. `agl plugin build` runs a plugin's `test_*.py` this way
+(against bindings generated from `wit/`) before it builds the component.
+
+    from agl_plugin import testing
+    testing.install(config={"answer_field": "label"})
+    rollouts = testing.read_rollouts("rollouts.jsonl")
+"""
+
+import json
+
+from wit_world.imports import config as _config
+from wit_world.imports import log as _log
+from wit_world.imports import tokenizer as _tokenizer
+from componentize_py_types import Err
+from wit_world.imports.types import ApiKind, Event, ModelCall, Rollout, RolloutStatus, Tag
+
+logs = []
+"""(level name, message) of every line logged since `install`."""
+
+
+class PieceTokenizer:
+    """A tokenizer for tests: each id stands for a fixed piece of text."""
+
+    def __init__(self, pieces):
+        self.pieces = dict(pieces)
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(self.pieces[i] for i in ids)
+
+    def encode(self, text, add_special_tokens=False):
+        by_piece = sorted(self.pieces.items(), key=lambda kv: -len(kv[1]))
+        ids = []
+        while text:
+            i, piece = next(((i, p) for i, p in by_piece if p and text.startswith(p)), (None, None))
+            if i is None:
+                raise ValueError(f"no piece for {text[:20]!r}")
+            ids.append(i)
+            text = text[len(piece):]
+        return ids
+
+
+def install(config=None, tokenizer=None):
+    """Serves the host imports natively: `config` (a dict) as the plugin's
+    table, `tokenizer` (an object with `decode`/`encode`, e.g. a
+    `PieceTokenizer`) or none, log lines into `logs`."""
+    logs.clear()
+    table = json.dumps(config or {})
+
+    def log(level, message):
+        logs.append((level.name.lower(), message))
+
+    def need():
+        if tokenizer is None:
+            raise Err("no tokenizer is configured (set model.tokenizer in agl.toml)")
+        return tokenizer
+
+    def fail_as_err(fn):
+        def call(*args):
+            try:
+                return fn(*args)
+            except Err:
+                raise
+            except Exception as e:
+                raise Err(str(e)) from None
+        return call
+
+    _log.log = log
+    _config.get = lambda: table
+    _tokenizer.available = lambda: tokenizer is not None
+    _tokenizer.vocab_size = fail_as_err(lambda: len(need().pieces))
+    _tokenizer.encode = fail_as_err(lambda text, special: need().encode(text, special))
+    _tokenizer.decode = fail_as_err(lambda ids, skip: need().decode(ids, skip))
+    _tokenizer.apply_chat_template = fail_as_err(
+        lambda *a: (_ for _ in ()).throw(Err("no chat template in tests")))
+
+
+def _text(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def call(index, prompt_ids, response_ids, logprobs=None, api=ApiKind.CHAT_COMPLETIONS,
+         request=None, response=None, tags=None, continues=None, weight_version=0,
+         finish_reason="stop"):
+    """A model call; `request`/`response` are JSON values, `tags` a dict."""
+    return ModelCall(
+        index=index, api=api, request_json=_text(request or {}),
+        response_json=_text(response or {}), prompt_ids=list(prompt_ids),
+        response_ids=list(response_ids),
+        response_logprobs=list(logprobs) if logprobs is not None else [0.0] * len(response_ids),
+        weight_version=weight_version, finish_reason=finish_reason, started_at_ms=0,
+        finished_at_ms=0, tags=[Tag(key=k, value=v) for k, v in sorted((tags or {}).items())],
+        continues=continues,
+    )
+
+
+def event(kind, payload, timestamp_ms=0):
+    return Event(kind=kind, payload_json=_text(payload), timestamp_ms=timestamp_ms)
+
+
+def rollout(calls=(), events=(), input=None, id="r0", group_id="g0", attempt=1,
+            status=RolloutStatus.SUCCEEDED):
+    return Rollout(id=id, group_id=group_id, attempt=attempt, input_json=_text(input or {}),
+                   status=status, calls=list(calls), events=list(events))
+
+
+def chat(content, tool_calls=None):
+    """A Chat Completions response body answering `content`."""
+    message = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+
+
+def from_json(row):
+    """One rollout JSONL row (plugins/README.md, "Rollout JSONL") as a Rollout."""
+    calls = [
+        call(
+            c["index"], c["prompt_ids"], c["response_ids"], c["response_logprobs"],
+            api=ApiKind[c["api"].upper()], request=c.get("request"), response=c.get("response"),
+            tags=c.get("tags"), continues=c.get("continues"),
+            weight_version=c.get("weight_version", 0), finish_reason=c.get("finish_reason"),
+        )
+        for c in row.get("calls", [])
+    ]
+    for c, raw in zip(calls, row.get("calls", [])):
+        c.started_at_ms = raw.get("started_at_ms", 0)
+        c.finished_at_ms = raw.get("finished_at_ms", 0)
+    events = [event(e["kind"], e.get("payload"), e.get("timestamp_ms", 0))
+              for e in row.get("events", [])]
+    return rollout(calls, events, row.get("input"), row["id"], row.get("group_id", ""),
+                   row.get("attempt", 0), RolloutStatus[row["status"].upper()])
+
+
+def read_rollouts(path):
+    """Every rollout of a rollout JSONL file."""
+    with open(path, encoding="utf-8") as f:
+        return [from_json(json.loads(line)) for line in f if line.strip()]

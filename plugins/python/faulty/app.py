@@ -1,0 +1,56 @@
+"""Test-only Python reward whose behaviour is the rollout input's `fault`
+(the host's sandbox tests, host/plugin-host/tests/plugins/python.rs):
+`none` scores 1.0; `loop` spins forever; `memory` allocates without end;
+`raise` raises; `wrong-type` returns a string; `exit` calls sys.exit;
+`fs`, `net`, `env`, `clock` report what the guest sees of the filesystem,
+network, environment and clocks as the error (the sandbox gives nothing).
+"""
+
+import os
+import socket
+import sys
+import time
+
+from agl_plugin import input_value, reward
+
+
+def probe(fault):
+    if fault == "fs":
+        try:
+            with open("/etc/passwd") as f:
+                return f"read /etc/passwd: {f.read(20)!r}"
+        except OSError as e:
+            return f"fs denied: {type(e).__name__}"
+    if fault == "net":
+        try:
+            socket.create_connection(("127.0.0.1", 80), timeout=1)
+            return "net: connected"
+        except Exception as e:  # noqa: BLE001 - any failure is a denial
+            return f"net denied: {type(e).__name__}"
+    if fault == "env":
+        return f"env: {dict(os.environ)}"
+    if fault == "clock":
+        return f"clock: time={time.time()} monotonic={time.monotonic()}"
+    return None
+
+
+@reward
+def score(rollout):
+    fault = input_value(rollout).get("fault", "none")
+    if fault == "loop":
+        while True:
+            pass
+    if fault == "memory":
+        hoard = []
+        while True:
+            hoard.append(bytearray(16 * 1024 * 1024))
+    if fault == "raise":
+        raise KeyError("the answer")
+    if fault == "wrong-type":
+        return "high"
+    if fault == "exit":
+        sys.exit(3)
+    seen = probe(fault)
+    if seen is not None:
+        raise RuntimeError(seen)
+    return 1.0

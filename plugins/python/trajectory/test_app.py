@@ -1,0 +1,54 @@
+"""The SDK's merge on hand-made rollouts (run by agl_build before it builds)."""
+
+import unittest
+
+from agl_plugin import BreakKind, Span, testing
+from agl_plugin.testing import call, chat, rollout
+
+import app
+
+
+class Merge(unittest.TestCase):
+    def setUp(self):
+        testing.install()
+
+    def test_a_continuing_call_joins_its_chain_with_the_observation_masked(self):
+        r = rollout([
+            call(0, [1, 2], [10, 11], [-0.5, -0.25], weight_version=4),
+            call(1, [1, 2, 10, 11, 20, 21], [30], [-1.0], weight_version=3),
+        ])
+        [s] = app.build_samples(r)
+        self.assertEqual(s.response_ids, [10, 11, 20, 21, 30])
+        self.assertEqual(s.trainable, [Span(0, 2), Span(4, 5)])
+        self.assertEqual(s.logprobs, [-0.5, -0.25, 0.0, 0.0, -1.0])
+        self.assertEqual((s.source_calls, s.weight_version), ([0, 1], 3))
+
+    def test_a_changed_prompt_breaks_the_chain_and_says_why(self):
+        r = rollout([call(0, [1, 2], [10]), call(1, [1, 2, 99], [11]), call(2, [5], [], [])])
+        first, second = app.build_samples(r)
+        self.assertEqual(first.source_calls, [0])
+        self.assertEqual(second.break_before.kind, BreakKind.TEMPLATE)
+        self.assertIn("ids first differ at 2", second.break_before.detail)
+
+    def test_agents_keep_their_own_chains(self):
+        sub = {"x-agl-agent": "sub"}
+        r = rollout([call(0, [1], [2]), call(1, [7], [8], tags=sub), call(2, [1, 2, 3], [4]),
+                     call(3, [7, 8, 9], [10], tags=sub)])
+        main, other = app.build_samples(r)
+        self.assertEqual((main.source_calls, other.source_calls), ([0, 2], [1, 3]))
+        self.assertEqual(other.agent, "sub")
+
+    def test_config_turns_agent_chains_off(self):
+        testing.install(config={"chain_by_agent": False})
+        ask = lambda system: {"messages": [{"role": "system", "content": system},  # noqa: E731
+                                           {"role": "user", "content": "go"}]}
+        r = rollout([call(0, [1], [2], request=ask("main"), response=chat("hi")),
+                     call(1, [7], [8], request=ask("helper"), tags={"x-agl-agent": "sub"})])
+        self.assertEqual(app.build_samples(r)[1].break_before.kind, BreakKind.SUB_AGENT)
+        testing.install(config={"chain_by_agent": True, "typo": 1})
+        with self.assertRaisesRegex(ValueError, "unknown key"):
+            app.build_samples(r)
+
+
+if __name__ == "__main__":
+    unittest.main()
