@@ -21,15 +21,19 @@ fn main() {
 }
 
 /// Writes `$OUT_DIR/sdk_files.rs`: `SDK_FILES`, each file of
-/// `plugins/sdk/src` and `wit/` as (path from the repo root, contents).
+/// `plugins/sdk/src`, `wit/` and the Python SDK (`plugins/python/agl_plugin`
+/// and its builder `agl_build.py`) as (path from the repo root, contents).
 fn embed_sdk() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let repo = manifest.join("../..");
     let mut files = Vec::new();
-    for dir in ["plugins/sdk/src", "wit"] {
+    for dir in ["plugins/sdk/src", "wit", "plugins/python/agl_plugin"] {
         println!("cargo:rerun-if-changed={}", repo.join(dir).display());
         collect(&repo, &repo.join(dir), &mut files);
     }
+    let builder = "plugins/python/agl_build.py";
+    println!("cargo:rerun-if-changed={}", repo.join(builder).display());
+    files.push(builder.to_string());
     files.sort();
     let mut out = String::from("pub const SDK_FILES: &[(&str, &str)] = &[\n");
     for rel in files {
@@ -49,10 +53,14 @@ fn collect(repo: &Path, dir: &Path, files: &mut Vec<String>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for entry in entries {
         let path = entry.expect("dir entry").path();
-        if path.is_dir() {
+        if path.is_dir() && path.file_name().is_some_and(|n| n != "__pycache__") {
             println!("cargo:rerun-if-changed={}", path.display());
             collect(repo, &path, files);
-        } else if path.extension().is_some_and(|e| e == "rs" || e == "wit") {
+        } else if path.is_file()
+            && path
+                .extension()
+                .is_some_and(|e| e == "rs" || e == "wit" || e == "py")
+        {
             let rel = path.strip_prefix(repo).expect("under the repo");
             files.push(rel.display().to_string().replace('\\', "/"));
         }

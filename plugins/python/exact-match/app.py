@@ -42,6 +42,9 @@ def _number_text(value):
 
 
 def _number(text):
+    # Rust's f64 parse takes no digit separators; Python's float would.
+    if "_" in text:
+        return None
     try:
         return float(text)
     except ValueError:

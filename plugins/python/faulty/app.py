@@ -1,6 +1,7 @@
-"""Test-only Python reward whose behaviour is the rollout input's `fault`
-(the host's sandbox tests, host/plugin-host/tests/plugins/python.rs):
-`none` scores 1.0; `loop` spins forever; `memory` allocates without end;
+"""Test-only Python reward whose behaviour is chosen by its config
+`{"fault": ...}` or, overriding it for one rollout, by the rollout input's
+`fault` (the host's sandbox tests, host/plugin-host/tests/plugins/python.rs):
+`none` scores 1.0; `calls` scores the number of calls; `loop` spins forever; `memory` allocates without end;
 `raise` raises; `wrong-type` returns a string; `exit` calls sys.exit;
 `fs`, `net`, `env`, `clock` report what the guest sees of the filesystem,
 network, environment and clocks as the error (the sandbox gives nothing).
@@ -11,7 +12,7 @@ import socket
 import sys
 import time
 
-from agl_plugin import input_value, reward
+from agl_plugin import config, input_value, reward
 
 
 def probe(fault):
@@ -36,7 +37,11 @@ def probe(fault):
 
 @reward
 def score(rollout):
-    fault = input_value(rollout).get("fault", "none")
+    row = input_value(rollout)
+    fault = row.get("fault") if isinstance(row, dict) and "fault" in row else None
+    fault = fault or config({"fault": "none"})["fault"]
+    if fault == "calls":
+        return float(len(rollout.calls))
     if fault == "loop":
         while True:
             pass

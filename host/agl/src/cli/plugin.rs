@@ -1,4 +1,5 @@
-//! `agl plugin test | inspect | new`: the plugin author's offline tools.
+//! `agl plugin test | inspect | new | build`: the plugin author's offline
+//! tools, and `reload` for a running `agl run`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,7 +11,9 @@ use anyhow::Context;
 use clap::Subcommand;
 
 use agl::config::Config;
-use agl::run::plugins::{Plugins, plugin_host};
+use agl::run::plugins::{load_plugin, plugin_host};
+use agl::scaffold::python::Kind;
+use agl_plugin_host::World;
 use agl_tokenizer::Tokenizer;
 use agl_wire::api::{LoadedPlugin, PluginRole};
 use agl_wire::rollout::BreakKind;
@@ -19,11 +22,11 @@ use super::render::{self, Style};
 
 #[derive(Subcommand)]
 pub enum PluginCommand {
-    /// Run a sample-adapter (and optionally a reward) plugin over recorded rollouts.
+    /// Run a sample-adapter and/or a reward plugin over recorded rollouts.
     Test {
         /// The sample-adapter plugin (.wasm).
-        #[arg(long)]
-        plugin: PathBuf,
+        #[arg(long, required_unless_present = "reward")]
+        plugin: Option<PathBuf>,
         /// A reward plugin (.wasm).
         #[arg(long)]
         reward: Option<PathBuf>,
@@ -66,18 +69,46 @@ pub enum PluginCommand {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Scaffold a new sample-adapter plugin crate that builds and passes its test.
+    /// Scaffold a new plugin that builds and passes its test: a Rust
+    /// sample-adapter crate, or with `--lang python` a Python reward or
+    /// adapter folder.
     New {
-        /// Crate name: lowercase letters, digits and '-'.
+        /// Plugin name: lowercase letters, digits and '-'.
         name: String,
-        /// Folder to create the crate in.
+        /// Folder to create the plugin in.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
-        /// Path to an agl-plugin SDK crate (default: the SDK inside this agl,
-        /// written out under ~/.cache/agl/sdk).
+        #[arg(long, value_enum, default_value_t = Lang::Rust)]
+        lang: Lang,
+        /// What the plugin does (Rust scaffolds are adapters).
+        #[arg(long, value_enum, default_value_t = Kind::Adapter)]
+        kind: Kind,
+        /// Path to an agl-plugin SDK crate (Rust; default: the SDK inside
+        /// this agl, written out under ~/.cache/agl/sdk).
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
+    /// Build a plugin folder into DIR/NAME.wasm: a Python plugin
+    /// (plugin.toml + app.py; its test_*.py run first) with componentize-py,
+    /// a Rust crate with cargo for wasm32-wasip2.
+    Build {
+        dir: PathBuf,
+        /// Where to write the component (default DIR/NAME.wasm).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The Python with componentize-py (default $AGL_VENV/bin/python, else python3).
+        #[arg(long)]
+        python: Option<PathBuf>,
+        /// Skip a Python plugin's tests.
+        #[arg(long)]
+        no_test: bool,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
 }
 
 pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
@@ -124,7 +155,49 @@ pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
         PluginCommand::Inspect { path, json } => {
             super::runtime()?.block_on(inspect(&path, json, &config))
         }
-        PluginCommand::New { name, dir, sdk } => {
+        PluginCommand::New {
+            name,
+            dir,
+            lang: Lang::Python,
+            kind,
+            sdk: _,
+        } => {
+            let created = agl::scaffold::python::scaffold(&name, kind, &dir)?;
+            println!("created {}", created.display());
+            println!(
+                "  agl plugin build {} && agl plugin test --rollouts ROLLOUTS.jsonl {} {}",
+                created.display(),
+                if kind == Kind::Reward {
+                    "--reward"
+                } else {
+                    "--plugin"
+                },
+                created.join(format!("{name}.wasm")).display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::New {
+            kind: Kind::Reward, ..
+        } => anyhow::bail!(
+            "a Rust scaffold is a sample adapter; for a reward use --lang python, or \
+             implement agl_plugin::Reward in the scaffolded crate (plugins/README.md)"
+        ),
+        PluginCommand::Build {
+            dir,
+            out,
+            python,
+            no_test,
+        } => {
+            let built = agl::plugin_build::build(&agl::plugin_build::BuildOptions {
+                dir,
+                out,
+                python,
+                test: !no_test,
+            })?;
+            println!("{}", built.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::New { name, dir, sdk, .. } => {
             let sdk = match sdk {
                 Some(p) => p,
                 None => agl::scaffold::installed_sdk(None)?,
@@ -144,7 +217,7 @@ pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
 }
 
 struct TestOptions {
-    adapter: PathBuf,
+    adapter: Option<PathBuf>,
     reward: Option<PathBuf>,
     rollouts: PathBuf,
     tokenizer: Option<PathBuf>,
@@ -158,21 +231,18 @@ async fn test(opts: TestOptions, config: &Config) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let rollouts = agl_wire::rollout::read_jsonl(&opts.rollouts)?;
-    let uploads = std::env::temp_dir().join("agl-plugin-test");
-    let plugins = Plugins::load(
-        config,
-        &opts.adapter,
-        opts.reward.as_deref(),
-        tokenizer.clone(),
-        uploads,
-    )
-    .await?;
-    let (adapter, reward) = (plugins.adapter(), plugins.reward());
+    let mut adapter = None;
+    if let Some(path) = &opts.adapter {
+        adapter = Some(load_plugin(config, path, World::SampleAdapter, tokenizer.clone()).await?);
+    }
+    let mut reward = None;
+    if let Some(path) = &opts.reward {
+        reward = Some(load_plugin(config, path, World::Reward, tokenizer.clone()).await?);
+    }
     let style = Style::for_stdout(opts.full);
     let mut out = std::io::stdout().lock();
     let mut totals = Totals::default();
     for rollout in &rollouts {
-        let samples = adapter.build_samples(rollout).await;
         let score = match &reward {
             Some(r) => Some(r.reward(rollout).await),
             None => None,
@@ -190,7 +260,20 @@ async fn test(opts: TestOptions, config: &Config) -> anyhow::Result<ExitCode> {
             Some(v) => totals.rewards.push(v),
             None => totals.unscored += 1,
         }
-        let samples = match samples {
+        let Some(adapter) = &adapter else {
+            // A reward alone: one line per rollout.
+            if opts.json {
+                let line = serde_json::json!({
+                    "rollout_id": rollout.id, "group_id": rollout.group_id,
+                    "reward": reward_value,
+                });
+                writeln!(out, "{line}")?;
+            } else {
+                render::rollout_header(&mut out, rollout, reward_value)?;
+            }
+            continue;
+        };
+        let samples = match adapter.build_samples(rollout).await {
             Ok(s) => s,
             Err(e) => {
                 totals.failures += 1;
@@ -223,7 +306,7 @@ async fn test(opts: TestOptions, config: &Config) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let summary = totals.summary();
+    let summary = totals.summary(adapter.is_some());
     if opts.json {
         eprintln!("{summary}");
     } else {
@@ -248,7 +331,8 @@ struct Totals {
 }
 
 impl Totals {
-    fn summary(&self) -> String {
+    /// The closing line; without an adapter only the rewards count.
+    fn summary(&self, with_samples: bool) -> String {
         let breaks: Vec<String> = BreakKind::ALL
             .iter()
             .map(|k| {
@@ -267,6 +351,16 @@ impl Totals {
                 self.rewards.iter().sum::<f64>() / self.rewards.len() as f64
             )
         };
+        if !with_samples {
+            return format!(
+                "summary: {} rollouts; reward mean {} ({} scored, {} without); {} failed",
+                self.rollouts,
+                mean,
+                self.rewards.len(),
+                self.unscored,
+                self.failures
+            );
+        }
         format!(
             "summary: {} rollouts, {} samples ({} per rollout), {} trained tokens; breaks: {}; reward mean {} ({} scored, {} without); {} failed",
             self.rollouts,

@@ -54,6 +54,23 @@ impl Loader {
     }
 }
 
+/// One plugin of `want`'s world at `path`, configured as the run would
+/// (its `[plugin.NAME]` table, the limits, `tokenizer`), outside any run.
+pub async fn load_plugin(
+    config: &Config,
+    path: &Path,
+    want: World,
+    tokenizer: Option<Arc<Tokenizer>>,
+) -> anyhow::Result<Plugin> {
+    let loader = Loader {
+        host: plugin_host(config)?,
+        tables: config.plugin.clone(),
+        limits: config.plugins.limits,
+        tokenizer,
+    };
+    loader.load(&plugin_name(path), path, want).await
+}
+
 /// A plugin host with the config's component cache.
 pub fn plugin_host(config: &Config) -> anyhow::Result<PluginHost> {
     let mut host_config = HostConfig::default();

@@ -392,15 +392,40 @@ async fn without_a_reward_plugin_the_harness_reward_event_scores() {
 /// the current one serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reward_swapped_while_the_run_goes_scores_the_next_steps() {
+    swap_a_reward_in("faulty-reward").await;
+}
+
+/// The same swap with a reward written in Python (plugins/python/faulty,
+/// built with componentize-py): the run's plugin host serves it in the same
+/// sandbox, from the step after the swap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_python_reward_swapped_while_the_run_goes_scores_the_next_steps() {
+    swap_a_reward_in("faulty-py").await;
+}
+
+/// Runs 4 sync steps scored by `reported` (0/1 per calc rollout) and swaps
+/// in `reward` after step 1, configured with `fault = "calls"`: it scores a
+/// rollout by its number of model calls, 2 for every calc rollout.
+async fn swap_a_reward_in(reward: &str) {
     let setup = Setup::new().await;
-    // faulty-reward with `fault = "calls"` scores a rollout by its number
-    // of model calls: 2 for every calc rollout, where `reported` gives 0/1.
     let config = setup.config_with(
         "swap",
         "steps = 4\nmode = \"sync\"",
         Some("reported"),
-        "[plugin.faulty-reward]\nfault = \"calls\"",
+        &format!("[plugin.{reward}]\nfault = \"calls\""),
     );
+    let plugins = repo_root().join("build/plugins");
+    let wasm = plugins.join(format!("{reward}.wasm"));
+    // Compiled into the component cache first (a Python component takes
+    // seconds to compile), so the swap lands before step 2 is collected.
+    let inspect = Command::new(AGL)
+        .arg("--config")
+        .arg(&config)
+        .args(["plugin", "inspect"])
+        .arg(&wasm)
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "{inspect:?}");
     let out = setup.out("swap");
     let mut child = setup.spawn(&config, false);
     let gateway = gateway_url(&mut child);
@@ -413,7 +438,6 @@ async fn a_reward_swapped_while_the_run_goes_scores_the_next_steps() {
         assert!(t.elapsed() < Duration::from_secs(240), "no first step");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let plugins = repo_root().join("build/plugins");
     let broken = setup.dir.path().join("broken.wasm");
     std::fs::write(&broken, b"\0asm not a component").unwrap();
     let reload = |path: &Path| {
@@ -428,20 +452,20 @@ async fn a_reward_swapped_while_the_run_goes_scores_the_next_steps() {
     assert!(!bad.status.success());
     let why = String::from_utf8_lossy(&bad.stderr);
     assert!(why.contains("old plugin keeps serving"), "{why}");
-    let good = reload(&plugins.join("faulty-reward.wasm"));
+    let good = reload(&wasm);
     assert!(
         good.status.success(),
         "{}",
         String::from_utf8_lossy(&good.stderr)
     );
     assert!(
-        String::from_utf8_lossy(&good.stdout).starts_with("reward: faulty-reward"),
+        String::from_utf8_lossy(&good.stdout).starts_with(&format!("reward: {reward}")),
         "{}",
         String::from_utf8_lossy(&good.stdout)
     );
     let log = finish(child);
 
-    let hash = blake3_hex(&plugins.join("faulty-reward.wasm"));
+    let hash = blake3_hex(&wasm);
     let records = metrics(&out);
     let scored_by = |r: &Value| -> Vec<String> {
         r["plugins"]
@@ -457,7 +481,7 @@ async fn a_reward_swapped_while_the_run_goes_scores_the_next_steps() {
     let mut swapped = false;
     for r in &records[2..] {
         let by = scored_by(r);
-        if by == ["faulty-reward"] {
+        if by == [reward] {
             swapped = true;
             assert_eq!(r["reward_mean"], 2.0, "{r}");
             let p = r["plugins"]
@@ -472,8 +496,8 @@ async fn a_reward_swapped_while_the_run_goes_scores_the_next_steps() {
     }
     // The swap returned before step 2 was trained, so steps 3 and 4
     // collected every rollout after it.
-    assert_eq!(scored_by(&records[3]), ["faulty-reward"], "{log}");
-    assert_eq!(scored_by(&records[4]), ["faulty-reward"], "{log}");
+    assert_eq!(scored_by(&records[3]), [reward], "{log}");
+    assert_eq!(scored_by(&records[4]), [reward], "{log}");
 }
 
 /// The gateway URL from `agl run`'s log; keeps draining its stderr.

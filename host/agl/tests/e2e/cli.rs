@@ -1,7 +1,6 @@
 //! `agl plugin test | inspect` run as a user runs them: the real binary, the
 //! built-in plugins (`plugins/build.sh`) and the shipped fixtures.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -317,81 +316,4 @@ fn the_calc_example_config_loads() {
         c.workdir.as_deref(),
         Some(repo().join("examples/calc/../..").as_path())
     );
-}
-
-/// The rewards `agl plugin test --json` gives `rollouts` with `reward`
-/// (the trajectory adapter), by rollout id, and its stderr; `failures`:
-/// how many rollouts must fail (the command then exits non-zero).
-fn rewards_of(
-    reward: &str,
-    rollouts: &Path,
-    failures: usize,
-) -> (BTreeMap<String, Option<f64>>, String) {
-    let out = agl(&[
-        "plugin",
-        "test",
-        "--plugin",
-        &plugin("trajectory"),
-        "--reward",
-        &plugin(reward),
-        "--rollouts",
-        &rollouts.display().to_string(),
-        "--json",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.success(), failures == 0, "{stderr}");
-    assert!(
-        failures == 0 || stderr.contains(&format!("; {failures} failed")),
-        "{stderr}"
-    );
-    let rewards = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (
-                v["rollout_id"].as_str().unwrap().to_string(),
-                v["reward"].as_f64(),
-            )
-        })
-        .collect();
-    (rewards, stderr)
-}
-
-/// The `reported` reward written in Python (plugins/python/reported, built
-/// with componentize-py) scores the recorded mini-swe rollouts as the Rust
-/// one does, in the same sandbox; its exception fails only that rollout,
-/// with the Python traceback in the error.
-#[test]
-fn the_python_reported_reward_scores_as_the_rust_one() {
-    let recorded = fixtures().join("mini-swe/recorded.jsonl");
-    let (rust, _) = rewards_of("reported", &recorded, 0);
-    let (python, _) = rewards_of("reported-py", &recorded, 0);
-    assert_eq!(rust.len(), 3);
-    assert_eq!(python, rust);
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut rows: Vec<serde_json::Value> = std::fs::read_to_string(&recorded)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    rows[0]["events"].as_array_mut().unwrap().push(
-        serde_json::json!({"kind": "reward", "payload": {"value": "high"}, "timestamp_ms": 9}),
-    );
-    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
-    let bad = dir.path().join("bad.jsonl");
-    std::fs::write(&bad, text).unwrap();
-    let (python, stderr) = rewards_of("reported-py", &bad, 1);
-    let failed = rows[0]["id"].as_str().unwrap();
-    assert_eq!(python[failed], None, "{stderr}");
-    assert!(
-        stderr.contains("Traceback") && stderr.contains("ValueError"),
-        "{stderr}"
-    );
-    for (id, r) in &rust {
-        if id != failed {
-            assert_eq!(python[id], *r, "{id}");
-        }
-    }
 }

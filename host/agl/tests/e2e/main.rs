@@ -17,6 +17,7 @@ mod policy;
 #[allow(dead_code)]
 #[path = "../../../../tests/support/process.rs"]
 mod process;
+mod python_plugins;
 mod run_report;
 mod scaffold;
 mod serve_cli;

@@ -3,5 +3,6 @@
 
 mod host;
 mod mini_swe;
+mod python;
 #[allow(dead_code)] // each module uses a subset
 mod support;

@@ -1,10 +1,13 @@
 //! `agl plugin new NAME`: writes a standalone sample-adapter crate built on
-//! the guest SDK, which passes its own test and builds to a component.
+//! the guest SDK, which passes its own test and builds to a component
+//! (`--lang python`: a Python plugin folder, see [`python`]).
 //!
-//! The SDK travels inside the binary (its sources and `wit/`, listed by
-//! `build.rs`): [`installed_sdk`] writes it out once per agl version and
-//! content under `~/.cache/agl/sdk/`, so `agl plugin new` works on a
-//! machine with no agl checkout.
+//! The SDKs travel inside the binary (their sources and `wit/`, listed by
+//! `build.rs`): [`installed_sdk`] writes them out once per agl version and
+//! content under `~/.cache/agl/sdk/`, so `agl plugin new` and `agl plugin
+//! build` work on a machine with no agl checkout.
+
+pub mod python;
 
 use std::path::{Path, PathBuf};
 
@@ -20,8 +23,10 @@ const SDK_DEPS: [(&str, &str); 3] = [
     ("serde_json", "1"),
 ];
 
-/// Writes the embedded SDK under `cache` (default `~/.cache/agl/sdk`) if
-/// it is not there yet and returns the SDK crate's directory.
+/// Writes the embedded SDKs under `cache` (default `~/.cache/agl/sdk`) if
+/// they are not there yet and returns the Rust SDK crate's directory
+/// (`plugins/sdk` of the written tree; the Python SDK is in
+/// `plugins/python`, the contract in `wit`).
 pub fn installed_sdk(cache: Option<&Path>) -> anyhow::Result<PathBuf> {
     let base = match cache {
         Some(c) => c.to_path_buf(),
@@ -53,7 +58,7 @@ pub fn installed_sdk(cache: Option<&Path>) -> anyhow::Result<PathBuf> {
             .with_context(|| format!("cannot create {}", tmp.display()))?;
         std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
     }
-    let mut manifest = include_str!("../templates/sdk/Cargo.toml.tmpl")
+    let mut manifest = include_str!("../../templates/sdk/Cargo.toml.tmpl")
         .replace("{{agl_version}}", version)
         .replace("{{version}}", version);
     for (dep, v) in SDK_DEPS {
@@ -75,23 +80,23 @@ pub fn installed_sdk(cache: Option<&Path>) -> anyhow::Result<PathBuf> {
 const FILES: [(&str, &str); 5] = [
     (
         "Cargo.toml",
-        include_str!("../templates/plugin/Cargo.toml.tmpl"),
+        include_str!("../../templates/plugin/Cargo.toml.tmpl"),
     ),
     (
         ".cargo/config.toml",
-        include_str!("../templates/plugin/cargo-config.toml.tmpl"),
+        include_str!("../../templates/plugin/cargo-config.toml.tmpl"),
     ),
     (
         ".gitignore",
-        include_str!("../templates/plugin/gitignore.tmpl"),
+        include_str!("../../templates/plugin/gitignore.tmpl"),
     ),
     (
         "README.md",
-        include_str!("../templates/plugin/README.md.tmpl"),
+        include_str!("../../templates/plugin/README.md.tmpl"),
     ),
     (
         "src/lib.rs",
-        include_str!("../templates/plugin/lib.rs.tmpl"),
+        include_str!("../../templates/plugin/lib.rs.tmpl"),
     ),
 ];
 
@@ -130,7 +135,7 @@ pub fn scaffold(name: &str, dir: &Path, sdk_path: &Path) -> anyhow::Result<PathB
 
 /// A plugin name: lowercase ASCII letters, digits and single `-` between
 /// them, starting with a letter (a valid crate name and `.wasm` stem).
-fn validate_name(name: &str) -> anyhow::Result<()> {
+pub(crate) fn validate_name(name: &str) -> anyhow::Result<()> {
     let well_formed = name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
         && !name.contains("--")
@@ -178,7 +183,8 @@ mod tests {
 
     #[test]
     fn the_embedded_sdk_is_the_workspace_sdk() {
-        let workspace: toml::Table = toml::from_str(include_str!("../../../Cargo.toml")).unwrap();
+        let workspace: toml::Table =
+            toml::from_str(include_str!("../../../../Cargo.toml")).unwrap();
         let deps = workspace["workspace"]["dependencies"].as_table().unwrap();
         for (dep, want) in SDK_DEPS {
             let entry = &deps[dep];
@@ -192,7 +198,7 @@ mod tests {
             );
         }
         let sdk: toml::Table =
-            toml::from_str(include_str!("../../../plugins/sdk/Cargo.toml")).unwrap();
+            toml::from_str(include_str!("../../../../plugins/sdk/Cargo.toml")).unwrap();
         let used: Vec<&String> = sdk["dependencies"].as_table().unwrap().keys().collect();
         assert_eq!(
             used.len(),

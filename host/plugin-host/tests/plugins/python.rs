@@ -1,0 +1,110 @@
+//! A reward written in Python (plugins/python/faulty, CPython inside, built
+//! by plugins/build.sh with componentize-py) in the same sandbox as a Rust
+//! plugin: the same deadline and memory cap, nothing of the filesystem,
+//! network, environment or clock, and each fault fails only its call.
+
+use agl_plugin_host::{Plugin, PluginError, PluginErrorKind, PluginHost, PluginSpec, World};
+
+use crate::support::*;
+
+fn python_spec(name: &str) -> PluginSpec {
+    let mut spec = PluginSpec::new(name, wasm("faulty-py"));
+    spec.limits = tight_limits();
+    spec
+}
+
+async fn score(plugin: &Plugin, fault: &str) -> Result<Option<f64>, PluginError> {
+    plugin.reward(&rollout(Some(fault))).await
+}
+
+/// Runs `fault` on a one-instance Python plugin, then checks that it and
+/// another plugin of the same host still score: the failed instance was
+/// replaced and nothing else was touched.
+async fn provoke(host: &PluginHost, fault: &str) -> PluginError {
+    let mut spec = python_spec("faulty-py");
+    if fault == "loop" {
+        spec.limits.deadline = SHORT_DEADLINE;
+    }
+    let faulty = load(host, spec).await;
+    let other = load(host, python_spec("other")).await;
+    let err = score(&faulty, fault)
+        .await
+        .expect_err("the fault should fail the call");
+    assert!(err.to_string().starts_with("plugin `faulty-py` ("), "{err}");
+    for plugin in [&faulty, &other, &faulty] {
+        assert_eq!(score(plugin, "none").await.unwrap(), Some(1.0));
+    }
+    err
+}
+
+#[tokio::test]
+async fn a_python_reward_describes_itself_and_scores_within_a_32_mib_cap() {
+    let host = host();
+    let plugin = load(&host, python_spec("faulty-py")).await;
+    assert_eq!(plugin.world(), World::Reward);
+    assert_eq!(plugin.info().name, "faulty-py");
+    assert_eq!(score(&plugin, "none").await.unwrap(), Some(1.0));
+    assert_eq!(score(&plugin, "calls").await.unwrap(), Some(2.0));
+    // No input fault: the config's.
+    let mut spec = python_spec("by-config");
+    spec.config = toml::from_str("fault = \"calls\"").unwrap();
+    let by_config = load(&host, spec).await;
+    assert_eq!(by_config.reward(&rollout(None)).await.unwrap(), Some(2.0));
+}
+
+#[tokio::test]
+async fn a_python_endless_loop_times_out() {
+    let err = provoke(&host(), "loop").await;
+    assert!(
+        matches!(err.kind, PluginErrorKind::Timeout(d) if d == SHORT_DEADLINE),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_python_memory_bomb_is_out_of_memory() {
+    let err = provoke(&host(), "memory").await;
+    assert!(
+        matches!(err.kind, PluginErrorKind::OutOfMemory(cap) if cap == MEMORY_CAP),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_python_exception_fails_the_call_with_its_traceback() {
+    let host = host();
+    let err = provoke(&host, "raise").await;
+    let message = guest_message(&err);
+    assert!(
+        message.contains("Traceback (most recent call last)")
+            && message.contains("app.py")
+            && message.contains("KeyError: 'the answer'"),
+        "{message}"
+    );
+    let err = provoke(&host, "exit").await;
+    assert!(guest_message(&err).contains("SystemExit: 3"), "{err}");
+}
+
+#[tokio::test]
+async fn a_python_reward_of_the_wrong_type_fails_the_call() {
+    let err = provoke(&host(), "wrong-type").await;
+    assert!(
+        guest_message(&err).contains("returned str ('high'), not a number or None"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn python_sees_no_files_network_environment_or_clock() {
+    let host = host();
+    let plugin = load(&host, python_spec("faulty-py")).await;
+    for (fault, seen) in [
+        ("fs", "fs denied: FileNotFoundError"),
+        ("net", "net denied"),
+        ("env", "env: {}"),
+        ("clock", "clock: time=0.0 monotonic=0.0"),
+    ] {
+        let err = score(&plugin, fault).await.unwrap_err();
+        assert!(guest_message(&err).contains(seen), "{fault}: {err}");
+    }
+}
