@@ -148,6 +148,29 @@ impl Plugin {
         ))
     }
 
+    /// Starts instances until the pool holds as many as the plugin may have
+    /// (`limits.instances`), so that the first calls do not pay for
+    /// instantiation (a Python plugin's CPython heap) and a plugin that
+    /// cannot run that many under its limits fails here rather than on a
+    /// rollout. Returns how many it started.
+    pub async fn prewarm(&self) -> Result<usize, PluginError> {
+        let mut started = Vec::new();
+        let mut permits = Vec::new();
+        while let Ok(permit) = self.inner.permits.try_acquire() {
+            permits.push(permit);
+            if self.idle().len() + started.len() >= self.inner.spec.limits.instances {
+                break;
+            }
+            let live = Live::start(&self.inner.pre, &self.inner.env, self.inner.spec.limits)
+                .await
+                .map_err(|fault| self.error(fault.kind, fault.stderr))?;
+            started.push(live);
+        }
+        let count = started.len();
+        self.idle().extend(started);
+        Ok(count)
+    }
+
     /// An idle instance, or a new one; waits while all are busy.
     async fn checkout(&self) -> Result<(Live, SemaphorePermit<'_>), PluginError> {
         let permit = self.inner.permits.acquire().await.map_err(|_| {

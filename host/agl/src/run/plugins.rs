@@ -43,6 +43,10 @@ impl Loader {
         spec.limits = self.limits;
         spec.tokenizer = self.tokenizer.clone();
         let plugin = self.host.load(spec).await?;
+        // Every instance up front: the first rollouts do not wait for a
+        // Python plugin's interpreter, and a plugin that cannot run that
+        // many under its limits fails here (a swap keeps the old one).
+        plugin.prewarm().await?;
         anyhow::ensure!(
             plugin.world() == want,
             "{} is a {} plugin, expected {}",
