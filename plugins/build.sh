@@ -64,13 +64,29 @@ done
 
 # Python plugins: one component each, CPython inside, built by the SDK's
 # builder (plugins/python/agl_build.py) from plugin.toml + app.py.
+# componentize-py's output differs from build to build (its CPython heap
+# snapshot; upstream issue #247), so a component is kept under the hash of
+# its inputs beside the cargo cache and reused while they are unchanged:
+# the same bytes hit the host's compile cache.
 python="${AGL_VENV:-$root/.venv}/bin/python"
 if [[ $# -eq 0 && -x "${python%/python}/componentize-py" ]]; then
+    kept="$target_dir/python-plugins"
+    mkdir -p "$kept"
+    tool="$("${python%/python}/componentize-py" --version 2>&1)"
     for manifest in plugins/python/*/plugin.toml; do
         dir="$(dirname "$manifest")"
         name="$(basename "$dir")"
+        key="$( { echo "$tool"; find "$dir" plugins/python/agl_plugin plugins/python/agl_build.py wit \
+            -name '*.py' -o -name '*.toml' -o -name '*.wit' | grep -v '/\.agl/' | sort | xargs sha256sum; } \
+            | sha256sum | cut -c1-16)"
+        if [[ -f "$kept/$name-$key.wasm" ]]; then
+            cp "$kept/$name-$key.wasm" "$out/$name-py.wasm"
+            continue
+        fi
         echo "building python $name -> build/plugins/$name-py.wasm" >&2
         PYTHONPATH="$root/plugins/python" "$python" -m agl_build "$dir" \
             --out "$out/$name-py.wasm" >/dev/null
+        rm -f "$kept/$name"-*.wasm
+        cp "$out/$name-py.wasm" "$kept/$name-$key.wasm"
     done
 fi
