@@ -72,8 +72,11 @@ def install(config=None, tokenizer=None):
     _tokenizer.vocab_size = fail_as_err(lambda: len(need().pieces))
     _tokenizer.encode = fail_as_err(lambda text, special: need().encode(text, special))
     _tokenizer.decode = fail_as_err(lambda ids, skip: need().decode(ids, skip))
-    _tokenizer.apply_chat_template = fail_as_err(
-        lambda *a: (_ for _ in ()).throw(Err("no chat template in tests")))
+
+    def no_template(*_):
+        raise Err("apply_chat_template is not served by agl_plugin.testing")
+
+    _tokenizer.apply_chat_template = no_template
 
 
 def _text(value):
