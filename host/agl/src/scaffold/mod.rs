@@ -106,17 +106,7 @@ const RESERVED: [&str; 6] = ["agl-plugin", "test", "std", "core", "alloc", "proc
 /// Creates crate `name` in `dir/name` depending on the SDK at `sdk_path`
 /// and returns its directory. Refuses an invalid name or an existing path.
 pub fn scaffold(name: &str, dir: &Path, sdk_path: &Path) -> anyhow::Result<PathBuf> {
-    validate_name(name)?;
-    let root = dir.join(name);
-    if root.exists() {
-        bail!(
-            "{} already exists; choose another name or directory",
-            root.display()
-        );
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    // `create_dir`, not `_all`: it fails if the directory appeared meanwhile.
-    std::fs::create_dir(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let root = new_folder(name, dir)?;
     let sdk = toml::Value::String(sdk_path.display().to_string()).to_string();
     for (path, template) in FILES {
         let text = template
@@ -133,9 +123,26 @@ pub fn scaffold(name: &str, dir: &Path, sdk_path: &Path) -> anyhow::Result<PathB
     Ok(root)
 }
 
+/// Creates the empty folder `dir/name` of a new plugin after checking the
+/// name; refuses a path that exists.
+pub(crate) fn new_folder(name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    validate_name(name)?;
+    let root = dir.join(name);
+    if root.exists() {
+        bail!(
+            "{} already exists; choose another name or directory",
+            root.display()
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // `create_dir`, not `_all`: it fails if the directory appeared meanwhile.
+    std::fs::create_dir(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    Ok(root)
+}
+
 /// A plugin name: lowercase ASCII letters, digits and single `-` between
 /// them, starting with a letter (a valid crate name and `.wasm` stem).
-pub(crate) fn validate_name(name: &str) -> anyhow::Result<()> {
+fn validate_name(name: &str) -> anyhow::Result<()> {
     let well_formed = name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
         && !name.contains("--")

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 /// What a scaffolded plugin does: score rollouts or build their samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,16 +26,7 @@ impl Kind {
 /// Creates the plugin folder `dir/name` and returns it. Refuses an invalid
 /// name or an existing path.
 pub fn scaffold(name: &str, kind: Kind, dir: &Path) -> anyhow::Result<PathBuf> {
-    super::validate_name(name)?;
-    let root = dir.join(name);
-    if root.exists() {
-        bail!(
-            "{} already exists; choose another name or directory",
-            root.display()
-        );
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::create_dir(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let root = super::new_folder(name, dir)?;
     let (app, test, description, try_flags, run_flag, reload_flag) = match kind {
         Kind::Reward => (
             include_str!("../../templates/python/reward.py.tmpl"),

@@ -1,28 +1,14 @@
 //! `agl plugin test | inspect` run as a user runs them: the real binary, the
 //! built-in plugins (`plugins/build.sh`) and the shipped fixtures.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::support::{fixtures, repo};
 use agl_wire::rollout::{Rollout, read_jsonl};
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn plugin(name: &str) -> String {
-    let path = repo().join("build/plugins").join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} missing: run plugins/build.sh",
-        path.display()
-    );
-    path.display().to_string()
-}
-
-fn fixtures() -> PathBuf {
-    repo().join("examples/fixtures")
+    crate::support::built_plugin(name)
 }
 
 fn agl(args: &[&str]) -> Output {

@@ -8,24 +8,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::support::fixtures;
 use serde_json::{Value, json};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn plugin(name: &str) -> String {
-    let path = repo().join("build/plugins").join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} missing: run plugins/build.sh",
-        path.display()
-    );
-    path.display().to_string()
-}
-
-fn fixtures() -> PathBuf {
-    repo().join("examples/fixtures")
+    crate::support::built_plugin(name)
 }
 
 /// `agl --config CONFIG plugin test ARGS --json`, with the tests' compile cache.

@@ -3,7 +3,7 @@
 
 pub use crate::process::{pid_alive, python, repo_root, wait_until};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub const AGL: &str = env!("CARGO_BIN_EXE_agl");
@@ -92,4 +92,25 @@ pub async fn python_json(mut cmd: Command) -> serde_json::Value {
     })
     .await
     .unwrap()
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A built plugin, `build/plugins/NAME.wasm`.
+pub fn built_plugin(name: &str) -> String {
+    let path = repo().join("build/plugins").join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} missing: run plugins/build.sh",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// The shipped fixtures, `examples/fixtures`.
+pub fn fixtures() -> PathBuf {
+    repo().join("examples/fixtures")
 }
