@@ -8,6 +8,12 @@ Python SDK (host/agl/tests/e2e/engine_server.rs). Prints one JSON summary.
     engine_client.py conversation PROMPT...  one chat, a turn per prompt,
                                         every reply echoed back verbatim,
                                         streamed and whole turns alternating
+    engine_client.py choices N PROMPT   n=N sampled choices, whole and streamed
+    engine_client.py top K PROMPT       greedy, logprobs with K alternatives,
+                                        chat whole and streamed, and completions
+    engine_client.py models             the listed model ids
+    engine_client.py refused ARGS_JSON  one chat with extra arguments that must
+                                        be refused: the status and message
 """
 
 import json
@@ -62,6 +68,56 @@ def conversation(client, prompts):
     return {"replies": replies}
 
 
+def choices(client, n, text):
+    """n choices at temperature 1, whole and streamed: their indices and texts."""
+    kw = dict(n=n, temperature=1.0, seed=7, extra_body={"ignore_eos": True})
+    whole = chat(client, text, **kw)
+    streamed_texts, finishes = {}, {}
+    for chunk in chat(client, text, stream=True, **kw):
+        for c in chunk.choices:
+            streamed_texts[c.index] = streamed_texts.get(c.index, "") + (c.delta.content or "")
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    return {
+        "indices": [c.index for c in whole.choices],
+        "texts": [c.message.content for c in whole.choices],
+        "usage": whole.usage.completion_tokens,
+        "streamed": [streamed_texts[i] for i in sorted(streamed_texts)],
+        "stream_finishes": len(finishes),
+    }
+
+
+def entries(logprobs):
+    return [{"token": e.token, "logprob": e.logprob,
+             "top": [[t.token, t.logprob] for t in e.top_logprobs]} for e in logprobs.content]
+
+
+def top(client, k, text):
+    kw = dict(temperature=0.0, logprobs=True, top_logprobs=k)
+    whole = chat(client, text, **kw)
+    streamed = []
+    for chunk in chat(client, text, stream=True, **kw):
+        for c in chunk.choices:
+            if c.logprobs and c.logprobs.content:
+                streamed += entries(c.logprobs)
+    completion = client.completions.create(
+        model="policy", prompt=text, max_tokens=MAX_TOKENS, temperature=0.0, logprobs=k)
+    lp = completion.choices[0].logprobs
+    return {"chat": entries(whole.choices[0].logprobs), "streamed": streamed,
+            "completion": {"tokens": lp.tokens, "logprobs": lp.token_logprobs,
+                           "top": lp.top_logprobs}}
+
+
+def refused(client, extra):
+    import openai
+
+    try:
+        chat(client, "hi", **extra)
+    except openai.APIStatusError as e:
+        return {"status": e.status_code, "message": e.message}
+    return {"status": 200}
+
+
 def main():
     client = OpenAI()
     mode, args = sys.argv[1], sys.argv[2:]
@@ -89,6 +145,14 @@ def main():
     elif mode == "completion":
         c = client.completions.create(model="policy", prompt=args[0], max_tokens=MAX_TOKENS)
         result = {"text": c.choices[0].text, "finish": c.choices[0].finish_reason}
+    elif mode == "choices":
+        result = choices(client, int(args[0]), args[1])
+    elif mode == "top":
+        result = top(client, int(args[0]), args[1])
+    elif mode == "models":
+        result = {"ids": [m.id for m in client.models.list()]}
+    elif mode == "refused":
+        result = refused(client, json.loads(args[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(result))

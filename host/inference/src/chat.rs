@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
 
-use super::{Generation, logprob_entry};
+use super::{Generation, Sampled, logprob_entry};
 use agl_conversation::ToolCall;
 
 /// Renders `messages` (+ `tools`) with the chat template and tokenizes the
@@ -47,6 +47,16 @@ pub fn message_parts(job: &Generation, text: String) -> (Option<String>, Vec<Too
     }
 }
 
+/// Tool call ids of choice `index`: `call_{id}_{i}`, `call_{id}_{index}_{i}`
+/// past the first choice.
+fn call_prefix(job: &Generation, index: usize) -> String {
+    if index == 0 {
+        job.id.clone()
+    } else {
+        format!("{}_{index}", job.id)
+    }
+}
+
 /// OpenAI `tool_calls` entries; `with_index` for stream deltas.
 fn calls_json(calls: &[ToolCall], id_prefix: &str, with_index: bool) -> Vec<Value> {
     calls
@@ -63,7 +73,14 @@ fn calls_json(calls: &[ToolCall], id_prefix: &str, with_index: bool) -> Vec<Valu
         .collect()
 }
 
-pub fn body(job: &Generation, text: String, ids: &[u32], logprobs: &[f32], finish: &str) -> Value {
+/// Choice `index` of a whole answer.
+pub fn choice(
+    job: &Generation,
+    index: usize,
+    text: String,
+    sampled: Sampled,
+    finish: &str,
+) -> Value {
     let (content, calls) = message_parts(job, text);
     let finish = if calls.is_empty() {
         finish
@@ -71,35 +88,41 @@ pub fn body(job: &Generation, text: String, ids: &[u32], logprobs: &[f32], finis
         "tool_calls"
     };
     let mut choice = json!({
-        "index": 0,
+        "index": index,
         "message": {"role": "assistant", "content": content,
-                    "tool_calls": calls_json(&calls, &job.id, false)},
-        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, ids, logprobs)),
+                    "tool_calls": calls_json(&calls, &call_prefix(job, index), false)},
+        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, sampled)),
         "finish_reason": finish,
         "stop_reason": null,
     });
+    if job.opts.return_token_ids {
+        choice["token_ids"] = json!(sampled.ids);
+    }
+    choice
+}
+
+/// The whole answer around its choices.
+pub fn body(job: &Generation, choices: Vec<Value>) -> Value {
     let mut body = job.envelope("chat.completion");
     if job.opts.return_token_ids {
         body["prompt_token_ids"] = json!(job.prompt_ids);
-        choice["token_ids"] = json!(ids);
     }
-    body["choices"] = json!([choice]);
+    body["choices"] = json!(choices);
     body
 }
 
-fn logprobs_json(job: &Generation, ids: &[u32], logprobs: &[f32]) -> Value {
-    let content: Vec<Value> = ids
-        .iter()
-        .zip(logprobs)
-        .map(|(&id, &lp)| logprob_entry(&job.tokenizer, id, lp))
+fn logprobs_json(job: &Generation, sampled: Sampled) -> Value {
+    let content: Vec<Value> = sampled
+        .tokens()
+        .map(|(id, lp, top)| logprob_entry(&job.tokenizer, id, lp, top))
         .collect();
     json!({ "content": content })
 }
 
-/// The opening chunk: the role, and (vLLM) the prompt ids.
-pub fn first_chunk(job: &Generation) -> Value {
+/// The opening chunk of choice `index`: the role, and (vLLM) the prompt ids.
+pub fn first_chunk(job: &Generation, index: usize) -> Value {
     let mut chunk = job.envelope("chat.completion.chunk");
-    chunk["choices"] = json!([{"index": 0, "delta": {"role": "assistant", "content": ""},
+    chunk["choices"] = json!([{"index": index, "delta": {"role": "assistant", "content": ""},
                                "logprobs": null, "finish_reason": null}]);
     if job.opts.return_token_ids {
         chunk["prompt_token_ids"] = json!(job.prompt_ids);
@@ -107,31 +130,37 @@ pub fn first_chunk(job: &Generation) -> Value {
     chunk
 }
 
-pub fn token_chunk(job: &Generation, id: u32, logprob: f32, text: &str) -> Value {
+pub fn token_chunk(job: &Generation, index: usize, token: Sampled, text: &str) -> Value {
     let mut choice = json!({
-        "index": 0,
+        "index": index,
         "delta": {"content": text},
-        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, &[id], &[logprob])),
+        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, token)),
         "finish_reason": null,
     });
     if job.opts.return_token_ids {
-        choice["token_ids"] = json!([id]);
+        choice["token_ids"] = json!(token.ids);
     }
     let mut chunk = job.envelope("chat.completion.chunk");
     chunk["choices"] = json!([choice]);
     chunk
 }
 
-/// The closing chunk: unsent content, or the parsed tool calls.
-pub fn last_chunk(job: &Generation, rest: &str, calls: &[ToolCall], finish: &str) -> Value {
+/// The closing chunk of choice `index`: unsent content, or the parsed tool calls.
+pub fn last_chunk(
+    job: &Generation,
+    index: usize,
+    rest: &str,
+    calls: &[ToolCall],
+    finish: &str,
+) -> Value {
     let (delta, finish) = if calls.is_empty() {
         (json!({"content": rest}), finish)
     } else {
-        let calls = calls_json(calls, &job.id, true);
+        let calls = calls_json(calls, &call_prefix(job, index), true);
         (json!({"content": rest, "tool_calls": calls}), "tool_calls")
     };
     let mut chunk = job.envelope("chat.completion.chunk");
-    chunk["choices"] = json!([{"index": 0, "delta": delta, "logprobs": null,
+    chunk["choices"] = json!([{"index": index, "delta": delta, "logprobs": null,
                                "finish_reason": finish, "stop_reason": null}]);
     chunk
 }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agl_trainer::engine::{
-    EngineConfig, EngineError, EngineEvent, EngineHandle, Request, StopHook,
+    EngineConfig, EngineError, EngineEvent, EngineHandle, Finished, Request, StopHook, TopLogprobs,
 };
 use agl_trainer::model::Model;
 use anyhow::Context;
@@ -70,7 +70,13 @@ pub struct InferenceServer {
     /// Ids that end generation unless `ignore_eos`.
     eos: Arc<[u32]>,
     family: Family,
+    /// The most choices (`n`) one request may ask for.
+    max_n: usize,
 }
+
+/// Default [`InferenceServer::with_max_n`]: enough for best-of-n and
+/// GRPO-style harnesses (each choice takes a sequence slot of its own).
+pub const DEFAULT_MAX_N: usize = 16;
 
 impl InferenceServer {
     pub fn new(
@@ -91,7 +97,14 @@ impl InferenceServer {
             model_name: model_name.into(),
             eos: eos.into(),
             family,
+            max_n: DEFAULT_MAX_N,
         }
+    }
+
+    /// At most `max_n` choices per request (`n` above it is a 400).
+    pub fn with_max_n(mut self, max_n: usize) -> Self {
+        self.max_n = max_n.max(1);
+        self
     }
 
     /// Loads a Hugging Face folder (config.json, safetensors, tokenizer.json,
@@ -197,10 +210,44 @@ impl Generation {
     }
 }
 
-/// A chat logprobs `content` entry (no alternatives).
-pub fn logprob_entry(tokenizer: &Tokenizer, id: u32, logprob: f32) -> Value {
-    let token = tokenizer.decode(&[id], false).unwrap_or_default();
-    json!({"token": token, "logprob": logprob, "bytes": token.as_bytes(), "top_logprobs": []})
+/// The tokens one choice sampled: ids, their logprobs and, per token, the
+/// request's `top_logprobs` alternatives (empty lists when none were asked).
+#[derive(Clone, Copy)]
+pub struct Sampled<'a> {
+    pub ids: &'a [u32],
+    pub logprobs: &'a [f32],
+    pub top: &'a [TopLogprobs],
+}
+
+impl<'a> Sampled<'a> {
+    /// `(id, logprob, alternatives)` per token.
+    fn tokens(self) -> impl Iterator<Item = (u32, f32, &'a [(u32, f32)])> {
+        let top = self
+            .top
+            .iter()
+            .map(Vec::as_slice)
+            .chain(std::iter::repeat(&[][..]));
+        self.ids
+            .iter()
+            .zip(self.logprobs)
+            .zip(top)
+            .map(|((&id, &lp), top)| (id, lp, top))
+    }
+}
+
+/// A chat logprobs `content` entry, with its alternatives.
+pub fn logprob_entry(tokenizer: &Tokenizer, id: u32, logprob: f32, top: &[(u32, f32)]) -> Value {
+    let text = |id: u32| tokenizer.decode(&[id], false).unwrap_or_default();
+    let token = text(id);
+    let alternatives: Vec<Value> = top
+        .iter()
+        .map(|&(id, lp)| {
+            let t = text(id);
+            json!({"token": t, "logprob": lp, "bytes": t.as_bytes()})
+        })
+        .collect();
+    json!({"token": token, "logprob": logprob, "bytes": token.as_bytes(),
+           "top_logprobs": alternatives})
 }
 
 async fn chat_route(State(s): State<InferenceServer>, body: Bytes) -> Response {
@@ -231,24 +278,29 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
         Api::Chat => chat::prompt(&s.tokenizer, &body)?,
         Api::Completions => completions::prompt(&s.tokenizer, &body)?,
     };
-    let opts = options::parse(&body, api, &s.eos, s.engine.max_len())?;
+    let opts = options::parse(&body, api, &s.eos, s.engine.max_len(), s.max_n)?;
     let tools = api == Api::Chat && body.get("tools").is_some_and(|t| !t.is_null());
     let version = s.engine.weight_version();
-    let events = s
-        .engine
-        .submit(Request {
+    // One engine sequence per choice; a seeded request seeds choice i with
+    // seed + i, so the choices differ and the answer is reproducible.
+    let mut events = Vec::with_capacity(opts.n);
+    for i in 0..opts.n {
+        let mut params = opts.params.clone();
+        params.seed = params.seed.map(|seed| seed.wrapping_add(i as u64));
+        let submitted = s.engine.submit(Request {
             prompt_ids: prompt_ids.clone(),
-            params: opts.params.clone(),
+            params,
             stop_hook: stop_hook(&s.tokenizer, &opts.stop),
-        })
-        .map_err(|e| match e {
+        });
+        events.push(submitted.map_err(|e| match e {
             EngineError::Invalid(m) => ApiError::bad_request(m),
             other => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
                 other.to_string(),
             ),
-        })?;
+        })?);
+    }
     let prefix = match api {
         Api::Chat => "chatcmpl",
         Api::Completions => "cmpl",
@@ -287,21 +339,43 @@ fn stop_hook(tokenizer: &Arc<Tokenizer>, stop: &[String]) -> Option<StopHook> {
 
 async fn complete(
     job: Generation,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
+    events: Vec<tokio::sync::mpsc::UnboundedReceiver<EngineEvent>>,
 ) -> Result<Response, ApiError> {
-    while let Some(event) = events.recv().await {
-        let EngineEvent::Finished(f) = event else {
-            continue;
-        };
+    let mut choices = Vec::with_capacity(events.len());
+    let (mut completion_tokens, mut version) = (0, 0);
+    for (index, rx) in events.into_iter().enumerate() {
+        let f = finished(rx).await?;
         let text = final_text(&job.tokenizer, &f.response_ids, &job.opts.stop);
         let reason = f.finish_reason.as_str();
-        let mut body = match job.api {
-            Api::Chat => chat::body(&job, text, &f.response_ids, &f.logprobs, reason),
-            Api::Completions => completions::body(&job, text, &f.response_ids, &f.logprobs, reason),
+        let sampled = Sampled {
+            ids: &f.response_ids,
+            logprobs: &f.logprobs,
+            top: &f.top_logprobs,
         };
-        body["usage"] = job.usage(f.response_ids.len());
-        body["weight_version"] = json!(f.weight_version);
-        return Ok(Json(body).into_response());
+        choices.push(match job.api {
+            Api::Chat => chat::choice(&job, index, text, sampled, reason),
+            Api::Completions => completions::choice(&job, index, text, sampled, reason),
+        });
+        completion_tokens += f.response_ids.len();
+        version = version.max(f.weight_version);
+    }
+    let mut body = match job.api {
+        Api::Chat => chat::body(&job, choices),
+        Api::Completions => completions::body(&job, choices),
+    };
+    body["usage"] = job.usage(completion_tokens);
+    body["weight_version"] = json!(version);
+    Ok(Json(body).into_response())
+}
+
+/// The sequence's end, skipping its token events.
+async fn finished(
+    mut events: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
+) -> Result<Finished, ApiError> {
+    while let Some(event) = events.recv().await {
+        if let EngineEvent::Finished(f) = event {
+            return Ok(f);
+        }
     }
     Err(ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,

@@ -1,6 +1,6 @@
 //! The sampling and output options of a chat or completions request body.
 
-use agl_trainer::engine::SamplingParams;
+use agl_trainer::engine::{MAX_TOP_LOGPROBS, SamplingParams};
 use serde_json::Value;
 
 use agl_wire::ApiError;
@@ -12,6 +12,8 @@ pub struct Options {
     /// Stop strings: generation ends once one appears; it is not returned.
     pub stop: Vec<String>,
     pub logprobs: bool,
+    /// Choices to sample, each independently (`n`).
+    pub n: usize,
     /// vLLM's `return_token_ids`.
     pub return_token_ids: bool,
     pub stream: bool,
@@ -19,8 +21,15 @@ pub struct Options {
 }
 
 /// Reads `body`'s options; `eos` ids stop generation unless `ignore_eos`.
-/// Without `max_tokens` a request may run to the engine's `max_len`.
-pub fn parse(body: &Value, api: Api, eos: &[u32], max_len: usize) -> Result<Options, ApiError> {
+/// Without `max_tokens` a request may run to the engine's `max_len`; `n`
+/// may be at most `max_n`.
+pub fn parse(
+    body: &Value,
+    api: Api,
+    eos: &[u32],
+    max_len: usize,
+    max_n: usize,
+) -> Result<Options, ApiError> {
     let f64_of = |key: &str, default: f64| -> Result<f64, ApiError> {
         match body.get(key) {
             None | Some(Value::Null) => Ok(default),
@@ -37,8 +46,11 @@ pub fn parse(body: &Value, api: Api, eos: &[u32], max_len: usize) -> Result<Opti
             }),
         }
     };
-    if u64_of("n")?.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request("only `n` = 1 is supported"));
+    let n = u64_of("n")?.unwrap_or(1) as usize;
+    if n == 0 || n > max_n {
+        return Err(ApiError::bad_request(format!(
+            "`n` must be between 1 and {max_n}, got {n}"
+        )));
     }
     let max_tokens = u64_of("max_completion_tokens")?
         .or(u64_of("max_tokens")?)
@@ -75,12 +87,33 @@ pub fn parse(body: &Value, api: Api, eos: &[u32], max_len: usize) -> Result<Opti
             .ok_or_else(|| ApiError::bad_request("`stop` must be strings"))?,
         Some(_) => return Err(ApiError::bad_request("`stop` must be a string or a list")),
     };
-    let logprobs = match (api, body.get("logprobs")) {
-        (_, None | Some(Value::Null)) => false,
-        (Api::Chat, Some(v)) => v.as_bool().unwrap_or(false),
-        // Completions: the number of alternatives; any number asks for them.
-        (Api::Completions, Some(v)) => v.as_u64().is_some(),
+    // Chat: a flag, and `top_logprobs` alternatives; completions: the
+    // number of alternatives, where any number asks for logprobs.
+    let (logprobs, top_logprobs) = match api {
+        Api::Chat => {
+            let on = body
+                .get("logprobs")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let top = u64_of("top_logprobs")?.unwrap_or(0);
+            if top > 0 && !on {
+                return Err(ApiError::bad_request(
+                    "`top_logprobs` needs `logprobs` to be true",
+                ));
+            }
+            (on, (top, "top_logprobs"))
+        }
+        Api::Completions => {
+            let top = u64_of("logprobs")?;
+            (top.is_some(), (top.unwrap_or(0), "logprobs"))
+        }
     };
+    let (top_logprobs, field) = top_logprobs;
+    if top_logprobs > MAX_TOP_LOGPROBS as u64 {
+        return Err(ApiError::bad_request(format!(
+            "`{field}` must be at most {MAX_TOP_LOGPROBS}, got {top_logprobs}"
+        )));
+    }
     let params = SamplingParams {
         temperature: f64_of("temperature", 1.0)?,
         top_p: f64_of("top_p", 1.0)?,
@@ -88,6 +121,7 @@ pub fn parse(body: &Value, api: Api, eos: &[u32], max_len: usize) -> Result<Opti
         max_tokens,
         stop_ids,
         seed: u64_of("seed")?,
+        top_logprobs: top_logprobs as usize,
     };
     params.validate().map_err(ApiError::bad_request)?;
     let flag = |v: Option<&Value>| v.and_then(Value::as_bool).unwrap_or(false);
@@ -95,6 +129,7 @@ pub fn parse(body: &Value, api: Api, eos: &[u32], max_len: usize) -> Result<Opti
         params,
         stop,
         logprobs,
+        n,
         return_token_ids: flag(body.get("return_token_ids")),
         stream: flag(body.get("stream")),
         include_usage: flag(body.pointer("/stream_options/include_usage")),

@@ -1,6 +1,7 @@
-//! `stream: true`: SSE chunks as the engine samples tokens, then the final
-//! chunk (unsent text or tool calls, finish reason), the usage chunk when
-//! `stream_options.include_usage`, and `[DONE]`.
+//! `stream: true`: SSE chunks as the engine samples tokens, each naming its
+//! choice (`n` > 1 streams the choices interleaved), then per choice the
+//! final chunk (unsent text or tool calls, finish reason), the usage chunk
+//! when `stream_options.include_usage`, and `[DONE]`.
 
 use std::io;
 
@@ -12,14 +13,15 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::text::{TextState, final_text};
-use super::{Api, Generation, chat, completions};
+use super::{Api, Generation, Sampled, chat, completions};
+use futures_util::StreamExt;
 
 const CHANNEL: usize = 64;
 
 /// Text from here on is held back from content deltas: it is a tool call.
 const TOOL_CALL_OPEN: &str = "<tool_call>";
 
-pub fn respond(job: Generation, events: mpsc::UnboundedReceiver<EngineEvent>) -> Response {
+pub fn respond(job: Generation, events: Vec<mpsc::UnboundedReceiver<EngineEvent>>) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL);
     tokio::spawn(pump(job, events, tx));
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -39,31 +41,62 @@ fn sse(v: &Value) -> Result<Bytes, io::Error> {
     Ok(Bytes::from(format!("data: {v}\n\n")))
 }
 
-/// Engine events -> SSE. Returning drops `events`, which aborts the
-/// sequence once the client has gone.
+/// One choice being streamed: its decoded text so far.
+struct Choice {
+    text: TextState,
+    first: bool,
+}
+
+/// Engine events of every choice -> SSE, each chunk naming its choice's
+/// `index`, in the order the tokens come. Returning drops the receivers,
+/// which aborts the sequences once the client has gone.
 async fn pump(
     job: Generation,
-    mut events: mpsc::UnboundedReceiver<EngineEvent>,
+    events: Vec<mpsc::UnboundedReceiver<EngineEvent>>,
     tx: mpsc::Sender<Result<Bytes, io::Error>>,
 ) {
     let mut markers = job.opts.stop.clone();
     if job.tools {
         markers.push(TOOL_CALL_OPEN.to_string());
     }
-    let mut text = TextState::new(job.tokenizer.clone(), markers);
-    if job.api == Api::Chat && tx.send(sse(&chat::first_chunk(&job))).await.is_err() {
-        return;
+    let mut choices: Vec<Choice> = (0..events.len())
+        .map(|_| Choice {
+            text: TextState::new(job.tokenizer.clone(), markers.clone()),
+            first: true,
+        })
+        .collect();
+    if job.api == Api::Chat {
+        for index in 0..choices.len() {
+            if tx.send(sse(&chat::first_chunk(&job, index))).await.is_err() {
+                return;
+            }
+        }
     }
-    let mut first = true;
-    while let Some(event) = events.recv().await {
+    let tagged = events.into_iter().enumerate().map(|(index, rx)| {
+        futures_util::stream::unfold(rx, move |mut rx| async move {
+            rx.recv().await.map(|event| ((index, event), rx))
+        })
+        .boxed()
+    });
+    let mut merged = futures_util::stream::select_all(tagged);
+    let (mut open, mut completion_tokens) = (choices.len(), 0);
+    while let Some((index, event)) = merged.next().await {
+        let choice = &mut choices[index];
         let chunk = match event {
-            EngineEvent::Token { id, logprob } => {
-                let delta = text.push(id);
-                let chunk = match job.api {
-                    Api::Chat => chat::token_chunk(&job, id, logprob, &delta),
-                    Api::Completions => completions::token_chunk(&job, id, logprob, &delta, first),
+            EngineEvent::Token { id, logprob, top } => {
+                let delta = choice.text.push(id);
+                let token = Sampled {
+                    ids: &[id],
+                    logprobs: &[logprob],
+                    top: std::slice::from_ref(&top),
                 };
-                first = false;
+                let chunk = match job.api {
+                    Api::Chat => chat::token_chunk(&job, index, token, &delta),
+                    Api::Completions => {
+                        completions::token_chunk(&job, index, token, &delta, choice.first)
+                    }
+                };
+                choice.first = false;
                 chunk
             }
             EngineEvent::Finished(f) => {
@@ -73,29 +106,38 @@ async fn pump(
                     Api::Chat => {
                         let (content, calls) = chat::message_parts(&job, full);
                         let content = content.unwrap_or_default();
-                        chat::last_chunk(&job, text.rest(&content), &calls, reason)
+                        chat::last_chunk(&job, index, choice.text.rest(&content), &calls, reason)
                     }
-                    Api::Completions => completions::last_chunk(&job, text.rest(&full), reason),
+                    Api::Completions => {
+                        completions::last_chunk(&job, index, choice.text.rest(&full), reason)
+                    }
                 };
                 last["weight_version"] = json!(f.weight_version);
-                let _ = tx.send(sse(&last)).await;
-                if job.opts.include_usage {
-                    let mut usage = job.envelope(match job.api {
-                        Api::Chat => "chat.completion.chunk",
-                        Api::Completions => "text_completion",
-                    });
-                    usage["choices"] = json!([]);
-                    usage["usage"] = job.usage(f.response_ids.len());
-                    let _ = tx.send(sse(&usage)).await;
-                }
-                let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
-                return;
+                completion_tokens += f.response_ids.len();
+                open -= 1;
+                last
             }
         };
         if tx.send(sse(&chunk)).await.is_err() {
             return;
         }
+        if open == 0 {
+            break;
+        }
     }
-    // The engine stopped without finishing: cut the stream.
-    let _ = tx.send(Err(io::Error::other("the engine stopped"))).await;
+    if open > 0 {
+        // The engine stopped without finishing: cut the stream.
+        let _ = tx.send(Err(io::Error::other("the engine stopped"))).await;
+        return;
+    }
+    if job.opts.include_usage {
+        let mut usage = job.envelope(match job.api {
+            Api::Chat => "chat.completion.chunk",
+            Api::Completions => "text_completion",
+        });
+        usage["choices"] = json!([]);
+        usage["usage"] = job.usage(completion_tokens);
+        let _ = tx.send(sse(&usage)).await;
+    }
+    let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
 }

@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::model::{Model, ModelError};
 
-pub use sampling::SamplingParams;
+pub use sampling::{MAX_TOP_LOGPROBS, SamplingParams, TopLogprobs};
 
 /// Called with the response ids so far after each sampled token; `true`
 /// ends the sequence with [`FinishReason::Stop`] (e.g. a stop string).
@@ -80,6 +80,8 @@ pub struct Finished {
     /// Every sampled token, stop ids included.
     pub response_ids: Vec<u32>,
     pub logprobs: Vec<f32>,
+    /// Per sampled token, its request's `top_logprobs` most likely tokens.
+    pub top_logprobs: Vec<TopLogprobs>,
     pub weight_version: u64,
 }
 
@@ -87,7 +89,11 @@ pub struct Finished {
 /// `Finished`.
 #[derive(Debug, Clone)]
 pub enum EngineEvent {
-    Token { id: u32, logprob: f32 },
+    Token {
+        id: u32,
+        logprob: f32,
+        top: TopLogprobs,
+    },
     Finished(Finished),
 }
 

@@ -14,7 +14,16 @@ pub struct SamplingParams {
     pub stop_ids: Vec<u32>,
     /// `None`: a fresh seed.
     pub seed: Option<u64>,
+    /// How many most likely tokens to report with each sampled one
+    /// (0..=[`MAX_TOP_LOGPROBS`]), under the distribution it was drawn from.
+    pub top_logprobs: usize,
 }
+
+/// The most alternatives a request may ask for per token (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// `(token, logprob)` pairs, most likely first.
+pub type TopLogprobs = Vec<(u32, f32)>;
 
 impl Default for SamplingParams {
     fn default() -> Self {
@@ -25,6 +34,7 @@ impl Default for SamplingParams {
             max_tokens: 16,
             stop_ids: Vec::new(),
             seed: None,
+            top_logprobs: 0,
         }
     }
 }
@@ -39,6 +49,12 @@ impl SamplingParams {
         }
         if self.max_tokens == 0 {
             return Err("max_tokens must be >= 1".into());
+        }
+        if self.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(format!(
+                "top_logprobs {} must be at most {MAX_TOP_LOGPROBS}",
+                self.top_logprobs
+            ));
         }
         Ok(())
     }
@@ -64,8 +80,9 @@ impl Rng {
 }
 
 /// Picks a token from one row of f32 logits; returns it with its f32
-/// `log_softmax(logits / t)` (t = 1 when greedy).
-pub fn sample(logits: &[f32], params: &SamplingParams, rng: &mut Rng) -> (u32, f32) {
+/// `log_softmax(logits / t)` (t = 1 when greedy) and the `top_logprobs`
+/// most likely tokens under that same distribution (ties by id).
+pub fn sample(logits: &[f32], params: &SamplingParams, rng: &mut Rng) -> (u32, f32, TopLogprobs) {
     let greedy = params.temperature == 0.0;
     let t = if greedy {
         1.0
@@ -81,7 +98,27 @@ pub fn sample(logits: &[f32], params: &SamplingParams, rng: &mut Rng) -> (u32, f
     } else {
         draw(&scaled, max, params, rng)
     };
-    (token as u32, scaled[token] - log_z)
+    let top = top_k(&scaled, params.top_logprobs)
+        .into_iter()
+        .map(|i| (i as u32, scaled[i] - log_z))
+        .collect();
+    (token as u32, scaled[token] - log_z, top)
+}
+
+/// Indices of the `k` largest values, largest first, ties by index.
+fn top_k(xs: &[f32], k: usize) -> Vec<usize> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let by_value = |a: &usize, b: &usize| xs[*b].total_cmp(&xs[*a]).then(a.cmp(b));
+    let mut order: Vec<usize> = (0..xs.len()).collect();
+    let k = k.min(order.len());
+    if k < order.len() {
+        order.select_nth_unstable_by(k - 1, by_value);
+        order.truncate(k);
+    }
+    order.sort_unstable_by(by_value);
+    order
 }
 
 fn argmax(xs: &[f32]) -> usize {
@@ -150,7 +187,7 @@ mod tests {
     #[test]
     fn greedy_takes_the_argmax_with_its_t1_logprob() {
         let logits = [0.0f32, 2.0, 1.0];
-        let (tok, lp) = sample(&logits, &params(0.0, 0, 1.0), &mut Rng::new(1));
+        let (tok, lp, _) = sample(&logits, &params(0.0, 0, 1.0), &mut Rng::new(1));
         assert_eq!(tok, 1);
         let z: f32 = logits.iter().map(|x| x.exp()).sum();
         assert!((lp - (2.0 - z.ln())).abs() < 1e-6);
@@ -161,7 +198,7 @@ mod tests {
         let logits = [0.5f32, 3.0, 1.0, -1.0];
         let mut rng = Rng::new(7);
         for _ in 0..20 {
-            let (tok, lp) = sample(&logits, &params(0.5, 1, 1.0), &mut rng);
+            let (tok, lp, _) = sample(&logits, &params(0.5, 1, 1.0), &mut rng);
             assert_eq!(tok, 1);
             let z: f32 = logits.iter().map(|x| (x / 0.5).exp()).sum();
             assert!((lp - (3.0 / 0.5 - z.ln())).abs() < 1e-5);
@@ -180,6 +217,29 @@ mod tests {
         assert_eq!(counts[2] + counts[3], 0);
         let share = counts[0] as f64 / 4000.0;
         assert!((share - 0.64 / 0.88).abs() < 0.03, "{counts:?}");
+    }
+
+    #[test]
+    fn top_logprobs_come_from_the_sampling_distribution_most_likely_first() {
+        let logits = [1.0f32, 3.0, 3.0, -2.0, 0.5];
+        let mut p = params(0.7, 0, 1.0);
+        p.top_logprobs = 3;
+        let (_, _, top) = sample(&logits, &p, &mut Rng::new(9));
+        let z: f32 = logits.iter().map(|x| (x / 0.7).exp()).sum();
+        let lp = |i: usize| logits[i] / 0.7 - z.ln();
+        let ids: Vec<u32> = top.iter().map(|t| t.0).collect();
+        assert_eq!(ids, [1, 2, 0], "ties by id");
+        for (id, got) in top {
+            assert!((got - lp(id as usize)).abs() < 1e-5);
+        }
+        // Greedy: the top-1 is the sampled token, with the same logprob.
+        p.temperature = 0.0;
+        p.top_logprobs = 20;
+        let (tok, lp, top) = sample(&logits, &p, &mut Rng::new(9));
+        assert_eq!(top.len(), logits.len(), "capped at the vocabulary");
+        assert_eq!(top[0], (tok, lp));
+        p.top_logprobs = 21;
+        assert!(p.validate().unwrap_err().contains("top_logprobs"));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tch::{Kind, Tensor};
 
-use super::sampling::{Rng, sample};
+use super::sampling::{Rng, TopLogprobs, sample};
 use super::{Command, EngineConfig, EngineEvent, FinishReason, Finished, Pending};
 use crate::model::{KvCache, Model, SlotId};
 
@@ -20,6 +20,8 @@ struct Active {
     rng: Rng,
     response: Vec<u32>,
     logprobs: Vec<f32>,
+    /// One list per sampled token; empty lists unless asked for.
+    top_logprobs: Vec<TopLogprobs>,
 }
 
 struct Scheduler {
@@ -129,6 +131,7 @@ impl Scheduler {
                 rng: Rng::new(seed),
                 response: Vec::new(),
                 logprobs: Vec::new(),
+                top_logprobs: Vec::new(),
             });
         }
         if admitted.is_empty() {
@@ -186,10 +189,14 @@ impl Scheduler {
         };
         for (mut seq, row) in seqs.into_iter().zip(rows) {
             let params = &seq.pending.request.params;
-            let (id, logprob) = sample(&row, params, &mut seq.rng);
+            let (id, logprob, top) = sample(&row, params, &mut seq.rng);
             seq.response.push(id);
             seq.logprobs.push(logprob);
-            let _ = seq.pending.events.send(EngineEvent::Token { id, logprob });
+            seq.top_logprobs.push(top.clone());
+            let _ = seq
+                .pending
+                .events
+                .send(EngineEvent::Token { id, logprob, top });
             match self.reason_to_stop(&mut seq) {
                 Some(reason) => self.finish(seq, reason),
                 None => self.active.push(seq),
@@ -233,6 +240,7 @@ impl Scheduler {
             prompt_ids: request.prompt_ids,
             response_ids: seq.response,
             logprobs: seq.logprobs,
+            top_logprobs: seq.top_logprobs,
             weight_version: self.version.load(Ordering::SeqCst),
         }));
     }

@@ -52,7 +52,7 @@ fn collect(mut rx: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>) -> Finishe
     let mut tokens = Vec::new();
     loop {
         match rx.blocking_recv().unwrap() {
-            EngineEvent::Token { id, logprob } => tokens.push((id, logprob)),
+            EngineEvent::Token { id, logprob, .. } => tokens.push((id, logprob)),
             EngineEvent::Finished(f) => {
                 let streamed: Vec<u32> = tokens.iter().map(|t| t.0).collect();
                 assert_eq!(streamed, f.response_ids);

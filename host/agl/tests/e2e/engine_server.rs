@@ -32,7 +32,7 @@ fn fixture_tokenizer() -> PathBuf {
 
 /// A tiny random Llama whose vocabulary is the fixture tokenizer's, saved as
 /// a Hugging Face folder with that tokenizer.
-fn model_dir(seed: i64) -> tempfile::TempDir {
+pub(crate) fn model_dir(seed: i64) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for f in ["tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(fixture_tokenizer().join(f), dir.path().join(f)).unwrap();
@@ -55,7 +55,7 @@ fn model_dir(seed: i64) -> tempfile::TempDir {
     dir
 }
 
-fn server(dir: &Path) -> InferenceServer {
+pub(crate) fn server(dir: &Path) -> InferenceServer {
     let config = EngineConfig {
         max_seqs: 4,
         max_len: 256,
@@ -64,8 +64,8 @@ fn server(dir: &Path) -> InferenceServer {
     InferenceServer::load(dir, "tiny", Kind::Float, config).unwrap()
 }
 
-struct Env {
-    store: Store,
+pub(crate) struct Env {
+    pub(crate) store: Store,
     base: String,
     model: Model,
     tokenizer: Tokenizer,
@@ -75,7 +75,7 @@ struct Env {
 
 /// The gateway with the engine embedded, and val rollouts r1..r4 (val:
 /// the proxy forces temperature 0, greedy).
-async fn start() -> Env {
+pub(crate) async fn start() -> Env {
     let model_dir = model_dir(5);
     let env = start_on(model_dir.path()).await;
     Env {
@@ -90,7 +90,7 @@ async fn start_on(model_dir: &Path) -> Env {
 }
 
 /// [`start_on`], chat prompts rendered by `render`.
-async fn start_rendered(model_dir: &Path, render: Render) -> Env {
+pub(crate) async fn start_rendered(model_dir: &Path, render: Render) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("agl.db")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -140,7 +140,7 @@ async fn start_rendered(model_dir: &Path, render: Render) -> Env {
 }
 
 /// Runs `engine_client.py` against rollout `rollout`'s proxy URL.
-async fn client(env: &Env, rollout: &str, args: &[&str]) -> Value {
+pub(crate) async fn client(env: &Env, rollout: &str, args: &[&str]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/engine_client.py");
     let mut cmd = Command::new(python());
     cmd.arg(script)

@@ -7,6 +7,7 @@ mod coding_clis;
 mod controller_cli;
 mod conversation;
 mod durability;
+mod engine_choices;
 mod engine_server;
 mod layering;
 mod mini_swe;

@@ -158,6 +158,7 @@ async fn handle(
         .ok_or_else(|| ApiError::not_found(format!("unknown proxy mode `{mode}`")))?;
     let body = body?;
     let mut forward = rewrite::parse(&body).map_err(ApiError::bad_request)?;
+    rewrite::one_choice(forward.get("n").map(|v| v.get())).map_err(ApiError::bad_request)?;
     // Verbatim, as the harness sent it, checked against the limits every
     // stored document keeps.
     let request = std::str::from_utf8(&body)

@@ -31,6 +31,23 @@ fn raw(text: String) -> Box<RawValue> {
     RawValue::from_string(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
+/// Refuses `n` > 1: the record holds one sampled sequence per call, so
+/// the other choices would be served untrained (and `n` < 1 is no request).
+/// `n` is the request's `n` as JSON text.
+pub fn one_choice(n: Option<&str>) -> Result<(), String> {
+    let Some(n) = n.map(str::trim) else {
+        return Ok(());
+    };
+    match n.parse::<u64>() {
+        Ok(1) => Ok(()),
+        _ if n == "null" => Ok(()),
+        Ok(n) if n > 1 => Err(format!(
+            "`n` = {n}: the gateway records one choice per call; make {n} calls instead"
+        )),
+        _ => Err(format!("`n` must be a positive integer, got {n}")),
+    }
+}
+
 /// Rewrites `body` in place for `model` and `temperature`.
 pub fn rewrite(body: &mut RawBody, api: ApiKind, model: &str, temperature: f64) {
     let model = serde_json::to_string(model).unwrap_or_else(|_| "null".into());
@@ -69,6 +86,17 @@ pub fn is_stream(body: &RawBody) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_than_one_choice_is_refused_naming_n() {
+        for ok in [Some("1"), Some("null"), None] {
+            assert!(one_choice(ok).is_ok(), "{ok:?}");
+        }
+        let e = one_choice(Some("3")).unwrap_err();
+        assert!(e.starts_with("`n` = 3"), "{e}");
+        assert!(one_choice(Some("0")).unwrap_err().contains("positive"));
+        assert!(one_choice(Some("\"2\"")).is_err());
+    }
     use serde_json::{Value, json};
 
     fn run(body: Value, api: ApiKind, model: &str, t: f64) -> Value {

@@ -38,6 +38,8 @@ pub struct ChatChunks {
     sent_content: usize,
     calls: Vec<CallSent>,
     first: bool,
+    /// Alternatives per token the caller asked for.
+    top_logprobs: usize,
 }
 
 impl ChatChunks {
@@ -51,7 +53,14 @@ impl ChatChunks {
             sent_content: 0,
             calls: Vec::new(),
             first: true,
+            top_logprobs: 0,
         }
+    }
+
+    /// Streams `top` alternatives per token with each logprob.
+    pub fn with_top_logprobs(mut self, top: usize) -> ChatChunks {
+        self.top_logprobs = top;
+        self
     }
 
     /// Starts from `text` as already written (and not yet streamed): a
@@ -101,7 +110,7 @@ impl ChatChunks {
         let mut out = envelope(json!([{
             "index": 0,
             "delta": delta,
-            "logprobs": chat_logprobs(choice.get("logprobs")),
+            "logprobs": chat_logprobs(choice.get("logprobs"), self.top_logprobs),
             "token_ids": choice.get("token_ids").cloned().unwrap_or(json!([])),
             "finish_reason": null,
         }]));

@@ -135,7 +135,33 @@ pub struct RenderedCall {
     /// A forced tool call's start, already in the prompt's ids (see
     /// [`Family::forced_call`]).
     forced: String,
+    /// Alternatives per token a Chat Completions caller asked for
+    /// (`logprobs: true, top_logprobs: k`).
+    top_logprobs: usize,
 }
+
+/// The `top_logprobs` a chat request asks for (0 unless `logprobs` is on);
+/// more than the engine computes is a 400 naming the field.
+fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<usize, ApiError> {
+    if front != ApiKind::ChatCompletions || body.get("logprobs") != Some(&json!(true)) {
+        return Ok(0);
+    }
+    let top = match body.get("top_logprobs") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v.as_u64().ok_or_else(|| {
+            ApiError::bad_request("`top_logprobs` must be a non-negative integer")
+        })?,
+    };
+    if top > MAX_TOP_LOGPROBS {
+        return Err(ApiError::bad_request(format!(
+            "`top_logprobs` must be at most {MAX_TOP_LOGPROBS}, got {top}"
+        )));
+    }
+    Ok(top as usize)
+}
+
+/// OpenAI's (and vLLM's default) limit on alternatives per token.
+const MAX_TOP_LOGPROBS: u64 = 20;
 
 impl RenderedCall {
     /// Reads the request `body` of API `front` and finds its prompt among
@@ -149,6 +175,9 @@ impl RenderedCall {
     ) -> Result<RenderedCall, ApiError> {
         let mut value: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+        let n = value.get("n").map(Value::to_string);
+        super::rewrite::one_choice(n.as_deref()).map_err(ApiError::bad_request)?;
+        let top_logprobs = top_logprobs_of(front, &value)?;
         if front == ApiKind::Responses
             && value
                 .get("previous_response_id")
@@ -197,6 +226,7 @@ impl RenderedCall {
             api: engine.api,
             model: engine.model.clone(),
             chains,
+            top_logprobs,
         })
     }
 
@@ -276,7 +306,7 @@ impl RenderedCall {
         let ids = serde_json::value::to_raw_value(&self.prompt_ids)
             .unwrap_or_else(|_| RawValue::NULL.to_owned());
         body.insert("prompt".into(), ids);
-        body.insert("logprobs".into(), raw(json!(1)));
+        body.insert("logprobs".into(), raw(json!(self.top_logprobs.max(1))));
         body.insert("return_token_ids".into(), raw(json!(true)));
         // Markers like `<tool_call>` must reach the parser.
         body.insert("skip_special_tokens".into(), raw(json!(false)));
@@ -297,7 +327,9 @@ impl RenderedCall {
     /// The chat chunk translator of a streamed answer, holding the forced
     /// call's start as text already written.
     pub fn chat_chunks(&self, id_prefix: &str) -> ChatChunks {
-        ChatChunks::new(self.family, self.prompt_ids.clone(), id_prefix).with_text(&self.forced)
+        ChatChunks::new(self.family, self.prompt_ids.clone(), id_prefix)
+            .with_text(&self.forced)
+            .with_top_logprobs(self.top_logprobs)
     }
 
     /// The engine's completions body answered as Chat Completions, with
@@ -322,7 +354,7 @@ impl RenderedCall {
             choices: [ChatChoice {
                 index: 0,
                 message: openai_chat::response_message(&turn, id_prefix),
-                logprobs: chat_logprobs(Some(&choice.logprobs)),
+                logprobs: chat_logprobs(Some(&choice.logprobs), self.top_logprobs),
                 finish_reason,
                 token_ids: &choice.token_ids,
             }],
@@ -540,13 +572,15 @@ struct ChatChoice<'a> {
     token_ids: &'a [u32],
 }
 
-/// Completions logprobs (`tokens`, `token_logprobs`) as chat `content`
-/// entries.
-fn chat_logprobs(lp: Option<&Value>) -> Value {
+/// Completions logprobs (`tokens`, `token_logprobs`, and `top_logprobs`
+/// maps of token text to logprob) as chat `content` entries with the `top`
+/// most likely alternatives each.
+fn chat_logprobs(lp: Option<&Value>, top: usize) -> Value {
     let Some(lp) = lp.filter(|v| !v.is_null()) else {
         return Value::Null;
     };
     let tokens = lp.get("tokens").and_then(Value::as_array);
+    let alternatives = lp.get("top_logprobs").and_then(Value::as_array);
     let values = lp.get("token_logprobs").and_then(Value::as_array);
     let content: Vec<Value> = values
         .map(|v| {
@@ -554,10 +588,31 @@ fn chat_logprobs(lp: Option<&Value>) -> Value {
                 .enumerate()
                 .map(|(i, x)| {
                     let token = tokens.and_then(|t| t.get(i)).cloned().unwrap_or(json!(""));
-                    json!({"token": token, "logprob": x.as_f64().unwrap_or(0.0), "top_logprobs": []})
+                    let alts = alternatives.and_then(|a| a.get(i)).map_or(Vec::new(), |m| {
+                        most_likely(m, top)
+                    });
+                    json!({"token": token, "logprob": x.as_f64().unwrap_or(0.0), "top_logprobs": alts})
                 })
                 .collect()
         })
         .unwrap_or_default();
     json!({ "content": content })
+}
+
+/// The `top` most likely entries of a `{token: logprob}` map, most likely
+/// first, as chat alternatives.
+fn most_likely(map: &Value, top: usize) -> Vec<Value> {
+    let Some(map) = map.as_object().filter(|_| top > 0) else {
+        return Vec::new();
+    };
+    let mut entries: Vec<(&String, f64)> = map
+        .iter()
+        .map(|(t, lp)| (t, lp.as_f64().unwrap_or(f64::NEG_INFINITY)))
+        .collect();
+    entries.sort_by(|a, b| b.1.total_cmp(&a.1));
+    entries
+        .into_iter()
+        .take(top)
+        .map(|(t, lp)| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()}))
+        .collect()
 }

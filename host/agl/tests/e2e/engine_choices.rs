@@ -1,0 +1,166 @@
+//! What OpenAI-compatible clients ask of the embedded engine beyond one
+//! greedy answer, with the real OpenAI Python SDK: `n` choices (whole and
+//! streamed, each its own sample of the request) and `top_logprobs`
+//! alternatives from `agl engine serve`'s server; through the gateway the
+//! alternatives on both the passthrough and the rendered path, the model
+//! list, and `n` > 1 refused by name (the record keeps one choice per call).
+
+use std::process::Command;
+
+use agl_store::Render;
+use serde_json::{Value, json};
+
+use crate::engine_server::{client, model_dir, server, start, start_rendered};
+use crate::process::python;
+
+/// `engine_client.py ARGS` against the engine's own HTTP server.
+async fn direct(base: &str, args: &[&str]) -> Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/python/engine_client.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(script)
+        .args(args)
+        .env("OPENAI_BASE_URL", format!("{base}/v1"))
+        .env("OPENAI_API_KEY", "unused");
+    crate::support::python_json(cmd).await
+}
+
+/// Each entry's alternatives: `k` of them, most likely first, the first
+/// being the greedy token itself with its logprob.
+fn assert_top(entries: &Value, k: usize) {
+    let entries = entries.as_array().unwrap();
+    assert!(!entries.is_empty());
+    for e in entries {
+        let top = e["top"].as_array().unwrap();
+        assert_eq!(top.len(), k, "{e}");
+        assert_eq!(top[0][0], e["token"], "{e}");
+        assert!((top[0][1].as_f64().unwrap() - e["logprob"].as_f64().unwrap()).abs() < 1e-6);
+        let lps: Vec<f64> = top.iter().map(|t| t[1].as_f64().unwrap()).collect();
+        assert!(lps.windows(2).all(|w| w[0] >= w[1]), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
+    let dir = model_dir(11);
+    let router = server(dir.path()).router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let got = direct(&base, &["choices", "3", "tell me a story"]).await;
+    assert_eq!(got["indices"], json!([0, 1, 2]), "{got}");
+    let texts = got["texts"].as_array().unwrap();
+    assert!(
+        texts[0] != texts[1] || texts[1] != texts[2],
+        "choices are sampled apart: {got}"
+    );
+    // Seed + index per choice: streamed, the same three answers.
+    assert_eq!(got["streamed"], got["texts"], "{got}");
+    assert_eq!(got["stream_finishes"], 3);
+    assert_eq!(
+        got["usage"],
+        3 * 16,
+        "ignore_eos runs each choice to max_tokens"
+    );
+
+    let got = direct(&base, &["top", "5", "hello there"]).await;
+    assert_top(&got["chat"], 5);
+    assert_eq!(
+        got["streamed"], got["chat"],
+        "streamed alternatives are the same"
+    );
+    let completion = &got["completion"];
+    for (i, map) in completion["top"].as_array().unwrap().iter().enumerate() {
+        let map = map.as_object().unwrap();
+        assert!((1..=5).contains(&map.len()), "{map:?}");
+        let best = map
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert_eq!(
+            best,
+            completion["logprobs"][i].as_f64().unwrap(),
+            "greedy: the best"
+        );
+    }
+
+    assert_eq!(direct(&base, &["models"]).await["ids"], json!(["tiny"]));
+    for (extra, field) in [
+        (json!({"n": 17}), "`n` must be between 1 and 16"),
+        (
+            json!({"logprobs": true, "top_logprobs": 21}),
+            "`top_logprobs` must be at most 20",
+        ),
+        (
+            json!({"top_logprobs": 2}),
+            "`top_logprobs` needs `logprobs`",
+        ),
+    ] {
+        let got = direct(&base, &["refused", &extra.to_string()]).await;
+        assert_eq!(got["status"], 400, "{extra}: {got}");
+        assert!(got["message"].as_str().unwrap().contains(field), "{got}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_gateway_alternatives_come_back_models_list_and_n_is_refused() {
+    let env = start().await;
+    let got = client(&env, "r1", &["top", "3", "hello there"]).await;
+    assert_top(&got["chat"], 3);
+    assert_eq!(got["streamed"], got["chat"]);
+    // The record keeps each sampled token's logprob, as answered.
+    let rollout = env.store.export_rollout("r1").await.unwrap();
+    let answered: Vec<f64> = got["chat"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["logprob"].as_f64().unwrap())
+        .collect();
+    let recorded: Vec<f64> = rollout.calls[0]
+        .response_logprobs
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
+    assert_eq!(answered.len(), recorded.len());
+    for (a, r) in answered.iter().zip(&recorded) {
+        assert!((a - r).abs() < 1e-6);
+    }
+    assert!(
+        !client(&env, "r2", &["models"]).await["ids"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let got = client(&env, "r2", &["refused", r#"{"n": 2}"#]).await;
+    assert_eq!(got["status"], 400);
+    assert!(
+        got["message"].as_str().unwrap().contains("`n` = 2"),
+        "{got}"
+    );
+
+    let dir = model_dir(5);
+    let env = start_rendered(dir.path(), Render::Gateway).await;
+    let got = client(&env, "r1", &["top", "4", "hello there"]).await;
+    assert_top(&got["chat"], 4);
+    assert_eq!(got["streamed"], got["chat"]);
+    let got = client(&env, "r2", &["refused", r#"{"n": 3}"#]).await;
+    assert_eq!(got["status"], 400);
+    assert!(
+        got["message"].as_str().unwrap().contains("`n` = 3"),
+        "{got}"
+    );
+    let got = client(
+        &env,
+        "r3",
+        &["refused", r#"{"logprobs": true, "top_logprobs": 30}"#],
+    )
+    .await;
+    assert!(
+        got["message"]
+            .as_str()
+            .unwrap()
+            .contains("`top_logprobs` must be at most 20"),
+        "{got}"
+    );
+}
