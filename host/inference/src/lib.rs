@@ -4,8 +4,10 @@
 //! same things from it: `return_token_ids` gives the prompt ids (top level
 //! for chat, on the choice for completions) and the choice's `token_ids`;
 //! `logprobs` gives each sampled token's logprob (the engine's convention,
-//! see `agl_trainer::engine`). `top_logprobs` alternatives are not computed
-//! (chat lists are empty; completions list only the sampled token).
+//! see `agl_trainer::engine`), and `top_logprobs` (chat) / `logprobs: k`
+//! (completions) the k <= 20 most likely tokens under the same
+//! distribution. `n` samples that many choices, each its own engine
+//! sequence (seeded `seed + index`), streamed interleaved with their index.
 //!
 //! Every response carries `x-agl-weight-version` (the version when the
 //! request was admitted) and a body field `weight_version` (the version that
