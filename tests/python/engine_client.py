@@ -11,6 +11,9 @@ Python SDK (host/agl/tests/e2e/engine_server.rs). Prints one JSON summary.
     engine_client.py choices N PROMPT   n=N sampled choices, whole and streamed
     engine_client.py top K PROMPT       greedy, logprobs with K alternatives,
                                         chat whole and streamed, and completions
+    engine_client.py constrained N      N seeds each of a json_schema answer and a
+                                        forced tool call: how many parse and
+                                        validate against their schema
     engine_client.py models             the listed model ids
     engine_client.py refused ARGS_JSON  one chat with extra arguments that must
                                         be refused: the status and message
@@ -26,10 +29,10 @@ MAX_TOKENS = 16
 
 
 def chat(client, text, **kw):
+    kw.setdefault("max_tokens", MAX_TOKENS)
     return client.chat.completions.create(
         model="policy",
         messages=[{"role": "user", "content": text}],
-        max_tokens=MAX_TOKENS,
         **kw,
     )
 
@@ -108,6 +111,39 @@ def top(client, k, text):
                            "top": lp.top_logprobs}}
 
 
+SCHEMA = {
+    "type": "object",
+    "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
+    "required": ["color", "ok"],
+    "additionalProperties": False,
+}
+TOOL = {"type": "function", "function": {"name": "paint", "description": "paints",
+                                         "parameters": SCHEMA}}
+
+
+def constrained(client, n):
+    """n seeds at temperature 1 of a json_schema answer and of a forced
+    call of `paint`: each must parse and validate."""
+    import jsonschema
+
+    answers, calls, examples = 0, 0, []
+    for seed in range(n):
+        kw = dict(temperature=1.0, seed=seed, max_tokens=150)
+        a = chat(client, "pick a color", response_format={
+            "type": "json_schema", "json_schema": {"name": "pick", "schema": SCHEMA, "strict": True}}, **kw)
+        jsonschema.validate(json.loads(a.choices[0].message.content), SCHEMA)
+        answers += 1
+        c = chat(client, "paint it", tools=[TOOL],
+                 tool_choice={"type": "function", "function": {"name": "paint"}}, **kw)
+        assert c.choices[0].message.tool_calls, (c.choices[0].message.content, c.choices[0].finish_reason)
+        call = c.choices[0].message.tool_calls[0]
+        assert call.function.name == "paint", call
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMA)
+        calls += 1
+        examples.append([a.choices[0].message.content, call.function.arguments])
+    return {"answers": answers, "calls": calls, "examples": examples[:3]}
+
+
 def refused(client, extra):
     import openai
 
@@ -149,6 +185,8 @@ def main():
         result = choices(client, int(args[0]), args[1])
     elif mode == "top":
         result = top(client, int(args[0]), args[1])
+    elif mode == "constrained":
+        result = constrained(client, int(args[0]))
     elif mode == "models":
         result = {"ids": [m.id for m in client.models.list()]}
     elif mode == "refused":

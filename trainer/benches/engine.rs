@@ -75,6 +75,7 @@ fn run(engine: &EngineHandle, prompt: &[u32], n: usize) -> f64 {
                 prompt_ids: prompt.to_vec(),
                 params: params.clone(),
                 stop_hook: None,
+                constraint: None,
             };
             engine.submit(request).unwrap()
         })

@@ -24,6 +24,7 @@
 
 mod chat;
 mod completions;
+mod constrain;
 mod options;
 mod stream;
 mod text;
@@ -74,6 +75,8 @@ pub struct InferenceServer {
     family: Family,
     /// The most choices (`n`) one request may ask for.
     max_n: usize,
+    /// Constrained decoding over this tokenizer.
+    grammars: Arc<constrain::Grammars>,
 }
 
 /// Default [`InferenceServer::with_max_n`]: enough for best-of-n and
@@ -94,6 +97,7 @@ impl InferenceServer {
             family.tools = ToolFormat::Hermes;
         }
         InferenceServer {
+            grammars: Arc::new(constrain::Grammars::new(tokenizer.clone(), eos.clone())),
             engine,
             tokenizer,
             model_name: model_name.into(),
@@ -293,6 +297,7 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
             prompt_ids: prompt_ids.clone(),
             params,
             stop_hook: stop_hook(&s.tokenizer, &opts.stop),
+            constraint: s.grammars.constraint(&body, api)?,
         });
         events.push(submitted.map_err(|e| match e {
             EngineError::Invalid(m) => ApiError::bad_request(m),

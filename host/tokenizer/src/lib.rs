@@ -41,6 +41,14 @@ impl Tokenizer {
         Ok(Self { inner, template })
     }
 
+    /// The tokenizer as `tokenizer.json` text (what llguidance reads token
+    /// bytes from).
+    pub fn to_json(&self) -> Result<String, TokenizerError> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| TokenizerError::Tokenize(e.to_string()))
+    }
+
     pub fn vocab_size(&self) -> u32 {
         self.inner.get_vocab_size(true) as u32
     }

@@ -47,10 +47,23 @@ pub use sampling::{MAX_TOP_LOGPROBS, SamplingParams, TopLogprobs};
 /// ends the sequence with [`FinishReason::Stop`] (e.g. a stop string).
 pub type StopHook = Box<dyn FnMut(&[u32]) -> bool + Send>;
 
+/// Constrained decoding: which tokens a sequence may sample next (a
+/// grammar or JSON schema, see `agl-inference`). The engine samples only
+/// among them, so each token's logprob (and its alternatives) is under the
+/// masked distribution it was actually drawn from.
+pub trait TokenConstraint: Send {
+    /// The tokens allowed next: bit `id % 32` of word `id / 32`.
+    fn allowed(&mut self) -> Result<Vec<u32>, String>;
+    /// Takes the sampled token; `true` when the constraint is complete and
+    /// the sequence ends (after this token).
+    fn commit(&mut self, token: u32) -> Result<bool, String>;
+}
+
 pub struct Request {
     pub prompt_ids: Vec<u32>,
     pub params: SamplingParams,
     pub stop_hook: Option<StopHook>,
+    pub constraint: Option<Box<dyn TokenConstraint>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +74,8 @@ pub enum FinishReason {
     Length,
     /// A weight update or an engine failure interrupted it.
     Abort,
+    /// The constraint failed (or allowed no token): the sequence ends there.
+    ConstraintError,
 }
 
 impl FinishReason {
@@ -69,6 +84,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Abort => "abort",
+            FinishReason::ConstraintError => "error",
         }
     }
 }
@@ -83,6 +99,9 @@ pub struct Finished {
     /// Per sampled token, its request's `top_logprobs` most likely tokens.
     pub top_logprobs: Vec<TopLogprobs>,
     pub weight_version: u64,
+    /// The request had a [`TokenConstraint`]: its logprobs are under the
+    /// masked distributions.
+    pub constrained: bool,
 }
 
 /// What a request's stream yields: tokens as they are sampled, then one

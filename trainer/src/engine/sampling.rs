@@ -81,15 +81,29 @@ impl Rng {
 
 /// Picks a token from one row of f32 logits; returns it with its f32
 /// `log_softmax(logits / t)` (t = 1 when greedy) and the `top_logprobs`
-/// most likely tokens under that same distribution (ties by id).
-pub fn sample(logits: &[f32], params: &SamplingParams, rng: &mut Rng) -> (u32, f32, TopLogprobs) {
+/// most likely tokens under that same distribution (ties by id). With
+/// `allowed` (a constraint's mask, one bit per token id) every other token
+/// is out: the distribution, and so each logprob, is over the allowed ones.
+pub fn sample(
+    logits: &[f32],
+    params: &SamplingParams,
+    allowed: Option<&[u32]>,
+    rng: &mut Rng,
+) -> (u32, f32, TopLogprobs) {
     let greedy = params.temperature == 0.0;
     let t = if greedy {
         1.0
     } else {
         params.temperature as f32
     };
-    let scaled: Vec<f32> = logits.iter().map(|&x| x / t).collect();
+    let mut scaled: Vec<f32> = logits.iter().map(|&x| x / t).collect();
+    if let Some(mask) = allowed {
+        for (id, x) in scaled.iter_mut().enumerate() {
+            if !is_allowed(mask, id) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
     let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = scaled.iter().map(|&x| ((x - max) as f64).exp()).sum();
     let log_z = max + sum.ln() as f32;
@@ -100,9 +114,15 @@ pub fn sample(logits: &[f32], params: &SamplingParams, rng: &mut Rng) -> (u32, f
     };
     let top = top_k(&scaled, params.top_logprobs)
         .into_iter()
+        .filter(|&i| scaled[i].is_finite())
         .map(|i| (i as u32, scaled[i] - log_z))
         .collect();
     (token as u32, scaled[token] - log_z, top)
+}
+
+/// Whether bit `id` of a token mask (32 ids per word) is set.
+pub fn is_allowed(mask: &[u32], id: usize) -> bool {
+    mask.get(id / 32).is_some_and(|w| w >> (id % 32) & 1 == 1)
 }
 
 /// Indices of the `k` largest values, largest first, ties by index.
@@ -167,8 +187,13 @@ fn draw(scaled: &[f32], max: f32, params: &SamplingParams, rng: &mut Rng) -> usi
             return i;
         }
     }
-    // Rounding left a sliver: the last candidate.
-    candidates[candidates.len() - 1]
+    // Rounding left a sliver: the last candidate that may be drawn.
+    candidates
+        .iter()
+        .rev()
+        .copied()
+        .find(|&i| weights[i] > 0.0)
+        .unwrap_or(candidates[candidates.len() - 1])
 }
 
 #[cfg(test)]
@@ -187,7 +212,7 @@ mod tests {
     #[test]
     fn greedy_takes_the_argmax_with_its_t1_logprob() {
         let logits = [0.0f32, 2.0, 1.0];
-        let (tok, lp, _) = sample(&logits, &params(0.0, 0, 1.0), &mut Rng::new(1));
+        let (tok, lp, _) = sample(&logits, &params(0.0, 0, 1.0), None, &mut Rng::new(1));
         assert_eq!(tok, 1);
         let z: f32 = logits.iter().map(|x| x.exp()).sum();
         assert!((lp - (2.0 - z.ln())).abs() < 1e-6);
@@ -198,7 +223,7 @@ mod tests {
         let logits = [0.5f32, 3.0, 1.0, -1.0];
         let mut rng = Rng::new(7);
         for _ in 0..20 {
-            let (tok, lp, _) = sample(&logits, &params(0.5, 1, 1.0), &mut rng);
+            let (tok, lp, _) = sample(&logits, &params(0.5, 1, 1.0), None, &mut rng);
             assert_eq!(tok, 1);
             let z: f32 = logits.iter().map(|x| (x / 0.5).exp()).sum();
             assert!((lp - (3.0 / 0.5 - z.ln())).abs() < 1e-5);
@@ -212,7 +237,7 @@ mod tests {
         let mut rng = Rng::new(3);
         let mut counts = [0usize; 4];
         for _ in 0..4000 {
-            counts[sample(&logits, &params(1.0, 0, 0.7), &mut rng).0 as usize] += 1;
+            counts[sample(&logits, &params(1.0, 0, 0.7), None, &mut rng).0 as usize] += 1;
         }
         assert_eq!(counts[2] + counts[3], 0);
         let share = counts[0] as f64 / 4000.0;
@@ -224,7 +249,7 @@ mod tests {
         let logits = [1.0f32, 3.0, 3.0, -2.0, 0.5];
         let mut p = params(0.7, 0, 1.0);
         p.top_logprobs = 3;
-        let (_, _, top) = sample(&logits, &p, &mut Rng::new(9));
+        let (_, _, top) = sample(&logits, &p, None, &mut Rng::new(9));
         let z: f32 = logits.iter().map(|x| (x / 0.7).exp()).sum();
         let lp = |i: usize| logits[i] / 0.7 - z.ln();
         let ids: Vec<u32> = top.iter().map(|t| t.0).collect();
@@ -235,11 +260,33 @@ mod tests {
         // Greedy: the top-1 is the sampled token, with the same logprob.
         p.temperature = 0.0;
         p.top_logprobs = 20;
-        let (tok, lp, top) = sample(&logits, &p, &mut Rng::new(9));
+        let (tok, lp, top) = sample(&logits, &p, None, &mut Rng::new(9));
         assert_eq!(top.len(), logits.len(), "capped at the vocabulary");
         assert_eq!(top[0], (tok, lp));
         p.top_logprobs = 21;
         assert!(p.validate().unwrap_err().contains("top_logprobs"));
+    }
+
+    #[test]
+    fn a_mask_keeps_only_allowed_tokens_and_renormalises_over_them() {
+        let logits = [2.0f32, 0.5, 1.5, -1.0, 0.0];
+        // Tokens 1 and 3 only.
+        let mask = [0b01010u32];
+        let mut p = params(0.8, 0, 1.0);
+        p.top_logprobs = 5;
+        let z: f32 = [1usize, 3].iter().map(|&i| (logits[i] / 0.8).exp()).sum();
+        let mut rng = Rng::new(4);
+        let mut seen = [0usize; 5];
+        for _ in 0..300 {
+            let (tok, lp, top) = sample(&logits, &p, Some(&mask), &mut rng);
+            seen[tok as usize] += 1;
+            assert!((lp - (logits[tok as usize] / 0.8 - z.ln())).abs() < 1e-5);
+            assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3]);
+        }
+        assert_eq!(seen[0] + seen[2] + seen[4], 0, "{seen:?}");
+        assert!(seen[1] > 0 && seen[3] > 0, "{seen:?}");
+        let (tok, _, _) = sample(&logits, &params(0.0, 0, 1.0), Some(&mask), &mut rng);
+        assert_eq!(tok, 1, "greedy: the best allowed token");
     }
 
     #[test]
@@ -248,7 +295,7 @@ mod tests {
         let run = |seed| {
             let mut rng = Rng::new(seed);
             (0..30)
-                .map(|_| sample(&logits, &params(1.0, 0, 1.0), &mut rng).0)
+                .map(|_| sample(&logits, &params(1.0, 0, 1.0), None, &mut rng).0)
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(5), run(5));

@@ -188,8 +188,20 @@ impl Scheduler {
             }
         };
         for (mut seq, row) in seqs.into_iter().zip(rows) {
+            let mask = match seq.pending.request.constraint.as_mut().map(|c| c.allowed()) {
+                None => None,
+                Some(Ok(mask)) if mask.iter().any(|w| *w != 0) => Some(mask),
+                Some(outcome) => {
+                    let why = outcome
+                        .err()
+                        .unwrap_or_else(|| "no token is allowed".into());
+                    tracing::warn!("constrained decoding stopped: {why}");
+                    self.finish(seq, FinishReason::ConstraintError);
+                    continue;
+                }
+            };
             let params = &seq.pending.request.params;
-            let (id, logprob, top) = sample(&row, params, &mut seq.rng);
+            let (id, logprob, top) = sample(&row, params, mask.as_deref(), &mut seq.rng);
             seq.response.push(id);
             seq.logprobs.push(logprob);
             seq.top_logprobs.push(top.clone());
@@ -197,7 +209,19 @@ impl Scheduler {
                 .pending
                 .events
                 .send(EngineEvent::Token { id, logprob, top });
-            match self.reason_to_stop(&mut seq) {
+            let complete = match seq.pending.request.constraint.as_mut() {
+                Some(c) => c.commit(id),
+                None => Ok(false),
+            };
+            let reason = match complete {
+                Ok(true) => Some(FinishReason::Stop),
+                Ok(false) => self.reason_to_stop(&mut seq),
+                Err(why) => {
+                    tracing::warn!("constrained decoding stopped: {why}");
+                    Some(FinishReason::ConstraintError)
+                }
+            };
+            match reason {
                 Some(reason) => self.finish(seq, reason),
                 None => self.active.push(seq),
             }
@@ -235,6 +259,7 @@ impl Scheduler {
     fn finish(&mut self, seq: Active, reason: FinishReason) {
         self.cache.release(seq.slot);
         let Pending { request, events } = seq.pending;
+        let constrained = request.constraint.is_some();
         let _ = events.send(EngineEvent::Finished(Finished {
             finish_reason: reason,
             prompt_ids: request.prompt_ids,
@@ -242,6 +267,7 @@ impl Scheduler {
             logprobs: seq.logprobs,
             top_logprobs: seq.top_logprobs,
             weight_version: self.version.load(Ordering::SeqCst),
+            constrained,
         }));
     }
 }

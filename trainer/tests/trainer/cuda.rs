@@ -86,6 +86,7 @@ fn greedy_all(engine: &EngineHandle, prompts: &[Vec<u32>]) -> Vec<Finished> {
                 prompt_ids: p.clone(),
                 params: params.clone(),
                 stop_hook: None,
+                constraint: None,
             };
             engine.submit(request).unwrap()
         })

@@ -44,6 +44,7 @@ fn request(prompt: &[u32], params: SamplingParams) -> Request {
         prompt_ids: prompt.to_vec(),
         params,
         stop_hook: None,
+        constraint: None,
     }
 }
 

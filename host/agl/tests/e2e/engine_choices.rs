@@ -85,6 +85,15 @@ async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
         );
     }
 
+    // Constrained decoding: 20 seeds of a json_schema answer and of a
+    // forced tool call, each valid against its schema.
+    let got = direct(&base, &["constrained", "20"]).await;
+    assert_eq!(
+        (got["answers"].clone(), got["calls"].clone()),
+        (json!(20), json!(20)),
+        "{got}"
+    );
+
     assert_eq!(direct(&base, &["models"]).await["ids"], json!(["tiny"]));
     for (extra, field) in [
         (json!({"n": 17}), "`n` must be between 1 and 16"),

@@ -1,0 +1,290 @@
+//! Constrained decoding with llguidance over the policy's tokenizer: the
+//! request's `response_format` (`json_object`, `json_schema`), vLLM's
+//! `structured_outputs` (`json`, `json_object`, `regex`, `choice`,
+//! `grammar` in Lark), or a forced tool call (`tool_choice` `required` or a
+//! named function, in the Hermes `<tool_call>` format this engine parses)
+//! becomes a grammar whose token mask the engine samples under
+//! (`agl_trainer::engine::TokenConstraint`).
+
+use std::sync::{Arc, OnceLock};
+
+use agl_tokenizer::Tokenizer;
+use agl_trainer::engine::TokenConstraint;
+use agl_wire::ApiError;
+use llguidance::api::TopLevelGrammar;
+use llguidance::earley::SlicedBiasComputer;
+use llguidance::toktrie::{InferenceCapabilities, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{Value, json};
+
+use super::Api;
+
+/// The parser factory over the policy's vocabulary, built on first use
+/// (the token trie takes a moment for a large vocabulary).
+pub struct Grammars {
+    tokenizer: Arc<Tokenizer>,
+    eos: Vec<u32>,
+    factory: OnceLock<Result<ParserFactory, String>>,
+}
+
+impl Grammars {
+    pub fn new(tokenizer: Arc<Tokenizer>, eos: Vec<u32>) -> Self {
+        Grammars {
+            tokenizer,
+            eos,
+            factory: OnceLock::new(),
+        }
+    }
+
+    fn factory(&self) -> Result<&ParserFactory, ApiError> {
+        self.factory
+            .get_or_init(|| build_factory(&self.tokenizer, &self.eos))
+            .as_ref()
+            .map_err(|e| ApiError::internal(format!("constrained decoding is unavailable: {e}")))
+    }
+
+    /// The constraint `body` asks for, if any; a bad schema or grammar is
+    /// a 400 naming the field.
+    pub fn constraint(
+        &self,
+        body: &Value,
+        api: Api,
+    ) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
+        let Some((field, grammar)) = grammar_of(body, api)? else {
+            return Ok(None);
+        };
+        let parser = self
+            .factory()?
+            .create_parser(grammar)
+            .map_err(|e| ApiError::bad_request(format!("`{field}`: {e}")))?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(ApiError::bad_request(format!("`{field}`: {e}")));
+        }
+        Ok(Some(Box::new(Guided(matcher))))
+    }
+}
+
+fn build_factory(tokenizer: &Arc<Tokenizer>, eos: &[u32]) -> Result<ParserFactory, String> {
+    let json: Value = serde_json::from_str(&tokenizer.to_json().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    // Byte-level and byte-fallback vocabularies as llguidance reads them;
+    // any other (e.g. a plain BPE over characters) token by token.
+    let mut words = match llguidance::token_bytes_from_tokenizer_json(&json) {
+        Ok(words) => words,
+        Err(_) => decoded_tokens(tokenizer, &json),
+    };
+    let vocab = (tokenizer.vocab_size() as usize).max(words.len());
+    words.resize(vocab, Vec::new());
+    let first_eos = eos
+        .first()
+        .copied()
+        .ok_or("the model has no end-of-turn token")?;
+    let trie = TokTrie::from(&TokRxInfo::new(vocab as u32, first_eos), &words).with_eos_tokens(eos);
+    let env: TokEnv = Arc::new(Env {
+        trie,
+        tokenizer: tokenizer.clone(),
+    });
+    let mut factory = ParserFactory::new(
+        &env,
+        InferenceCapabilities::default(),
+        &SlicedBiasComputer::general_slices(),
+    )
+    .map_err(|e| e.to_string())?;
+    factory.quiet();
+    Ok(factory)
+}
+
+/// Each token's bytes as the tokenizer decodes it alone; special added
+/// tokens marked as llguidance marks them (never matched by grammar text).
+fn decoded_tokens(tokenizer: &Tokenizer, json: &Value) -> Vec<Vec<u8>> {
+    let special: std::collections::HashMap<u64, &str> = json["added_tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["special"] == json!(true))
+        .filter_map(|t| Some((t["id"].as_u64()?, t["content"].as_str()?)))
+        .collect();
+    (0..tokenizer.vocab_size())
+        .map(|id| match special.get(&u64::from(id)) {
+            Some(content) => [&[TokTrie::SPECIAL_TOKEN_MARKER][..], content.as_bytes()].concat(),
+            None => tokenizer
+                .decode(&[id], false)
+                .unwrap_or_default()
+                .into_bytes(),
+        })
+        .collect()
+}
+
+/// llguidance's view of the tokenizer: the token trie, and tokenizing the
+/// grammar's literal text with the policy's own tokenizer.
+struct Env {
+    trie: TokTrie,
+    tokenizer: Arc<Tokenizer>,
+}
+
+impl TokenizerEnv for Env {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+        self.tokenizer
+            .encode(&String::from_utf8_lossy(s), false)
+            .unwrap_or_default()
+    }
+}
+
+/// One sequence's grammar state.
+struct Guided(Matcher);
+
+impl TokenConstraint for Guided {
+    fn allowed(&mut self) -> Result<Vec<u32>, String> {
+        let mask = self.0.compute_mask_or_eos().map_err(|e| e.to_string())?;
+        Ok(mask.as_slice().to_vec())
+    }
+
+    fn commit(&mut self, token: u32) -> Result<bool, String> {
+        self.0.consume_token(token).map_err(|e| e.to_string())?;
+        Ok(self.0.is_stopped())
+    }
+}
+
+/// `schema` written the way models write JSON, `{"a": 1, "b": 2}`, with no
+/// other whitespace (llguidance's default lets whitespace run on, which a
+/// sampling model does until `max_tokens`); a schema's own `x-guidance`
+/// options win.
+fn compact(mut schema: Value) -> Value {
+    if let Some(fields) = schema.as_object_mut() {
+        fields.entry("x-guidance").or_insert(json!({
+            "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": ",
+        }));
+    }
+    schema
+}
+
+fn json_grammar(schema: Value) -> TopLevelGrammar {
+    TopLevelGrammar::from_json_schema(compact(schema))
+}
+
+/// Which field of `body` constrains the output, and its grammar.
+fn grammar_of(body: &Value, api: Api) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
+    if let Some(format) = body.get("response_format").filter(|f| !f.is_null()) {
+        let kind = format.get("type").and_then(Value::as_str).unwrap_or("");
+        return match kind {
+            "text" => Ok(None),
+            "json_object" => Ok(Some((
+                "response_format",
+                json_grammar(json!({"type": "object"})),
+            ))),
+            "json_schema" => {
+                let schema = format
+                    .pointer("/json_schema/schema")
+                    .filter(|s| s.is_object() || s.is_boolean())
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "`response_format.json_schema.schema` must be a JSON schema",
+                        )
+                    })?;
+                Ok(Some(("response_format", json_grammar(schema.clone()))))
+            }
+            other => Err(ApiError::bad_request(format!(
+                "`response_format.type` must be text, json_object or json_schema, got {other:?}"
+            ))),
+        };
+    }
+    if let Some(outputs) = body.get("structured_outputs").filter(|f| !f.is_null()) {
+        return structured_outputs(outputs).map(|g| Some(("structured_outputs", g)));
+    }
+    if api == Api::Chat {
+        return forced_tool_call(body);
+    }
+    Ok(None)
+}
+
+/// vLLM's `structured_outputs`: one of `json`, `json_object`, `regex`,
+/// `choice`, `grammar`.
+fn structured_outputs(v: &Value) -> Result<TopLevelGrammar, ApiError> {
+    let bad = |m: &str| ApiError::bad_request(format!("`structured_outputs`: {m}"));
+    if let Some(schema) = v.get("json").filter(|s| !s.is_null()) {
+        let schema = match schema {
+            Value::String(text) => serde_json::from_str(text).map_err(|e| bad(&e.to_string()))?,
+            other => other.clone(),
+        };
+        return Ok(json_grammar(schema));
+    }
+    if v.get("json_object") == Some(&json!(true)) {
+        return Ok(json_grammar(json!({"type": "object"})));
+    }
+    if let Some(rx) = v.get("regex").and_then(Value::as_str) {
+        return Ok(TopLevelGrammar::from_regex(rx));
+    }
+    if let Some(choices) = v.get("choice").and_then(Value::as_array) {
+        let alternatives: Option<Vec<String>> = choices
+            .iter()
+            .map(|c| {
+                c.as_str()
+                    .map(|s| serde_json::to_string(s).unwrap_or_default())
+            })
+            .collect();
+        let alternatives = alternatives
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| bad("`choice` must be strings"))?;
+        return Ok(TopLevelGrammar::from_lark(format!(
+            "start: {}",
+            alternatives.join(" | ")
+        )));
+    }
+    if let Some(lark) = v.get("grammar").and_then(Value::as_str) {
+        return Ok(TopLevelGrammar::from_lark(lark.to_string()));
+    }
+    Err(bad("give one of json, json_object, regex, choice, grammar"))
+}
+
+/// `tool_choice` `required` (any offered tool) or a named function: a call
+/// of that tool with arguments valid against its parameters' schema,
+/// written as `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`.
+fn forced_tool_call(body: &Value) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
+    let wanted = match body.get("tool_choice") {
+        Some(Value::String(s)) if s == "required" => None,
+        Some(choice @ Value::Object(_)) => Some(
+            choice
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::bad_request("`tool_choice.function.name` is missing"))?,
+        ),
+        _ => return Ok(None),
+    };
+    let tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let calls: Vec<Value> = tools
+        .iter()
+        .filter_map(|t| t.get("function"))
+        .filter(|f| wanted.is_none_or(|w| f.get("name").and_then(Value::as_str) == Some(w)))
+        .map(|f| {
+            let params = f
+                .get("parameters")
+                .cloned()
+                .unwrap_or(json!({"type": "object"}));
+            json!({"type": "object",
+                   "properties": {"name": {"const": f.get("name")}, "arguments": params},
+                   "required": ["name", "arguments"], "additionalProperties": false})
+        })
+        .collect();
+    if calls.is_empty() {
+        return Err(ApiError::bad_request(match wanted {
+            Some(name) => format!("`tool_choice` names `{name}`, which is not in `tools`"),
+            None => "`tool_choice` is `required` but `tools` offers none".to_string(),
+        }));
+    }
+    let schema = compact(if calls.len() == 1 {
+        calls[0].clone()
+    } else {
+        json!({"anyOf": calls})
+    });
+    let lark = format!("start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}");
+    Ok(Some(("tool_choice", TopLevelGrammar::from_lark(lark))))
+}
