@@ -34,7 +34,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agl_trainer::engine::{
-    EngineConfig, EngineError, EngineEvent, EngineHandle, Finished, Request, StopHook, TopLogprobs,
+    EngineConfig, EngineError, EngineEvent, EngineHandle, Finished, Request, StopHook,
+    TokenConstraint, TopLogprobs,
 };
 use agl_trainer::model::Model;
 use anyhow::Context;
@@ -127,6 +128,16 @@ impl InferenceServer {
         let eos = eos_ids(dir, &tokenizer);
         let engine = EngineHandle::spawn(model, config)?;
         Ok(Self::new(engine, Arc::new(tokenizer), model_name, eos))
+    }
+
+    /// The constraint a request `body` of `api` asks for (what the engine
+    /// samples each of its choices under); `None` when it asks for none.
+    pub fn constraint(
+        &self,
+        body: &Value,
+        api: Api,
+    ) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
+        self.grammars.constraint(body, api)
     }
 
     pub fn engine(&self) -> &EngineHandle {
@@ -297,7 +308,7 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
             prompt_ids: prompt_ids.clone(),
             params,
             stop_hook: stop_hook(&s.tokenizer, &opts.stop),
-            constraint: s.grammars.constraint(&body, api)?,
+            constraint: s.constraint(&body, api)?,
         });
         events.push(submitted.map_err(|e| match e {
             EngineError::Invalid(m) => ApiError::bad_request(m),

@@ -173,3 +173,75 @@ async fn through_the_gateway_alternatives_come_back_models_list_and_n_is_refused
         "{got}"
     );
 }
+
+/// A constrained call through the gateway (greedy: val mode) records, for
+/// each sampled token, the logprob under the mask it was drawn with: the
+/// model's full forward, masked by replaying the same constraint, gives
+/// the same numbers; unmasked ones would be lower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constrained_logprobs_are_recorded_under_the_mask() {
+    use agl_inference::Api;
+    use agl_trainer::engine::TokenConstraint;
+    use tch::Tensor;
+
+    let env = start().await;
+    let got = client(&env, "r1", &["constrained", "1"]).await;
+    assert_eq!(got["answers"], 1, "{got}");
+    let rollout = env.store.export_rollout("r1").await.unwrap();
+    let dir = model_dir(5);
+    let server = server(dir.path());
+    let mut masked_below = 0;
+    for call in &rollout.calls {
+        let request: Value = serde_json::from_str(call.request.as_str()).unwrap();
+        let mut constraint: Box<dyn TokenConstraint> = server
+            .constraint(&request, Api::Chat)
+            .unwrap()
+            .expect("a constrained call");
+        let ids: Vec<i64> = call
+            .prompt_ids
+            .iter()
+            .chain(&call.response_ids)
+            .map(|&t| t as i64)
+            .collect();
+        let logits = env
+            .model
+            .forward(&Tensor::from_slice(&ids).view([1, -1]), None)
+            .unwrap();
+        for (i, (&token, &recorded)) in call
+            .response_ids
+            .iter()
+            .zip(&call.response_logprobs)
+            .enumerate()
+        {
+            let row =
+                Vec::<f32>::try_from(logits.get(0).get((call.prompt_ids.len() + i - 1) as i64))
+                    .unwrap();
+            let mask = constraint.allowed().unwrap();
+            let allowed = |id: usize| mask.get(id / 32).is_some_and(|w| w >> (id % 32) & 1 == 1);
+            assert!(allowed(token as usize), "token {i} was allowed");
+            let max = row.iter().copied().fold(f32::MIN, f32::max);
+            let z = |keep: &dyn Fn(usize) -> bool| -> f32 {
+                let sum: f64 = row
+                    .iter()
+                    .enumerate()
+                    .filter(|(id, _)| keep(*id))
+                    .map(|(_, &x)| ((x - max) as f64).exp())
+                    .sum();
+                max + sum.ln() as f32
+            };
+            let under_mask = row[token as usize] - z(&allowed);
+            assert!(
+                (under_mask - recorded).abs() < 1e-4,
+                "token {i}: {under_mask} vs {recorded}"
+            );
+            let unmasked = row[token as usize] - z(&|_| true);
+            if unmasked < recorded - 1e-3 {
+                masked_below += 1;
+            }
+            if constraint.commit(token).unwrap() {
+                break;
+            }
+        }
+    }
+    assert!(masked_below > 0, "the mask changed some logprobs");
+}

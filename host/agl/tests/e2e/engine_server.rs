@@ -67,8 +67,8 @@ pub(crate) fn server(dir: &Path) -> InferenceServer {
 pub(crate) struct Env {
     pub(crate) store: Store,
     base: String,
-    model: Model,
-    tokenizer: Tokenizer,
+    pub(crate) model: Model,
+    pub(crate) tokenizer: Tokenizer,
     _model_dir: Option<tempfile::TempDir>,
     _dir: tempfile::TempDir,
 }
