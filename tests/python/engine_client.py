@@ -11,9 +11,9 @@ Python SDK (host/agl/tests/e2e/engine_server.rs). Prints one JSON summary.
     engine_client.py choices N PROMPT   n=N sampled choices, whole and streamed
     engine_client.py top K PROMPT       greedy, logprobs with K alternatives,
                                         chat whole and streamed, and completions
-    engine_client.py constrained N      N seeds each of a json_schema answer and a
-                                        forced tool call: how many parse and
-                                        validate against their schema
+    engine_client.py constrained N [json-only]  N seeds each of a json_schema
+                                        answer and a forced tool call: how many
+                                        parse and validate against their schema
     engine_client.py models             the listed model ids
     engine_client.py refused ARGS_JSON  one chat with extra arguments that must
                                         be refused: the status and message
@@ -121,9 +121,9 @@ TOOL = {"type": "function", "function": {"name": "paint", "description": "paints
                                          "parameters": SCHEMA}}
 
 
-def constrained(client, n):
-    """n seeds at temperature 1 of a json_schema answer and of a forced
-    call of `paint`: each must parse and validate."""
+def constrained(client, n, tools=True):
+    """n seeds at temperature 1 of a json_schema answer and (`tools`) of a
+    forced call of `paint`: each must parse and validate."""
     import jsonschema
 
     answers, calls, examples = 0, 0, []
@@ -133,6 +133,9 @@ def constrained(client, n):
             "type": "json_schema", "json_schema": {"name": "pick", "schema": SCHEMA, "strict": True}}, **kw)
         jsonschema.validate(json.loads(a.choices[0].message.content), SCHEMA)
         answers += 1
+        if not tools:
+            examples.append([a.choices[0].message.content])
+            continue
         c = chat(client, "paint it", tools=[TOOL],
                  tool_choice={"type": "function", "function": {"name": "paint"}}, **kw)
         assert c.choices[0].message.tool_calls, (c.choices[0].message.content, c.choices[0].finish_reason)
@@ -186,7 +189,7 @@ def main():
     elif mode == "top":
         result = top(client, int(args[0]), args[1])
     elif mode == "constrained":
-        result = constrained(client, int(args[0]))
+        result = constrained(client, int(args[0]), tools=args[1:] != ["json-only"])
     elif mode == "models":
         result = {"ids": [m.id for m in client.models.list()]}
     elif mode == "refused":

@@ -58,6 +58,7 @@ fn long_rollout() -> Rollout {
             finished_at_ms: 0,
             tags: Default::default(),
             continues: None,
+            constrained: false,
         });
         prompt.extend(&response);
         prompt.extend(ids.take(OBSERVATION));

@@ -124,6 +124,7 @@ fn call(
         finished_at_ms: 0,
         tags: Default::default(),
         continues: None,
+        constrained: false,
     }
 }
 

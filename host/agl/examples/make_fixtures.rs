@@ -185,6 +185,7 @@ impl<'a> Recorder<'a> {
             finished_at_ms: self.clock + 400,
             tags,
             continues: None,
+            constrained: false,
         });
     }
 

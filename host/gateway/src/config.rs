@@ -47,6 +47,21 @@ pub struct GatewayConfig {
     /// Sampling temperature the proxy forces for train / val rollouts.
     pub train_temperature: f64,
     pub val_temperature: f64,
+    /// Calls that ask the engine to constrain its output (JSON
+    /// `response_format`, `structured_outputs`, a forced `tool_choice` the
+    /// engine enforces): `allow` serves and records them `constrained`
+    /// (their logprobs are under the masked distribution), `refuse` answers
+    /// them 400.
+    pub constrained: ConstrainedCalls,
+}
+
+/// `gateway.constrained`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConstrainedCalls {
+    #[default]
+    Allow,
+    Refuse,
 }
 
 impl Default for GatewayConfig {
@@ -67,6 +82,7 @@ impl Default for GatewayConfig {
             public_base_url: None,
             train_temperature: 1.0,
             val_temperature: 0.0,
+            constrained: ConstrainedCalls::Allow,
         }
     }
 }

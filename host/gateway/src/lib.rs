@@ -40,7 +40,7 @@ pub use plugins::{PluginAdmin, PluginFuture, PluginSource, SharedPluginAdmin};
 
 use agl_conversation::Renderer;
 use agl_store::Store;
-pub use config::GatewayConfig;
+pub use config::{ConstrainedCalls, GatewayConfig};
 
 /// Secret used for rollout tokens when neither a token secret nor an admin
 /// key is configured. Auth is off then, so tokens are never checked.

@@ -135,6 +135,7 @@ mod tests {
                     finished_at_ms: 0,
                     tags: Default::default(),
                     continues: None,
+                    constrained: false,
                 })
                 .collect(),
             events: vec![],

@@ -66,6 +66,11 @@ pub struct ModelRequest<Req = JsonText> {
     /// continues token-exactly (gateway-rendered calls only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<u64>,
+    /// The engine sampled under a constraint (`response_format` JSON,
+    /// `structured_outputs`, a forced `tool_choice`): each logprob is under
+    /// the masked distribution the token was drawn from, not the policy's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub constrained: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +103,7 @@ impl ModelRequest<JsonText> {
             finished_at_ms: self.finished_at_ms,
             tags: self.tags,
             continues,
+            constrained: self.constrained,
         }
     }
 }
@@ -174,6 +180,7 @@ mod tests {
             error: None,
             upstream_status: None,
             continues: None,
+            constrained: false,
         };
         let read: ModelRequest = serde_json::from_str(written.to_payload().as_str()).unwrap();
         let call = read.into_call(7, None);

@@ -143,6 +143,9 @@ pub struct ModelCall {
     /// calls); `None` for a fresh render or a passthrough call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<u32>,
+    /// Sampled under a constraint: the logprobs are the masked ones.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub constrained: bool,
 }
 
 /// Any non-model event: a harness-reported `reward`, log tails, custom events.

@@ -10,7 +10,7 @@ use std::process::Command;
 use agl_store::Render;
 use serde_json::{Value, json};
 
-use crate::engine_server::{client, model_dir, server, start, start_rendered};
+use crate::engine_server::{client, model_dir, server, start, start_configured, start_rendered};
 use crate::process::python;
 
 /// `engine_client.py ARGS` against the engine's own HTTP server.
@@ -191,7 +191,9 @@ async fn constrained_logprobs_are_recorded_under_the_mask() {
     let dir = model_dir(5);
     let server = server(dir.path());
     let mut masked_below = 0;
+    assert_eq!(rollout.calls.len(), 2);
     for call in &rollout.calls {
+        assert!(call.constrained, "recorded as constrained");
         let request: Value = serde_json::from_str(call.request.as_str()).unwrap();
         let mut constraint: Box<dyn TokenConstraint> = server
             .constraint(&request, Api::Chat)
@@ -244,4 +246,38 @@ async fn constrained_logprobs_are_recorded_under_the_mask() {
         }
     }
     assert!(masked_below > 0, "the mask changed some logprobs");
+}
+
+/// The rendered path passes a JSON `response_format` to the engine as
+/// `structured_outputs` (recorded `constrained`; a forced tool call there is
+/// written into the prompt instead, and not); `gateway.constrained =
+/// "refuse"` answers a constrained call 400 naming its field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rendered_path_constrains_json_and_a_gateway_may_refuse_it() {
+    let dir = model_dir(5);
+    let env = start_rendered(dir.path(), Render::Gateway).await;
+    let got = client(&env, "r1", &["constrained", "5", "json-only"]).await;
+    assert_eq!(got["answers"], 5, "{got}");
+    let rollout = env.store.export_rollout("r1").await.unwrap();
+    assert!(rollout.calls.iter().all(|c| c.constrained));
+    client(&env, "r2", &["greedy", "hello there"]).await;
+    let plain = env.store.export_rollout("r2").await.unwrap();
+    assert!(!plain.calls[0].constrained);
+
+    let env = start_configured(dir.path(), Render::Engine, |c| {
+        c.constrained = agl_gateway::ConstrainedCalls::Refuse;
+    })
+    .await;
+    let format = json!({"response_format": {"type": "json_object"}});
+    let got = client(&env, "r1", &["refused", &format.to_string()]).await;
+    assert_eq!(got["status"], 400, "{got}");
+    assert!(
+        got["message"]
+            .as_str()
+            .unwrap()
+            .contains("`response_format` asks for constrained decoding"),
+        "{got}"
+    );
+    let ok = client(&env, "r2", &["greedy", "hello there"]).await;
+    assert_eq!(ok["texts"].as_array().unwrap().len(), 1);
 }

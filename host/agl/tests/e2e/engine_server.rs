@@ -91,15 +91,25 @@ async fn start_on(model_dir: &Path) -> Env {
 
 /// [`start_on`], chat prompts rendered by `render`.
 pub(crate) async fn start_rendered(model_dir: &Path, render: Render) -> Env {
+    start_configured(model_dir, render, |_| {}).await
+}
+
+/// [`start_rendered`] with the gateway config changed by `edit`.
+pub(crate) async fn start_configured(
+    model_dir: &Path,
+    render: Render,
+    edit: impl FnOnce(&mut GatewayConfig),
+) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("agl.db")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let config = GatewayConfig {
+    let mut config = GatewayConfig {
         listen: addr.to_string(),
         admin_key: Some("admin-key".into()),
         ..GatewayConfig::default()
     };
+    edit(&mut config);
     let mut gateway = Gateway::new(store.clone(), config);
     if render == Render::Gateway {
         gateway = gateway.with_renderer(agl::run::policy::renderer(model_dir).unwrap());

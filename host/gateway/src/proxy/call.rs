@@ -76,6 +76,8 @@ pub struct Call {
     pub _guard: CallGuard,
     /// Set when the gateway rendered the prompt (`rendered.rs`).
     pub rendered: Option<RenderedCall>,
+    /// The engine was asked to sample under a constraint.
+    pub constrained: bool,
 }
 
 impl Call {
@@ -112,6 +114,7 @@ impl Call {
             error: out.error,
             upstream_status: out.upstream_status,
             continues: self.rendered.as_ref().and_then(|r| r.continues),
+            constrained: self.constrained,
         };
         let mut payload = record.to_payload();
         // An assembled stream can nest deeper than any one chunk did.

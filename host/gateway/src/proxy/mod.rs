@@ -23,6 +23,8 @@ mod upstream;
 
 use std::time::Instant;
 
+use crate::ConstrainedCalls;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::header::RETRY_AFTER;
@@ -245,6 +247,18 @@ async fn handle(
     } else {
         None
     };
+    // A forced tool call on the rendered path is written into the prompt,
+    // not masked: only what the engine enforces is constrained.
+    let constrained = rewrite::constraint_field(&forward, api)
+        .filter(|f| rendered.is_none() || *f != "tool_choice");
+    if let Some(field) = constrained
+        && st.config.constrained == ConstrainedCalls::Refuse
+    {
+        return Err(ApiError::bad_request(format!(
+            "`{field}` asks for constrained decoding, which this gateway refuses \
+             (gateway.constrained = \"refuse\"): its logprobs would not be the policy's"
+        )));
+    }
     // The room the policy's context leaves (and the configured cap): none
     // is that API's context-length error (a streamed Responses call gets it
     // as the `response.failed` event Codex reads).
@@ -281,6 +295,7 @@ async fn handle(
         _guard: guard,
         st: st.clone(),
         rendered,
+        constrained: constrained.is_some(),
     };
     let out = match &call.rendered {
         Some(r) => Bytes::from(r.engine_body(forward, streaming, room)),

@@ -48,6 +48,39 @@ pub fn one_choice(n: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// The field of `body` that asks the engine to constrain its output
+/// (sample under a token mask): `response_format` JSON, vLLM's
+/// `structured_outputs` / `guided_*`, or (Chat Completions, where the
+/// engine forces it) `tool_choice` `required` or a named function.
+pub fn constraint_field(body: &RawBody, api: ApiKind) -> Option<&'static str> {
+    let value = |k: &str| {
+        body.get(k)
+            .and_then(|v| serde_json::from_str::<serde_json::Value>(v.get()).ok())
+            .filter(|v| !v.is_null())
+    };
+    if value("response_format")
+        .is_some_and(|f| matches!(f["type"].as_str(), Some("json_object" | "json_schema")))
+    {
+        return Some("response_format");
+    }
+    let guided = [
+        "structured_outputs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+    ];
+    if let Some(field) = guided.into_iter().find(|k| value(k).is_some()) {
+        return Some(field);
+    }
+    let forced = match value("tool_choice") {
+        Some(serde_json::Value::String(s)) => s == "required",
+        Some(serde_json::Value::Object(_)) => true,
+        _ => false,
+    };
+    (api == ApiKind::ChatCompletions && forced).then_some("tool_choice")
+}
+
 /// Rewrites `body` in place for `model` and `temperature`.
 pub fn rewrite(body: &mut RawBody, api: ApiKind, model: &str, temperature: f64) {
     let model = serde_json::to_string(model).unwrap_or_else(|_| "null".into());
@@ -86,6 +119,42 @@ pub fn is_stream(body: &RawBody) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constrained_requests_are_told_by_their_field() {
+        let field = |text: &str, api| constraint_field(&parse(text.as_bytes()).unwrap(), api);
+        let chat = ApiKind::ChatCompletions;
+        assert_eq!(
+            field(r#"{"response_format": {"type": "json_object"}}"#, chat),
+            Some("response_format")
+        );
+        assert_eq!(
+            field(r#"{"response_format": {"type": "text"}}"#, chat),
+            None
+        );
+        assert_eq!(
+            field(
+                r#"{"structured_outputs": {"regex": "a+"}}"#,
+                ApiKind::Completions
+            ),
+            Some("structured_outputs")
+        );
+        assert_eq!(
+            field(r#"{"tool_choice": "required"}"#, chat),
+            Some("tool_choice")
+        );
+        assert_eq!(
+            field(
+                r#"{"tool_choice": {"type": "function", "function": {"name": "f"}}}"#,
+                chat
+            ),
+            Some("tool_choice")
+        );
+        assert_eq!(
+            field(r#"{"tool_choice": "auto", "guided_json": null}"#, chat),
+            None
+        );
+    }
 
     #[test]
     fn more_than_one_choice_is_refused_naming_n() {

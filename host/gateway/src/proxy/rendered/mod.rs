@@ -160,6 +160,27 @@ fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<usize, ApiError> {
     Ok(top as usize)
 }
 
+/// The output constraint of a chat body as vLLM's `structured_outputs`
+/// (what the embedded engine and vLLM take on a completions request):
+/// `response_format` JSON becomes `json` / `json_object`; a
+/// `structured_outputs` the harness sent goes as it is.
+pub(crate) fn structured_outputs(body: &RawBody) -> Option<Value> {
+    let value = |k: &str| {
+        body.get(k)
+            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
+            .filter(|v| !v.is_null())
+    };
+    if let Some(given) = value("structured_outputs") {
+        return Some(given);
+    }
+    let format = value("response_format")?;
+    match format["type"].as_str()? {
+        "json_object" => Some(json!({"json_object": true})),
+        "json_schema" => Some(json!({"json": format.pointer("/json_schema/schema")?})),
+        _ => None,
+    }
+}
+
 /// OpenAI's (and vLLM's default) limit on alternatives per token.
 const MAX_TOP_LOGPROBS: u64 = 20;
 
@@ -298,6 +319,7 @@ impl RenderedCall {
             "frequency_penalty",
             "repetition_penalty",
         ];
+        let structured = structured_outputs(&body);
         body.retain(|k, _| KEEP.contains(&k.as_str()));
         let raw = |v: Value| {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
@@ -307,6 +329,9 @@ impl RenderedCall {
             .unwrap_or_else(|_| RawValue::NULL.to_owned());
         body.insert("prompt".into(), ids);
         body.insert("logprobs".into(), raw(json!(self.top_logprobs.max(1))));
+        if let Some(structured) = structured {
+            body.insert("structured_outputs".into(), raw(structured));
+        }
         body.insert("return_token_ids".into(), raw(json!(true)));
         // Markers like `<tool_call>` must reach the parser.
         body.insert("skip_special_tokens".into(), raw(json!(false)));

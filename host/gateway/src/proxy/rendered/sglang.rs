@@ -63,6 +63,19 @@ pub fn generate_body(chat: &RawBody, prompt_ids: &[u32], stream: bool) -> Vec<u8
     if let Some(seed) = value("seed") {
         sampling.insert("sampling_seed".into(), seed);
     }
+    // SGLang takes a JSON schema as text, a regex or an EBNF grammar.
+    if let Some(structured) = super::structured_outputs(chat) {
+        if structured["json_object"] == json!(true) {
+            sampling.insert("json_schema".into(), json!(r#"{"type": "object"}"#));
+        } else if let Some(schema) = structured.get("json") {
+            let text = schema
+                .as_str()
+                .map_or_else(|| schema.to_string(), str::to_owned);
+            sampling.insert("json_schema".into(), json!(text));
+        } else if let Some(rx) = structured.get("regex") {
+            sampling.insert("regex".into(), rx.clone());
+        }
+    }
     // Markers like `<tool_call>` must reach the parser.
     sampling.insert("skip_special_tokens".into(), json!(false));
     /// Written without a JSON tree for the (long) id list.
