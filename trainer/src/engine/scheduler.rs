@@ -176,8 +176,30 @@ impl Scheduler {
 
     /// Runs `batch` for `seqs` (same order), samples one token each, and
     /// keeps the sequences that go on.
-    fn step(&mut self, seqs: Vec<Active>, batch: &[(SlotId, &[i64])]) {
-        let rows = match self.logits(batch) {
+    fn step(&mut self, mut seqs: Vec<Active>, batch: &[(SlotId, &[i64])]) {
+        // Constrained sequences' masks depend only on the tokens so far:
+        // computed on threads of their own while the model runs.
+        let (rows, masks) = std::thread::scope(|scope| {
+            let pending: Vec<_> = seqs
+                .iter_mut()
+                .map(|seq| {
+                    let constraint = seq.pending.request.constraint.as_mut()?;
+                    Some(scope.spawn(move || constraint.allowed()))
+                })
+                .collect();
+            let rows = self.logits(batch);
+            let masks: Vec<Option<Result<Vec<u32>, String>>> = pending
+                .into_iter()
+                .map(|h| {
+                    h.map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err("the constraint panicked".into()))
+                    })
+                })
+                .collect();
+            (rows, masks)
+        });
+        let rows = match rows {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::error!("engine step failed: {e}");
@@ -187,8 +209,8 @@ impl Scheduler {
                 return;
             }
         };
-        for (mut seq, row) in seqs.into_iter().zip(rows) {
-            let mask = match seq.pending.request.constraint.as_mut().map(|c| c.allowed()) {
+        for ((mut seq, row), mask) in seqs.into_iter().zip(rows).zip(masks) {
+            let mask = match mask {
                 None => None,
                 Some(Ok(mask)) if mask.iter().any(|w| *w != 0) => Some(mask),
                 Some(outcome) => {
