@@ -86,6 +86,63 @@ impl Family {
         }
     }
 
+    /// What may follow [`Family::forced_call`]'s text, as a Lark grammar
+    /// (llguidance's, vLLM's `structured_outputs.grammar`): the rest of one
+    /// call of an offered tool (of the named one) whose arguments are valid
+    /// against its `parameters` schema, written compactly as the family
+    /// writes calls. `None` when nothing is forced, no offered tool fits,
+    /// or the family's calls are not JSON (Qwen3-coder's XML).
+    pub fn forced_grammar(&self, choice: &ToolChoice, tools: Option<&Value>) -> Option<String> {
+        let (close, arguments_key) = match self.tools {
+            ToolFormat::Hermes => ("}\n</tool_call>", "arguments"),
+            ToolFormat::Llama3Json => ("}", "parameters"),
+            _ => return None,
+        };
+        let offered: Vec<(&str, Value)> = tools?
+            .as_array()?
+            .iter()
+            .filter_map(|t| {
+                let f = t.get("function").unwrap_or(t);
+                let name = f.get("name")?.as_str()?;
+                let params = f
+                    .get("parameters")
+                    .or_else(|| f.get("input_schema"))
+                    .cloned()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+                Some((name, compact_schema(params)))
+            })
+            .collect();
+        let lark = |schema: &Value| format!("%json {schema}");
+        // A Lark string literal: JSON's quoting.
+        let close = serde_json::to_string(close).ok()?;
+        match choice {
+            ToolChoice::Function(name) => {
+                let (_, schema) = offered.iter().find(|(n, _)| n == name)?;
+                Some(format!("start: args {close}\nargs: {}", lark(schema)))
+            }
+            ToolChoice::Required if !offered.is_empty() => {
+                let mut rules = Vec::new();
+                let mut alternatives = Vec::new();
+                for (i, (name, schema)) in offered.iter().enumerate() {
+                    let head = serde_json::to_string(&format!(
+                        "{}, \"{arguments_key}\": ",
+                        serde_json::to_string(name).ok()?
+                    ))
+                    .ok()?;
+                    alternatives.push(format!("call{i}"));
+                    rules.push(format!("call{i}: {head} args{i} {close}"));
+                    rules.push(format!("args{i}: {}", lark(schema)));
+                }
+                Some(format!(
+                    "start: {}\n{}",
+                    alternatives.join(" | "),
+                    rules.join("\n")
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// Reads a finished output's text.
     pub fn parse(&self, text: &str) -> AssistantTurn {
         let (reasoning, rest) = if self.reasoning {
@@ -256,6 +313,18 @@ fn llama_calls(text: &str) -> (Option<String>, Vec<ToolCall>) {
     (None, calls)
 }
 
+/// A tool's parameters schema written as models write JSON: `{"a": 1}`,
+/// no other whitespace (llguidance's `x-guidance` options; the schema's
+/// own win).
+fn compact_schema(mut schema: Value) -> Value {
+    if let Some(fields) = schema.as_object_mut() {
+        fields.entry("x-guidance").or_insert(serde_json::json!({
+            "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": ",
+        }));
+    }
+    schema
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +453,57 @@ mod tests {
         let as_text = hermes.under(&ToolChoice::None).parse(text);
         assert!(as_text.tool_calls.is_empty());
         assert_eq!(as_text.content.as_deref(), Some(text));
+    }
+
+    #[test]
+    fn a_forced_call_continues_as_a_grammar_of_its_tools_schemas() {
+        let tools = serde_json::json!([
+            {"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}},
+            {"name": "cat", "input_schema": {"type": "object", "required": ["path"]}},
+        ]);
+        let hermes = Family {
+            tools: ToolFormat::Hermes,
+            reasoning: false,
+        };
+        let named = hermes
+            .forced_grammar(&ToolChoice::Function("cat".into()), Some(&tools))
+            .unwrap();
+        assert!(
+            named.starts_with("start: args \"}\\n</tool_call>\"\nargs: %json {"),
+            "{named}"
+        );
+        assert!(named.contains(r#""required":["path"]"#) && named.contains("whitespace_flexible"));
+        let any = hermes
+            .forced_grammar(&ToolChoice::Required, Some(&tools))
+            .unwrap();
+        assert!(any.starts_with("start: call0 | call1\n"), "{any}");
+        assert!(
+            any.contains(r#"call1: "\"cat\", \"arguments\": " args1"#),
+            "{any}"
+        );
+        let llama = Family {
+            tools: ToolFormat::Llama3Json,
+            reasoning: false,
+        };
+        let any = llama
+            .forced_grammar(&ToolChoice::Required, Some(&tools))
+            .unwrap();
+        assert!(
+            any.contains(r#"\"parameters\": "#) && any.contains(r#" "}""#),
+            "{any}"
+        );
+        assert_eq!(
+            hermes.forced_grammar(&ToolChoice::Function("rm".into()), Some(&tools)),
+            None
+        );
+        assert_eq!(hermes.forced_grammar(&ToolChoice::Auto, Some(&tools)), None);
+        let coder = Family {
+            tools: ToolFormat::Qwen3Coder,
+            reasoning: false,
+        };
+        assert_eq!(
+            coder.forced_grammar(&ToolChoice::Required, Some(&tools)),
+            None
+        );
     }
 }

@@ -247,10 +247,13 @@ async fn handle(
     } else {
         None
     };
-    // A forced tool call on the rendered path is written into the prompt,
-    // not masked: only what the engine enforces is constrained.
-    let constrained = rewrite::constraint_field(&forward, api)
-        .filter(|f| rendered.is_none() || *f != "tool_choice");
+    // What the engine samples under: on the rendered path what the gateway
+    // sends it (a forced call of a family without a grammar is only written
+    // into the prompt, and not constrained).
+    let constrained = match &rendered {
+        Some(r) => r.constraint_field(),
+        None => rewrite::constraint_field(&forward, api),
+    };
     if let Some(field) = constrained
         && st.config.constrained == ConstrainedCalls::Refuse
     {

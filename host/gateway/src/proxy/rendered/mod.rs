@@ -138,6 +138,9 @@ pub struct RenderedCall {
     /// Alternatives per token a Chat Completions caller asked for
     /// (`logprobs: true, top_logprobs: k`).
     top_logprobs: usize,
+    /// The output constraint the engine samples under, as vLLM's
+    /// `structured_outputs`, and the request field it comes from.
+    constraint: Option<(&'static str, Value)>,
 }
 
 /// The `top_logprobs` a chat request asks for (0 unless `logprobs` is on);
@@ -160,24 +163,27 @@ fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<usize, ApiError> {
     Ok(top as usize)
 }
 
-/// The output constraint of a chat body as vLLM's `structured_outputs`
-/// (what the embedded engine and vLLM take on a completions request):
-/// `response_format` JSON becomes `json` / `json_object`; a
+/// The output constraint of a request body as vLLM's `structured_outputs`
+/// (what the embedded engine and vLLM take on a completions request) and
+/// its field: `response_format` JSON becomes `json` / `json_object`; a
 /// `structured_outputs` the harness sent goes as it is.
-pub(crate) fn structured_outputs(body: &RawBody) -> Option<Value> {
-    let value = |k: &str| {
-        body.get(k)
-            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
-            .filter(|v| !v.is_null())
-    };
-    if let Some(given) = value("structured_outputs") {
-        return Some(given);
+fn structured_outputs(body: &Value) -> Option<(&'static str, Value)> {
+    if let Some(given) = body.get("structured_outputs").filter(|v| !v.is_null()) {
+        return Some(("structured_outputs", given.clone()));
     }
-    let format = value("response_format")?;
-    match format["type"].as_str()? {
-        "json_object" => Some(json!({"json_object": true})),
-        "json_schema" => Some(json!({"json": format.pointer("/json_schema/schema")?})),
-        _ => None,
+    let format = body.get("response_format")?;
+    let structured = match format.get("type")?.as_str()? {
+        "json_object" => json!({"json_object": true}),
+        "json_schema" => json!({"json": format.pointer("/json_schema/schema")?}),
+        _ => return None,
+    };
+    Some(("response_format", structured))
+}
+
+impl RenderedCall {
+    /// The request field whose constraint the engine samples under.
+    pub fn constraint_field(&self) -> Option<&'static str> {
+        self.constraint.as_ref().map(|(field, _)| *field)
     }
 }
 
@@ -237,7 +243,17 @@ impl RenderedCall {
                 .map_err(|e| ApiError::internal(format!("tokenizing the forced call: {e}")))?;
             prompt.ids.extend(ids);
         }
+        // A forced call's arguments, masked to its tool's schema where the
+        // family writes JSON calls; else a JSON `response_format`.
+        // (SGLang takes no Lark grammar.)
+        let constraint = renderer
+            .family()
+            .forced_grammar(choice, conversation.tools.as_ref())
+            .filter(|_| engine.api != EngineApi::Sglang)
+            .map(|lark| ("tool_choice", json!({"grammar": lark})))
+            .or_else(|| structured_outputs(&value));
         Ok(RenderedCall {
+            constraint,
             family: renderer.family().under(choice),
             forced,
             conversation,
@@ -278,7 +294,12 @@ impl RenderedCall {
         }
         match self.api {
             EngineApi::Openai => self.completions_body(body),
-            EngineApi::Sglang => sglang::generate_body(&body, &self.prompt_ids, stream),
+            EngineApi::Sglang => sglang::generate_body(
+                &body,
+                &self.prompt_ids,
+                stream,
+                self.constraint.as_ref().map(|(_, c)| c),
+            ),
         }
     }
 
@@ -319,7 +340,6 @@ impl RenderedCall {
             "frequency_penalty",
             "repetition_penalty",
         ];
-        let structured = structured_outputs(&body);
         body.retain(|k, _| KEEP.contains(&k.as_str()));
         let raw = |v: Value| {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
@@ -329,8 +349,8 @@ impl RenderedCall {
             .unwrap_or_else(|_| RawValue::NULL.to_owned());
         body.insert("prompt".into(), ids);
         body.insert("logprobs".into(), raw(json!(self.top_logprobs.max(1))));
-        if let Some(structured) = structured {
-            body.insert("structured_outputs".into(), raw(structured));
+        if let Some((_, structured)) = &self.constraint {
+            body.insert("structured_outputs".into(), raw(structured.clone()));
         }
         body.insert("return_token_ids".into(), raw(json!(true)));
         // Markers like `<tool_call>` must reach the parser.

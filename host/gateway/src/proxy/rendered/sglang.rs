@@ -45,7 +45,15 @@ const SAMPLING_KEYS: [&str; 9] = [
 
 /// The `/generate` request for `prompt_ids` with the chat body's sampling
 /// options.
-pub fn generate_body(chat: &RawBody, prompt_ids: &[u32], stream: bool) -> Vec<u8> {
+/// `structured` (vLLM's `structured_outputs` shape) maps onto SGLang's
+/// `json_schema` / `regex`; a Lark grammar has no SGLang form and is left
+/// out.
+pub fn generate_body(
+    chat: &RawBody,
+    prompt_ids: &[u32],
+    stream: bool,
+    structured: Option<&Value>,
+) -> Vec<u8> {
     let value = |k: &str| {
         chat.get(k)
             .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
@@ -64,7 +72,7 @@ pub fn generate_body(chat: &RawBody, prompt_ids: &[u32], stream: bool) -> Vec<u8
         sampling.insert("sampling_seed".into(), seed);
     }
     // SGLang takes a JSON schema as text, a regex or an EBNF grammar.
-    if let Some(structured) = super::structured_outputs(chat) {
+    if let Some(structured) = structured {
         if structured["json_object"] == json!(true) {
             sampling.insert("json_schema".into(), json!(r#"{"type": "object"}"#));
         } else if let Some(schema) = structured.get("json") {
@@ -341,7 +349,8 @@ mod tests {
             r#"{"messages": [], "temperature": 0.7, "max_completion_tokens": 9, "stop": ["x"], "seed": 3, "tools": []}"#,
         )
         .unwrap();
-        let body: Value = serde_json::from_slice(&generate_body(&chat, &[5, 6], true)).unwrap();
+        let body: Value =
+            serde_json::from_slice(&generate_body(&chat, &[5, 6], true, None)).unwrap();
         assert_eq!(
             body,
             json!({
