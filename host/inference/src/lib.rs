@@ -8,6 +8,9 @@
 //! (completions) the k <= 20 most likely tokens under the same
 //! distribution. `n` samples that many choices, each its own engine
 //! sequence (seeded `seed + index`), streamed interleaved with their index.
+//! `response_format` JSON, vLLM's `structured_outputs` and a forced
+//! `tool_choice` are enforced with llguidance (`constrain.rs`): the engine
+//! samples under the grammar's token mask, each logprob under that mask.
 //!
 //! Every response carries `x-agl-weight-version` (the version when the
 //! request was admitted) and a body field `weight_version` (the version that
