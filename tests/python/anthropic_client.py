@@ -6,6 +6,10 @@ summary. ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY come from the test.
                                    back, then the same turn streamed,
                                    counted, and the models listed
     anthropic_client.py retry N    one create, N SDK retries allowed
+    anthropic_client.py forced PROMPT...  per prompt, a call forced to use
+                                   the tool `paint` (tool_choice tool) and
+                                   one forced to use any (tool_choice any):
+                                   how many inputs validate against its schema
 """
 
 import json
@@ -58,10 +62,40 @@ def tools(client):
     }
 
 
+PAINT = {
+    "name": "paint",
+    "description": "Paint something",
+    "input_schema": {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
+        "required": ["color", "ok"],
+        "additionalProperties": False,
+    },
+}
+
+
+def forced(client, prompts):
+    import jsonschema
+
+    valid = 0
+    for prompt in prompts:
+        for choice in ({"type": "tool", "name": "paint"}, {"type": "any"}):
+            reply = client.messages.create(
+                model="policy", max_tokens=150, tools=[PAINT], tool_choice=choice,
+                messages=[{"role": "user", "content": prompt}])
+            use = next(b for b in reply.content if b.type == "tool_use")
+            assert use.name == "paint", reply
+            jsonschema.validate(use.input, PAINT["input_schema"])
+            valid += 1
+    return {"valid": valid}
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "tools":
         result = tools(anthropic.Anthropic())
+    elif mode == "forced":
+        result = forced(anthropic.Anthropic(), args)
     elif mode == "retry":
         client = anthropic.Anthropic(max_retries=int(args[0]))
         raw = client.messages.with_raw_response.create(

@@ -60,6 +60,8 @@ pub struct Params {
     pub return_token_ids: bool,
     /// `Some(k)`: return logprobs with `k` alternatives per token.
     pub logprobs: Option<usize>,
+    /// SGLang `return_text_in_logprobs`: logprob entries carry token text.
+    pub logprob_text: bool,
     pub max_tokens: Option<usize>,
     pub prompt_text: String,
     pub prompt_ids: Vec<u32>,
@@ -99,8 +101,8 @@ impl Params {
                 (text, ids, logprobs, max)
             }
             Endpoint::Generate => {
-                let (ids, max, logprobs) = super::sglang::parse(body)?;
-                (codec.decode(&ids), ids, logprobs.then_some(0), max)
+                let (ids, max, logprobs, top) = super::sglang::parse(body)?;
+                (codec.decode(&ids), ids, logprobs.then_some(top), max)
             }
             Endpoint::Completions => {
                 let (text, ids) = completion_prompt(body.get("prompt"), codec)?;
@@ -125,6 +127,8 @@ impl Params {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             logprobs,
+            logprob_text: endpoint == Endpoint::Generate
+                && body.get("return_text_in_logprobs") == Some(&Value::Bool(true)),
             max_tokens,
             prompt_text,
             prompt_ids,

@@ -4,7 +4,8 @@
 //! `managers/tokenizer_manager.py` `_handle_batch_output`,
 //! `managers/schedule_batch.py` finish reasons, `entrypoints/http_server.py`):
 //! token ids in (`input_ids`), `{"text", "output_ids", "meta_info"}` out,
-//! `output_token_logprobs` as `[logprob, id, null]`, and a stream whose
+//! `output_token_logprobs` as `[logprob, id, text|null]` (and
+//! `output_top_logprobs` for `top_logprobs_num`), and a stream whose
 //! every event is cumulative (everything so far), then `data: [DONE]`.
 
 use serde_json::{Value, json};
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 use super::api::VllmError;
 use super::plan::FinishReason;
 use super::response::Call;
-use super::tokens::logprob;
+use super::tokens::{alternative, logprob, token_str, top_logprob};
 
 /// `SamplingParams.__init__`'s arguments: any other key is a TypeError,
 /// answered 400.
@@ -45,7 +46,7 @@ const SAMPLING_PARAMS: [&str; 24] = [
 
 /// What `/generate` asks for, read from the body: (prompt ids,
 /// max_new_tokens, logprobs wanted, top_logprobs_num).
-pub fn parse(body: &Value) -> Result<(Vec<u32>, Option<usize>, bool), VllmError> {
+pub fn parse(body: &Value) -> Result<(Vec<u32>, Option<usize>, bool, usize), VllmError> {
     let ids = body
         .get("input_ids")
         .and_then(Value::as_array)
@@ -83,7 +84,11 @@ pub fn parse(body: &Value) -> Result<(Vec<u32>, Option<usize>, bool), VllmError>
         .get("return_logprob")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    Ok((ids, max, logprobs))
+    let top = body
+        .get("top_logprobs_num")
+        .and_then(Value::as_u64)
+        .unwrap_or(0) as usize;
+    Ok((ids, max, logprobs, top))
 }
 
 fn finish_reason(call: &Call, ids: &[u32]) -> Value {
@@ -108,11 +113,35 @@ fn state(call: &Call, ids: &[u32], text: &str, finished: bool) -> Value {
     if call.params.logprobs.is_some() {
         let last_prompt = call.params.prompt_ids.last().copied().unwrap_or(0);
         meta["input_token_logprobs"] = json!([[null, last_prompt, null]]);
+        // `return_text_in_logprobs`: each entry's token text, else null.
+        let text = |id: u32| {
+            if call.params.logprob_text {
+                json!(token_str(id))
+            } else {
+                Value::Null
+            }
+        };
         meta["output_token_logprobs"] = ids
             .iter()
             .enumerate()
-            .map(|(i, id)| json!([logprob(i), id, null]))
+            .map(|(i, &id)| json!([logprob(i), id, text(id)]))
             .collect();
+        let top = call.params.logprobs.unwrap_or(0);
+        if top > 0 {
+            // `top_logprobs_num` alternatives per token, most likely first.
+            meta["output_top_logprobs"] = ids
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| {
+                    (0..top)
+                        .map(|rank| {
+                            let alt = alternative(id, rank);
+                            json!([top_logprob(i, rank), alt, text(alt)])
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+        }
     }
     json!({"text": text, "output_ids": ids, "meta_info": meta})
 }

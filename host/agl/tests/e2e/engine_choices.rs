@@ -268,6 +268,23 @@ async fn the_rendered_path_constrains_json_and_a_gateway_may_refuse_it() {
     let plain = env.store.export_rollout("r2").await.unwrap();
     assert!(!plain.calls[0].constrained);
 
+    // Anthropic's tool_choice `tool` and `any`, through the Messages front.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/python/anthropic_client.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(script)
+        .args(["forced", "paint the wall", "paint a cat", "what color?"])
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("{}/proxy/r3/1/val/anthropic", env.base),
+        )
+        .env("ANTHROPIC_API_KEY", "admin-key");
+    let got = crate::support::python_json(cmd).await;
+    assert_eq!(got["valid"], 6, "{got}");
+    let forced = env.store.export_rollout("r3").await.unwrap();
+    assert_eq!(forced.calls.len(), 6);
+    assert!(forced.calls.iter().all(|c| c.constrained));
+
     let env = start_configured(dir.path(), Render::Engine, |c| {
         c.constrained = agl_gateway::ConstrainedCalls::Refuse;
     })

@@ -66,7 +66,7 @@ pub(crate) fn server(dir: &Path) -> InferenceServer {
 
 pub(crate) struct Env {
     pub(crate) store: Store,
-    base: String,
+    pub(crate) base: String,
     pub(crate) model: Model,
     pub(crate) tokenizer: Tokenizer,
     _model_dir: Option<tempfile::TempDir>,

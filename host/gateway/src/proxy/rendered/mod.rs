@@ -299,6 +299,7 @@ impl RenderedCall {
                 &self.prompt_ids,
                 stream,
                 self.constraint.as_ref().map(|(_, c)| c),
+                self.top_logprobs,
             ),
         }
     }

@@ -48,11 +48,13 @@ const SAMPLING_KEYS: [&str; 9] = [
 /// `structured` (vLLM's `structured_outputs` shape) maps onto SGLang's
 /// `json_schema` / `regex`; a Lark grammar has no SGLang form and is left
 /// out.
+/// `top`: alternatives per token (`top_logprobs_num`, with their text).
 pub fn generate_body(
     chat: &RawBody,
     prompt_ids: &[u32],
     stream: bool,
     structured: Option<&Value>,
+    top: usize,
 ) -> Vec<u8> {
     let value = |k: &str| {
         chat.get(k)
@@ -94,6 +96,10 @@ pub fn generate_body(
         return_logprob: bool,
         logprob_start_len: i64,
         stream: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        top_logprobs_num: Option<usize>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        return_text_in_logprobs: bool,
     }
     let body = Generate {
         input_ids: prompt_ids,
@@ -101,12 +107,38 @@ pub fn generate_body(
         return_logprob: true,
         logprob_start_len: -1,
         stream,
+        top_logprobs_num: (top > 0).then_some(top),
+        return_text_in_logprobs: top > 0,
     };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
-/// The sampled tokens of one answer or event: (ids, logprobs, texts).
-fn sampled(v: &Value) -> (Vec<u32>, Vec<f64>, Vec<Value>) {
+/// The sampled tokens of one answer or event.
+#[derive(Default)]
+struct Sampled {
+    ids: Vec<u32>,
+    lps: Vec<f64>,
+    texts: Vec<Value>,
+    /// Per token, `output_top_logprobs`' `[logprob, id, text]` entries.
+    tops: Vec<Value>,
+}
+
+impl Sampled {
+    /// Drops the first `n` tokens (those already passed on).
+    fn skip(&mut self, n: usize) {
+        self.ids.drain(..n.min(self.ids.len()));
+        self.lps.drain(..n.min(self.lps.len()));
+        self.texts.drain(..n.min(self.texts.len()));
+        self.tops.drain(..n.min(self.tops.len()));
+    }
+}
+
+fn sampled(v: &Value) -> Sampled {
+    let tops = v
+        .pointer("/meta_info/output_top_logprobs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let entries = v
         .pointer("/meta_info/output_token_logprobs")
         .and_then(Value::as_array);
@@ -123,15 +155,21 @@ fn sampled(v: &Value) -> (Vec<u32>, Vec<f64>, Vec<Value>) {
             .unwrap_or_default();
         let n = completion_tokens(v).unwrap_or(ids.len()).min(ids.len());
         let ids = ids[ids.len() - n..].to_vec();
-        let lps = vec![0.0; ids.len()];
-        let texts = vec![Value::Null; ids.len()];
-        return (ids, lps, texts);
+        return Sampled {
+            lps: vec![0.0; ids.len()],
+            texts: vec![Value::Null; ids.len()],
+            ids,
+            tops,
+        };
     };
-    let mut out = (Vec::new(), Vec::new(), Vec::new());
+    let mut out = Sampled {
+        tops,
+        ..Sampled::default()
+    };
     for e in entries {
-        out.0.push(e[1].as_u64().unwrap_or(0) as u32);
-        out.1.push(e[0].as_f64().unwrap_or(0.0));
-        out.2.push(e[2].clone());
+        out.ids.push(e[1].as_u64().unwrap_or(0) as u32);
+        out.lps.push(e[0].as_f64().unwrap_or(0.0));
+        out.texts.push(e[2].clone());
     }
     out
 }
@@ -149,13 +187,28 @@ fn finish_reason(v: &Value) -> Value {
     }
 }
 
-/// Completions logprobs of `ids`: one entry per token.
-fn completion_logprobs(lps: &[f64], texts: &[Value]) -> Value {
-    let tokens: Vec<Value> = texts
-        .iter()
-        .map(|t| if t.is_string() { t.clone() } else { json!("") })
-        .collect();
-    json!({"tokens": tokens, "token_logprobs": lps})
+/// Completions logprobs of the sampled tokens: one entry per token, and
+/// `top_logprobs` maps of text to logprob when alternatives came back.
+fn completion_logprobs(s: &Sampled) -> Value {
+    let text = |t: &Value| if t.is_string() { t.clone() } else { json!("") };
+    let tokens: Vec<Value> = s.texts.iter().map(text).collect();
+    let mut lp = json!({"tokens": tokens, "token_logprobs": s.lps});
+    if !s.tops.is_empty() {
+        let maps: Vec<Value> = s
+            .tops
+            .iter()
+            .map(|entries| {
+                let mut map = Map::new();
+                for e in entries.as_array().into_iter().flatten() {
+                    let key = e[2].as_str().unwrap_or_default().to_string();
+                    map.entry(key).or_insert(e[0].clone());
+                }
+                Value::Object(map)
+            })
+            .collect();
+        lp["top_logprobs"] = json!(maps);
+    }
+    lp
 }
 
 /// An SGLang error answer (`{"error": {"message"}}` or `{"object":
@@ -177,8 +230,8 @@ pub fn error_message(v: &Value) -> Option<String> {
 /// fields [`super::RenderedCall::chat_body`] and the record read).
 pub fn completion_bytes(bytes: &[u8], prompt_ids: &[u32], model: &str) -> Vec<u8> {
     let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-    let (ids, lps, texts) = sampled(&v);
-    let completion = ids.len();
+    let s = sampled(&v);
+    let completion = s.ids.len();
     let body = json!({
         "id": v.pointer("/meta_info/id").cloned().unwrap_or(Value::Null),
         "object": "text_completion",
@@ -189,9 +242,9 @@ pub fn completion_bytes(bytes: &[u8], prompt_ids: &[u32], model: &str) -> Vec<u8
         "choices": [{
             "index": 0,
             "text": v["text"].as_str().unwrap_or_default(),
-            "token_ids": ids,
+            "token_ids": s.ids,
             "prompt_token_ids": prompt_ids,
-            "logprobs": completion_logprobs(&lps, &texts),
+            "logprobs": completion_logprobs(&s),
             "finish_reason": finish_reason(&v),
         }],
         "usage": {
@@ -225,16 +278,14 @@ impl GenerateChunks {
         if let Some(message) = error_message(event) {
             return Err(format!("engine stream error: {message}"));
         }
-        let (mut ids, mut lps, mut texts) = sampled(event);
+        let mut s = sampled(event);
         // Cumulative (the default): the list holds every token so far.
-        let total = completion_tokens(event).unwrap_or(self.tokens + ids.len());
-        let cumulative = ids.len() == total && total >= self.tokens && self.tokens > 0;
+        let total = completion_tokens(event).unwrap_or(self.tokens + s.ids.len());
+        let cumulative = s.ids.len() == total && total >= self.tokens && self.tokens > 0;
         if cumulative {
-            ids.drain(..self.tokens);
-            lps.drain(..self.tokens);
-            texts.drain(..self.tokens);
+            s.skip(self.tokens);
         }
-        self.tokens += ids.len();
+        self.tokens += s.ids.len();
         let text = event["text"].as_str().unwrap_or_default();
         // The text is cumulative when it extends what was passed on; the
         // incremental setting sends only the new part.
@@ -252,8 +303,8 @@ impl GenerateChunks {
             "choices": [{
                 "index": 0,
                 "text": delta,
-                "token_ids": ids,
-                "logprobs": completion_logprobs(&lps, &texts),
+                "logprobs": completion_logprobs(&s),
+                "token_ids": s.ids,
                 "finish_reason": finish_reason(event),
             }],
         }))
@@ -350,7 +401,7 @@ mod tests {
         )
         .unwrap();
         let body: Value =
-            serde_json::from_slice(&generate_body(&chat, &[5, 6], true, None)).unwrap();
+            serde_json::from_slice(&generate_body(&chat, &[5, 6], true, None, 0)).unwrap();
         assert_eq!(
             body,
             json!({
