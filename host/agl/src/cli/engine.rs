@@ -33,6 +33,9 @@ pub struct EngineServeArgs {
     /// Concurrent sequences.
     #[arg(long, default_value_t = EngineConfig::default().max_seqs)]
     max_seqs: usize,
+    /// The most choices (`n`) one request may ask for.
+    #[arg(long, default_value_t = agl_inference::DEFAULT_MAX_N)]
+    max_n: usize,
     /// Longest sequence (prompt + response), in tokens.
     #[arg(long, default_value_t = EngineConfig::default().max_len)]
     max_len: usize,
@@ -62,7 +65,7 @@ async fn serve(args: EngineServeArgs) -> anyhow::Result<()> {
         max_len: args.max_len,
         weight_version: 0,
     };
-    let server = InferenceServer::load(&args.model, &name, kind, config)?;
+    let server = InferenceServer::load(&args.model, &name, kind, config)?.with_max_n(args.max_n);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

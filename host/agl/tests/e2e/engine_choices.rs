@@ -40,15 +40,41 @@ fn assert_top(entries: &Value, k: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
-    let dir = model_dir(11);
-    let router = server(dir.path()).router();
+/// `server` on a port of its own; its base URL.
+async fn serve(server: agl_inference::InferenceServer) -> String {
+    let router = server.router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
+    base
+}
 
-    let got = direct(&base, &["choices", "3", "tell me a story"]).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
+    let dir = model_dir(11);
+    let base = serve(server(dir.path())).await;
+    check_engine(&base, "tiny").await;
+}
+
+/// The same on SmolLM2-135M-Instruct, whose byte-level vocabulary is the
+/// one llguidance reads its token bytes from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smollm2_serves_choices_alternatives_and_valid_constrained_output() {
+    let dir = crate::engine_server::smollm2_dir();
+    let config = agl_trainer::engine::EngineConfig {
+        max_seqs: 4,
+        max_len: 1024,
+        weight_version: 0,
+    };
+    let server =
+        agl_inference::InferenceServer::load(&dir, "smollm2", tch::Kind::Float, config).unwrap();
+    check_engine(&serve(server).await, "smollm2").await;
+}
+
+/// n = 3 whole and streamed, 5 alternatives per token, 20 seeds of valid
+/// constrained output, the model list and the 400s, through the SDK.
+async fn check_engine(base: &str, model: &str) {
+    let got = direct(base, &["choices", "3", "tell me a story"]).await;
     assert_eq!(got["indices"], json!([0, 1, 2]), "{got}");
     let texts = got["texts"].as_array().unwrap();
     assert!(
@@ -64,7 +90,7 @@ async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
         "ignore_eos runs each choice to max_tokens"
     );
 
-    let got = direct(&base, &["top", "5", "hello there"]).await;
+    let got = direct(base, &["top", "5", "hello there"]).await;
     assert_top(&got["chat"], 5);
     assert_eq!(
         got["streamed"], got["chat"],
@@ -87,14 +113,14 @@ async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
 
     // Constrained decoding: 20 seeds of a json_schema answer and of a
     // forced tool call, each valid against its schema.
-    let got = direct(&base, &["constrained", "20"]).await;
+    let got = direct(base, &["constrained", "20"]).await;
     assert_eq!(
         (got["answers"].clone(), got["calls"].clone()),
         (json!(20), json!(20)),
         "{got}"
     );
 
-    assert_eq!(direct(&base, &["models"]).await["ids"], json!(["tiny"]));
+    assert_eq!(direct(base, &["models"]).await["ids"], json!([model]));
     for (extra, field) in [
         (json!({"n": 17}), "`n` must be between 1 and 16"),
         (
