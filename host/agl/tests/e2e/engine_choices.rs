@@ -132,7 +132,7 @@ async fn check_engine(base: &str, model: &str) {
             "`top_logprobs` needs `logprobs`",
         ),
     ] {
-        let got = direct(&base, &["refused", &extra.to_string()]).await;
+        let got = direct(base, &["refused", &extra.to_string()]).await;
         assert_eq!(got["status"], 400, "{extra}: {got}");
         assert!(got["message"].as_str().unwrap().contains(field), "{got}");
     }
