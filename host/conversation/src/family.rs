@@ -86,6 +86,17 @@ impl Family {
         }
     }
 
+    /// A whole forced call as a Lark grammar: [`Family::forced_call`]'s text,
+    /// then [`Family::forced_grammar`]'s rest (for an engine that writes
+    /// the call itself rather than continuing a prompt that holds its start).
+    pub fn call_grammar(&self, choice: &ToolChoice, tools: Option<&Value>) -> Option<String> {
+        let rest = self.forced_grammar(choice, tools)?;
+        let start = serde_json::to_string(&self.forced_call(choice)).ok()?;
+        // `forced_grammar` opens with its `start` rule: it becomes `rest`.
+        let rest = rest.strip_prefix("start:")?;
+        Some(format!("start: {start} rest\nrest:{rest}"))
+    }
+
     /// What may follow [`Family::forced_call`]'s text, as a Lark grammar
     /// (llguidance's, vLLM's `structured_outputs.grammar`): the rest of one
     /// call of an offered tool (of the named one) whose arguments are valid
@@ -313,10 +324,11 @@ fn llama_calls(text: &str) -> (Option<String>, Vec<ToolCall>) {
     (None, calls)
 }
 
-/// A tool's parameters schema written as models write JSON: `{"a": 1}`,
-/// no other whitespace (llguidance's `x-guidance` options; the schema's
-/// own win).
-fn compact_schema(mut schema: Value) -> Value {
+/// A JSON schema whose output is written as models write JSON, `{"a": 1,
+/// "b": 2}` with no other whitespace (llguidance's `x-guidance` options,
+/// whose default lets whitespace run on, which a sampling model does until
+/// `max_tokens`); the schema's own `x-guidance` wins.
+pub fn compact_schema(mut schema: Value) -> Value {
     if let Some(fields) = schema.as_object_mut() {
         fields.entry("x-guidance").or_insert(serde_json::json!({
             "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": ",

@@ -21,7 +21,7 @@ pub mod render;
 pub mod responses;
 
 pub use continuation::{Chains, Prompt, Served};
-pub use family::{Family, ToolFormat};
+pub use family::{Family, ToolFormat, compact_schema};
 pub use message::{AssistantTurn, Conversation, Message, ToolCall, ToolChoice};
 pub use render::Renderer;
 

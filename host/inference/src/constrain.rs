@@ -2,12 +2,13 @@
 //! request's `response_format` (`json_object`, `json_schema`), vLLM's
 //! `structured_outputs` (`json`, `json_object`, `regex`, `choice`,
 //! `grammar` in Lark), or a forced tool call (`tool_choice` `required` or a
-//! named function, in the Hermes `<tool_call>` format this engine parses)
+//! named function, written as the model family writes calls)
 //! becomes a grammar whose token mask the engine samples under
 //! (`agl_trainer::engine::TokenConstraint`).
 
 use std::sync::{Arc, OnceLock};
 
+use agl_conversation::{Family, ToolChoice, compact_schema};
 use agl_tokenizer::Tokenizer;
 use agl_trainer::engine::TokenConstraint;
 use agl_wire::ApiError;
@@ -24,14 +25,17 @@ use super::Api;
 pub struct Grammars {
     tokenizer: Arc<Tokenizer>,
     eos: Vec<u32>,
+    /// How the model writes tool calls (a forced call's grammar).
+    family: Family,
     factory: OnceLock<Result<ParserFactory, String>>,
 }
 
 impl Grammars {
-    pub fn new(tokenizer: Arc<Tokenizer>, eos: Vec<u32>) -> Self {
+    pub fn new(tokenizer: Arc<Tokenizer>, eos: Vec<u32>, family: Family) -> Self {
         Grammars {
             tokenizer,
             eos,
+            family,
             factory: OnceLock::new(),
         }
     }
@@ -50,7 +54,7 @@ impl Grammars {
         body: &Value,
         api: Api,
     ) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
-        let Some((field, grammar)) = grammar_of(body, api)? else {
+        let Some((field, grammar)) = grammar_of(body, api, self.family)? else {
             return Ok(None);
         };
         let parser = self
@@ -150,25 +154,16 @@ impl TokenConstraint for Guided {
     }
 }
 
-/// `schema` written the way models write JSON, `{"a": 1, "b": 2}`, with no
-/// other whitespace (llguidance's default lets whitespace run on, which a
-/// sampling model does until `max_tokens`); a schema's own `x-guidance`
-/// options win.
-fn compact(mut schema: Value) -> Value {
-    if let Some(fields) = schema.as_object_mut() {
-        fields.entry("x-guidance").or_insert(json!({
-            "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": ",
-        }));
-    }
-    schema
-}
-
 fn json_grammar(schema: Value) -> TopLevelGrammar {
-    TopLevelGrammar::from_json_schema(compact(schema))
+    TopLevelGrammar::from_json_schema(compact_schema(schema))
 }
 
 /// Which field of `body` constrains the output, and its grammar.
-fn grammar_of(body: &Value, api: Api) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
+fn grammar_of(
+    body: &Value,
+    api: Api,
+    family: Family,
+) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
     if let Some(format) = body.get("response_format").filter(|f| !f.is_null()) {
         let kind = format.get("type").and_then(Value::as_str).unwrap_or("");
         return match kind {
@@ -197,7 +192,7 @@ fn grammar_of(body: &Value, api: Api) -> Result<Option<(&'static str, TopLevelGr
         return structured_outputs(outputs).map(|g| Some(("structured_outputs", g)));
     }
     if api == Api::Chat {
-        return forced_tool_call(body);
+        return forced_tool_call(body, family);
     }
     Ok(None)
 }
@@ -242,49 +237,47 @@ fn structured_outputs(v: &Value) -> Result<TopLevelGrammar, ApiError> {
 }
 
 /// `tool_choice` `required` (any offered tool) or a named function: a call
-/// of that tool with arguments valid against its parameters' schema,
-/// written as `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`.
-fn forced_tool_call(body: &Value) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
-    let wanted = match body.get("tool_choice") {
-        Some(Value::String(s)) if s == "required" => None,
-        Some(choice @ Value::Object(_)) => Some(
+/// of that tool with arguments valid against its parameters' schema, as
+/// the model family writes calls (`Family::call_grammar`).
+fn forced_tool_call(
+    body: &Value,
+    family: Family,
+) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
+    let choice = match body.get("tool_choice") {
+        Some(Value::String(s)) if s == "required" => ToolChoice::Required,
+        Some(choice @ Value::Object(_)) => ToolChoice::Function(
             choice
                 .pointer("/function/name")
                 .and_then(Value::as_str)
-                .ok_or_else(|| ApiError::bad_request("`tool_choice.function.name` is missing"))?,
+                .ok_or_else(|| ApiError::bad_request("`tool_choice.function.name` is missing"))?
+                .to_string(),
         ),
         _ => return Ok(None),
     };
-    let tools = body
-        .get("tools")
+    let tools = body.get("tools").filter(|t| !t.is_null());
+    let names: Vec<&str> = tools
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let calls: Vec<Value> = tools
-        .iter()
-        .filter_map(|t| t.get("function"))
-        .filter(|f| wanted.is_none_or(|w| f.get("name").and_then(Value::as_str) == Some(w)))
-        .map(|f| {
-            let params = f
-                .get("parameters")
-                .cloned()
-                .unwrap_or(json!({"type": "object"}));
-            json!({"type": "object",
-                   "properties": {"name": {"const": f.get("name")}, "arguments": params},
-                   "required": ["name", "arguments"], "additionalProperties": false})
-        })
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
         .collect();
-    if calls.is_empty() {
-        return Err(ApiError::bad_request(match wanted {
-            Some(name) => format!("`tool_choice` names `{name}`, which is not in `tools`"),
-            None => "`tool_choice` is `required` but `tools` offers none".to_string(),
-        }));
+    match &choice {
+        ToolChoice::Function(name) if !names.contains(&name.as_str()) => {
+            return Err(ApiError::bad_request(format!(
+                "`tool_choice` names `{name}`, which is not in `tools`"
+            )));
+        }
+        ToolChoice::Required if names.is_empty() => {
+            return Err(ApiError::bad_request(
+                "`tool_choice` is `required` but `tools` offers none",
+            ));
+        }
+        _ => {}
     }
-    let schema = compact(if calls.len() == 1 {
-        calls[0].clone()
-    } else {
-        json!({"anyOf": calls})
-    });
-    let lark = format!("start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {schema}");
+    let lark = family.call_grammar(&choice, tools).ok_or_else(|| {
+        ApiError::bad_request(
+            "`tool_choice`: this model's tool-call format cannot be constrained (JSON calls only)",
+        )
+    })?;
     Ok(Some(("tool_choice", TopLevelGrammar::from_lark(lark))))
 }

@@ -101,7 +101,11 @@ impl InferenceServer {
             family.tools = ToolFormat::Hermes;
         }
         InferenceServer {
-            grammars: Arc::new(constrain::Grammars::new(tokenizer.clone(), eos.clone())),
+            grammars: Arc::new(constrain::Grammars::new(
+                tokenizer.clone(),
+                eos.clone(),
+                family,
+            )),
             engine,
             tokenizer,
             model_name: model_name.into(),
