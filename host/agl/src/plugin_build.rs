@@ -77,6 +77,9 @@ fn build_python(opts: &BuildOptions) -> anyhow::Result<PathBuf> {
 }
 
 fn build_rust(dir: &Path, out: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let dir = &dir
+        .canonicalize()
+        .with_context(|| format!("cannot read {}", dir.display()))?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let metadata = Command::new(&cargo)
         .args(["metadata", "--format-version", "1", "--no-deps"])
@@ -91,7 +94,7 @@ fn build_rust(dir: &Path, out: Option<&Path>) -> anyhow::Result<PathBuf> {
         );
     }
     let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout)?;
-    let manifest = dir.canonicalize()?.join("Cargo.toml");
+    let manifest = dir.join("Cargo.toml");
     let package = metadata["packages"]
         .as_array()
         .and_then(|ps| {

@@ -74,12 +74,26 @@ fn a_plugin_scaffolded_anywhere_passes_its_test_and_builds_to_wasm() {
     std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).expect("lockfile");
 
     cargo(&dir, &["test", "--quiet"]);
-    cargo(
-        &dir,
-        &["build", "--quiet", "--release", "--target", "wasm32-wasip2"],
+    // `agl plugin build` runs cargo for wasm32-wasip2 and copies the
+    // component beside the crate.
+    let built = Command::new(env!("CARGO_BIN_EXE_agl"))
+        .args(["plugin", "build", "."])
+        .current_dir(&dir)
+        .env("HOME", &home)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .env_remove("AGL_CONFIG")
+        .output()
+        .expect("agl runs");
+    assert!(
+        built.status.success(),
+        "agl plugin build: {}",
+        String::from_utf8_lossy(&built.stderr)
     );
-
-    let wasm = target_dir().join("wasm32-wasip2/release/scaffold_probe.wasm");
+    let wasm = dir.join("scaffold-probe.wasm");
+    assert_eq!(
+        String::from_utf8_lossy(&built.stdout).trim(),
+        wasm.display().to_string()
+    );
     let bytes = std::fs::read(&wasm).unwrap_or_else(|e| panic!("{}: {e}", wasm.display()));
     // A component (layer 1), not a core module.
     assert_eq!(
