@@ -51,6 +51,7 @@ from .samples import (
     classify_break,
     common_prefix_len,
     kind_name,
+    marked_summary,
     merge_chains,
     starts_with_ids,
 )
@@ -64,7 +65,8 @@ __all__ = [
     "request_messages", "response", "tag",
     "HostError", "config", "config_json", "debug", "error", "info", "log", "tokenizer",
     "trace", "warn",
-    "SampleBuilder", "classify_break", "common_prefix_len", "kind_name", "merge_chains",
+    "SampleBuilder", "classify_break", "common_prefix_len", "kind_name", "marked_summary",
+    "merge_chains",
     "starts_with_ids",
     "adapter", "reward",
 ]

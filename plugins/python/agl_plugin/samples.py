@@ -221,6 +221,26 @@ def _retokenized(prev, next_call):
         return None
 
 
+def marked_summary(prev, next_call, markers):
+    """A `summary` break when `next_call`'s history holds a message with
+    one of a harness's compaction `markers` (the text it opens a summary
+    with) that `prev`'s did not; None otherwise, for the caller's other
+    rules (the Rust SDK's `breaks::marked_summary`)."""
+    def texts(call):
+        return [t for m in calls.request_messages(call) or []
+                if isinstance(m, dict) and (t := calls.content_text(m.get("content"))) is not None]
+
+    def marked(found):
+        return next((m for m in markers if any(m in t for t in found)), None)
+
+    found = marked(texts(next_call))
+    if found is None or marked(texts(prev)) is not None:
+        return None
+    _, _, where = divergence(prev, next_call)
+    return ChainBreak(kind=BreakKind.SUMMARY, call_index=next_call.index,
+                      detail=f'summary: the history was compacted ("{found[:60]}..."); {where}')
+
+
 def classify_break(prev, next_call):
     """Why `next_call`'s prompt does not continue `prev` (the chain's last
     call): the Rust SDK's `classify_break` (history edits first: sub-agent,

@@ -2,7 +2,7 @@
 
 import unittest
 
-from agl_plugin import BreakKind, Span, testing
+from agl_plugin import BreakKind, Span, classify_break, marked_summary, merge_chains, testing
 from agl_plugin.testing import call, chat, rollout
 
 import app
@@ -48,6 +48,21 @@ class Merge(unittest.TestCase):
         testing.install(config={"chain_by_agent": True, "typo": 1})
         with self.assertRaisesRegex(ValueError, "unknown key"):
             app.build_samples(r)
+
+
+    def test_a_harness_names_its_compaction_a_summary(self):
+        ask = lambda *texts: {"messages": [{"role": "user", "content": t} for t in texts]}  # noqa: E731
+        first = call(0, [1, 2], [3], request=ask("fix it"), response=chat("ok"))
+        compacted = call(1, [1, 9], [4], request=ask("fix it", "Summary of the work so far: ..."))
+        markers = ["Summary of the work so far"]
+        found = marked_summary(first, compacted, markers)
+        self.assertEqual((found.kind, found.call_index), (BreakKind.SUMMARY, 1))
+        self.assertIn("compacted", found.detail)
+        self.assertIsNone(marked_summary(compacted, compacted, markers), "already marked")
+        self.assertIsNone(marked_summary(first, first, markers))
+        own = lambda prev, nxt: marked_summary(prev, nxt, markers) or classify_break(prev, nxt)  # noqa: E731
+        samples = merge_chains(rollout([first, compacted]), classify=own)
+        self.assertEqual(samples[1].break_before.kind, BreakKind.SUMMARY)
 
 
 if __name__ == "__main__":
