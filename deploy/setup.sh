@@ -4,7 +4,8 @@
 # links against plus the openai and anthropic SDKs (for the proxy's SDK tests), and the
 # built-in plugins (build/plugins/*.wasm), and the Python references the
 # GGUF import and trainer parity tests compare against (transformers, gguf,
-# jinja2, accelerate, peft), componentize-py (the Python plugins),
+# jinja2, accelerate, peft), componentize-py (the Python plugins), jsonschema
+# (the constrained-decoding tests),
 # mini-swe-agent (the harness of examples/mini-swe), and
 # the Claude Code, Codex and OpenCode CLIs from npm (examples/claude-code,
 # examples/codex, examples/opencode and the tests that drive them) into
@@ -27,6 +28,7 @@ ACCELERATE_VERSION=1.15.0  # transformers needs it to load a model from a GGUF
 PEFT_VERSION=0.21.2  # trainer/tests/trainer/lora_parity.rs compares LoRA against it
 # Builds the Python plugins (plugins/python) into components (plugins/build.sh).
 COMPONENTIZE_PY_VERSION=0.25.1
+JSONSCHEMA_VERSION=4.26.0  # validates constrained outputs (host/agl/tests/e2e/engine_choices.rs)
 # The real harness examples/mini-swe runs and host/agl/tests/e2e/mini_swe.rs drives
 # (pulls litellm; about 70 s to install on 2 cores with a warm pip cache).
 MINI_SWE_AGENT_VERSION=2.4.6
@@ -67,6 +69,15 @@ sys.exit([version(p) for p in ('transformers', 'gguf', 'jinja2', 'accelerate')]
     echo "setup: installing transformers, gguf, jinja2, accelerate into $VENV"
     "$VENV/bin/pip" install --quiet "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION" \
         "jinja2==$JINJA2_VERSION" "accelerate==$ACCELERATE_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit(version('jsonschema') != '$JSONSCHEMA_VERSION')
+" 2>/dev/null; then
+    echo "setup: installing jsonschema==$JSONSCHEMA_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet "jsonschema==$JSONSCHEMA_VERSION"
 fi
 
 if ! "$VENV/bin/python" -c "
