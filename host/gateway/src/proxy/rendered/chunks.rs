@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use agl_conversation::family::coder_call_prefix;
 use agl_conversation::{Family, ToolFormat, openai_chat};
 
-use super::chat_logprobs;
+use super::sampling::chat_logprobs;
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";

@@ -11,6 +11,7 @@ mod front;
 mod previous;
 mod response_events;
 mod restore;
+mod sampling;
 mod sglang;
 
 use std::collections::HashMap;
@@ -36,6 +37,7 @@ use super::rewrite::RawBody;
 use crate::ApiError;
 use agl_store::{Engine, EngineApi, Store};
 use agl_wire::urls;
+use sampling::{chat_logprobs, structured_outputs, top_logprobs_of};
 
 /// One rollout attempt's chains, locked while a call finds its prompt.
 type AttemptChains = Arc<Mutex<Chains>>;
@@ -143,52 +145,12 @@ pub struct RenderedCall {
     constraint: Option<(&'static str, Value)>,
 }
 
-/// The `top_logprobs` a chat request asks for (0 unless `logprobs` is on);
-/// more than the engine computes is a 400 naming the field.
-fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<usize, ApiError> {
-    if front != ApiKind::ChatCompletions || body.get("logprobs") != Some(&json!(true)) {
-        return Ok(0);
-    }
-    let top = match body.get("top_logprobs") {
-        None | Some(Value::Null) => 0,
-        Some(v) => v.as_u64().ok_or_else(|| {
-            ApiError::bad_request("`top_logprobs` must be a non-negative integer")
-        })?,
-    };
-    if top > MAX_TOP_LOGPROBS {
-        return Err(ApiError::bad_request(format!(
-            "`top_logprobs` must be at most {MAX_TOP_LOGPROBS}, got {top}"
-        )));
-    }
-    Ok(top as usize)
-}
-
-/// The output constraint of a request body as vLLM's `structured_outputs`
-/// (what the embedded engine and vLLM take on a completions request) and
-/// its field: `response_format` JSON becomes `json` / `json_object`; a
-/// `structured_outputs` the harness sent goes as it is.
-fn structured_outputs(body: &Value) -> Option<(&'static str, Value)> {
-    if let Some(given) = body.get("structured_outputs").filter(|v| !v.is_null()) {
-        return Some(("structured_outputs", given.clone()));
-    }
-    let format = body.get("response_format")?;
-    let structured = match format.get("type")?.as_str()? {
-        "json_object" => json!({"json_object": true}),
-        "json_schema" => json!({"json": format.pointer("/json_schema/schema")?}),
-        _ => return None,
-    };
-    Some(("response_format", structured))
-}
-
 impl RenderedCall {
     /// The request field whose constraint the engine samples under.
     pub fn constraint_field(&self) -> Option<&'static str> {
         self.constraint.as_ref().map(|(field, _)| *field)
     }
 }
-
-/// OpenAI's (and vLLM's default) limit on alternatives per token.
-const MAX_TOP_LOGPROBS: u64 = 20;
 
 impl RenderedCall {
     /// Reads the request `body` of API `front` and finds its prompt among
@@ -616,49 +578,4 @@ struct ChatChoice<'a> {
     logprobs: Value,
     finish_reason: Value,
     token_ids: &'a [u32],
-}
-
-/// Completions logprobs (`tokens`, `token_logprobs`, and `top_logprobs`
-/// maps of token text to logprob) as chat `content` entries with the `top`
-/// most likely alternatives each.
-fn chat_logprobs(lp: Option<&Value>, top: usize) -> Value {
-    let Some(lp) = lp.filter(|v| !v.is_null()) else {
-        return Value::Null;
-    };
-    let tokens = lp.get("tokens").and_then(Value::as_array);
-    let alternatives = lp.get("top_logprobs").and_then(Value::as_array);
-    let values = lp.get("token_logprobs").and_then(Value::as_array);
-    let content: Vec<Value> = values
-        .map(|v| {
-            v.iter()
-                .enumerate()
-                .map(|(i, x)| {
-                    let token = tokens.and_then(|t| t.get(i)).cloned().unwrap_or(json!(""));
-                    let alts = alternatives.and_then(|a| a.get(i)).map_or(Vec::new(), |m| {
-                        most_likely(m, top)
-                    });
-                    json!({"token": token, "logprob": x.as_f64().unwrap_or(0.0), "top_logprobs": alts})
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    json!({ "content": content })
-}
-
-/// The `top` most likely entries of a `{token: logprob}` map, most likely
-/// first, as chat alternatives.
-fn most_likely(map: &Value, top: usize) -> Vec<Value> {
-    let Some(map) = map.as_object().filter(|_| top > 0) else {
-        return Vec::new();
-    };
-    let mut entries: Vec<(&String, f64)> = map
-        .iter()
-        .map(|(t, lp)| (t, lp.as_f64().unwrap_or(f64::NEG_INFINITY)))
-        .collect();
-    entries.sort_by(|a, b| b.1.total_cmp(&a.1));
-    entries
-        .into_iter()
-        .take(top)
-        .map(|(t, lp)| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()}))
-        .collect()
 }
