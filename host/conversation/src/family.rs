@@ -104,11 +104,6 @@ impl Family {
     /// writes calls. `None` when nothing is forced, no offered tool fits,
     /// or the family's calls are not JSON (Qwen3-coder's XML).
     pub fn forced_grammar(&self, choice: &ToolChoice, tools: Option<&Value>) -> Option<String> {
-        let (close, arguments_key) = match self.tools {
-            ToolFormat::Hermes => ("}\n</tool_call>", "arguments"),
-            ToolFormat::Llama3Json => ("}", "parameters"),
-            _ => return None,
-        };
         let offered: Vec<(&str, Value)> = tools?
             .as_array()?
             .iter()
@@ -123,35 +118,64 @@ impl Family {
                 Some((name, compact_schema(params)))
             })
             .collect();
-        let lark = |schema: &Value| format!("%json {schema}");
-        // A Lark string literal: JSON's quoting.
-        let close = serde_json::to_string(close).ok()?;
-        match choice {
-            ToolChoice::Function(name) => {
-                let (_, schema) = offered.iter().find(|(n, _)| n == name)?;
-                Some(format!("start: args {close}\nargs: {}", lark(schema)))
-            }
-            ToolChoice::Required if !offered.is_empty() => {
-                let mut rules = Vec::new();
-                let mut alternatives = Vec::new();
-                for (i, (name, schema)) in offered.iter().enumerate() {
-                    let head = serde_json::to_string(&format!(
-                        "{}, \"{arguments_key}\": ",
-                        serde_json::to_string(name).ok()?
-                    ))
-                    .ok()?;
-                    alternatives.push(format!("call{i}"));
-                    rules.push(format!("call{i}: {head} args{i} {close}"));
-                    rules.push(format!("args{i}: {}", lark(schema)));
-                }
-                Some(format!(
-                    "start: {}\n{}",
-                    alternatives.join(" | "),
-                    rules.join("\n")
-                ))
-            }
-            _ => None,
+        let wanted: Vec<(usize, &(&str, Value))> = match choice {
+            ToolChoice::Function(name) => offered
+                .iter()
+                .enumerate()
+                .filter(|(_, (n, _))| n == name)
+                .take(1)
+                .collect(),
+            ToolChoice::Required => offered.iter().enumerate().collect(),
+            _ => return None,
+        };
+        if wanted.is_empty() {
+            return None;
         }
+        // A Lark string literal: JSON's quoting.
+        let quote = |text: &str| serde_json::to_string(text).unwrap_or_default();
+        let named = matches!(choice, ToolChoice::Function(_));
+        let mut rules = Vec::new();
+        let mut calls = Vec::new();
+        for (i, (name, schema)) in wanted {
+            calls.push(format!("call{i}"));
+            match self.tools {
+                ToolFormat::Hermes | ToolFormat::Llama3Json => {
+                    let (close, key) = if self.tools == ToolFormat::Hermes {
+                        ("}\n</tool_call>", "arguments")
+                    } else {
+                        ("}", "parameters")
+                    };
+                    // The prefix holds `{"name": ` (and the name, when named).
+                    let head = if named {
+                        String::new()
+                    } else {
+                        quote(&format!("{}, \"{key}\": ", quote(name)))
+                    };
+                    rules.push(rule(
+                        &format!("call{i}"),
+                        &[&head, &format!("args{i}"), &quote(close)],
+                    ));
+                    rules.push(format!("args{i}: %json {schema}"));
+                }
+                ToolFormat::Qwen3Coder => {
+                    // The prefix holds `<function=` (and `NAME>\n`, when named).
+                    let head = if named {
+                        String::new()
+                    } else {
+                        quote(&format!("{name}>\n"))
+                    };
+                    let params = coder_params_grammar(i, schema, &mut rules, &quote);
+                    let close = quote("</function>\n</tool_call>");
+                    rules.push(rule(&format!("call{i}"), &[&head, &params, &close]));
+                }
+                ToolFormat::None => return None,
+            }
+        }
+        Some(format!(
+            "start: {}\n{}",
+            calls.join(" | "),
+            rules.join("\n")
+        ))
     }
 
     /// Reads a finished output's text.
@@ -324,6 +348,55 @@ fn llama_calls(text: &str) -> (Option<String>, Vec<ToolCall>) {
     (None, calls)
 }
 
+/// A Lark rule `name: part part ...`, empty parts left out.
+fn rule(name: &str, parts: &[&str]) -> String {
+    let parts: Vec<&str> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
+    format!("{name}: {}", parts.join(" "))
+}
+
+/// The `<parameter=K>\nV\n</parameter>\n` blocks of Qwen3-coder call `i`
+/// as Lark rules (pushed to `rules`; the sequence returned): one per
+/// property in schema order, optional unless required; a string value is
+/// free text up to its closing tag (a lazy lexeme), any other value JSON
+/// valid against its schema, as `coder_params` reads them back.
+fn coder_params_grammar(
+    i: usize,
+    schema: &Value,
+    rules: &mut Vec<String>,
+    quote: &dyn Fn(&str) -> String,
+) -> String {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let mut sequence = Vec::new();
+    for (j, (key, prop)) in properties.into_iter().flatten().enumerate() {
+        let open = quote(&format!("<parameter={key}>\n"));
+        let text = prop.get("type").and_then(Value::as_str) == Some("string")
+            && prop.get("enum").is_none();
+        if text {
+            rules.push(format!("p{i}_{j}[lazy]: /(.|\\n)*\\n<\\/parameter>\\n/"));
+            rules.push(format!("param{i}_{j}: {open} p{i}_{j}"));
+        } else {
+            let close = quote("\n</parameter>\n");
+            rules.push(format!("v{i}_{j}: %json {}", compact_schema(prop.clone())));
+            rules.push(format!("param{i}_{j}: {open} v{i}_{j} {close}"));
+        }
+        let optional = if required.contains(&key.as_str()) {
+            ""
+        } else {
+            "?"
+        };
+        sequence.push(format!("param{i}_{j}{optional}"));
+    }
+    if sequence.is_empty() {
+        return "\"\"".to_string();
+    }
+    sequence.join(" ")
+}
+
 /// A JSON schema whose output is written as models write JSON, `{"a": 1,
 /// "b": 2}` with no other whitespace (llguidance's `x-guidance` options,
 /// whose default lets whitespace run on, which a sampling model does until
@@ -471,17 +544,19 @@ mod tests {
     fn a_forced_call_continues_as_a_grammar_of_its_tools_schemas() {
         let tools = serde_json::json!([
             {"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}},
-            {"name": "cat", "input_schema": {"type": "object", "required": ["path"]}},
+            {"name": "cat", "input_schema": {"type": "object", "required": ["path"],
+             "properties": {"path": {"type": "string"}, "n": {"type": "integer"}}}},
         ]);
-        let hermes = Family {
-            tools: ToolFormat::Hermes,
+        let family = |tools| Family {
+            tools,
             reasoning: false,
         };
+        let hermes = family(ToolFormat::Hermes);
         let named = hermes
             .forced_grammar(&ToolChoice::Function("cat".into()), Some(&tools))
             .unwrap();
         assert!(
-            named.starts_with("start: args \"}\\n</tool_call>\"\nargs: %json {"),
+            named.starts_with("start: call1\ncall1: args1 \"}\\n</tool_call>\"\nargs1: %json {"),
             "{named}"
         );
         assert!(named.contains(r#""required":["path"]"#) && named.contains("whitespace_flexible"));
@@ -493,10 +568,13 @@ mod tests {
             any.contains(r#"call1: "\"cat\", \"arguments\": " args1"#),
             "{any}"
         );
-        let llama = Family {
-            tools: ToolFormat::Llama3Json,
-            reasoning: false,
-        };
+        let whole = hermes
+            .call_grammar(&ToolChoice::Function("cat".into()), Some(&tools))
+            .unwrap();
+        let start = r#"start: "<tool_call>\n{\"name\": \"cat\", \"arguments\": " rest"#;
+        assert!(whole.starts_with(start), "{whole}");
+        assert!(whole.contains("\nrest: call1\n"), "{whole}");
+        let llama = family(ToolFormat::Llama3Json);
         let any = llama
             .forced_grammar(&ToolChoice::Required, Some(&tools))
             .unwrap();
@@ -504,17 +582,35 @@ mod tests {
             any.contains(r#"\"parameters\": "#) && any.contains(r#" "}""#),
             "{any}"
         );
+        // Qwen3-coder: a text parameter up to its closing tag, a JSON one
+        // valid against its schema, optional unless required.
+        let coder = family(ToolFormat::Qwen3Coder);
+        let call = coder
+            .forced_grammar(&ToolChoice::Function("cat".into()), Some(&tools))
+            .unwrap();
+        assert!(
+            call.contains(r#"p1_0[lazy]: /(.|\n)*\n<\/parameter>\n/"#),
+            "{call}"
+        );
+        assert!(
+            call.contains(r#"param1_1: "<parameter=n>\n" v1_1 "\n</parameter>\n""#),
+            "{call}"
+        );
+        assert!(
+            call.contains(r#"call1: param1_0 param1_1? "</function>\n</tool_call>""#),
+            "{call}"
+        );
+        let any = coder
+            .forced_grammar(&ToolChoice::Required, Some(&tools))
+            .unwrap();
+        assert!(any.contains(r#"call0: "ls>\n" "" "</function>"#), "{any}");
         assert_eq!(
             hermes.forced_grammar(&ToolChoice::Function("rm".into()), Some(&tools)),
             None
         );
         assert_eq!(hermes.forced_grammar(&ToolChoice::Auto, Some(&tools)), None);
-        let coder = Family {
-            tools: ToolFormat::Qwen3Coder,
-            reasoning: false,
-        };
         assert_eq!(
-            coder.forced_grammar(&ToolChoice::Required, Some(&tools)),
+            family(ToolFormat::None).forced_grammar(&ToolChoice::Required, Some(&tools)),
             None
         );
     }

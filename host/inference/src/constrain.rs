@@ -281,3 +281,86 @@ fn forced_tool_call(
     })?;
     Ok(Some(("tool_choice", TopLevelGrammar::from_lark(lark))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agl_conversation::ToolFormat;
+
+    fn grammars(tools: ToolFormat) -> Grammars {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/fixtures/tokenizer/tokenizer.json");
+        let tokenizer = Arc::new(Tokenizer::from_file(&path).unwrap());
+        let eos = tokenizer.encode("<|im_end|>", false).unwrap();
+        Grammars::new(
+            tokenizer,
+            eos,
+            Family {
+                tools,
+                reasoning: false,
+            },
+        )
+    }
+
+    /// Whether the constraint lets `text` (its tokens, one by one) through.
+    fn accepts(g: &Grammars, body: &Value, text: &str) -> bool {
+        let mut c = g.constraint(body, Api::Chat).unwrap().expect("constrained");
+        for id in g.tokenizer.encode(text, false).unwrap() {
+            let mask = c.allowed().unwrap();
+            if mask
+                .get(id as usize / 32)
+                .is_none_or(|w| w >> (id % 32) & 1 == 0)
+            {
+                return false;
+            }
+            c.commit(id).unwrap();
+        }
+        true
+    }
+
+    fn cat_call() -> Value {
+        json!({"tool_choice": {"type": "function", "function": {"name": "cat"}},
+               "tools": [{"type": "function", "function": {"name": "cat", "parameters": {
+                   "type": "object", "required": ["path"],
+                   "properties": {"path": {"type": "string"}, "n": {"type": "integer"}}}}}]})
+    }
+
+    #[test]
+    fn forced_calls_take_valid_calls_in_each_family_format_and_refuse_others() {
+        let coder = grammars(ToolFormat::Qwen3Coder);
+        let call = |params: &str| {
+            format!("<tool_call>\n<function=cat>\n{params}</function>\n</tool_call>")
+        };
+        let path = "<parameter=path>\na < b.txt\n</parameter>\n";
+        assert!(accepts(&coder, &cat_call(), &call(path)));
+        assert!(accepts(
+            &coder,
+            &cat_call(),
+            &call(&format!("{path}<parameter=n>\n3\n</parameter>\n"))
+        ));
+        assert!(
+            !accepts(
+                &coder,
+                &cat_call(),
+                &call("<parameter=n>\n3\n</parameter>\n")
+            ),
+            "path is required"
+        );
+        assert!(!accepts(
+            &coder,
+            &cat_call(),
+            &call(&format!("{path}<parameter=n>\nx\n</parameter>\n"))
+        ));
+
+        let hermes = grammars(ToolFormat::Hermes);
+        let call = "<tool_call>\n{\"name\": \"cat\", \"arguments\": {\"path\": \"a.txt\", \"n\": 3}}\n</tool_call>";
+        assert!(accepts(&hermes, &cat_call(), call));
+        assert!(!accepts(&hermes, &cat_call(), &call.replace("3", "\"3\"")));
+        let llama = grammars(ToolFormat::Llama3Json);
+        assert!(accepts(
+            &llama,
+            &cat_call(),
+            "{\"name\": \"cat\", \"parameters\": {\"path\": \"a\"}}"
+        ));
+    }
+}
