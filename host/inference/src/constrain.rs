@@ -54,8 +54,19 @@ impl Grammars {
         body: &Value,
         api: Api,
     ) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
+        Ok(self.constraints(body, api, 1)?.pop().flatten())
+    }
+
+    /// One constraint per choice of an `n`-choice request: the grammar is
+    /// compiled once and its matcher copied (`None`s when it asks for none).
+    pub fn constraints(
+        &self,
+        body: &Value,
+        api: Api,
+        n: usize,
+    ) -> Result<Vec<Option<Box<dyn TokenConstraint>>>, ApiError> {
         let Some((field, grammar)) = grammar_of(body, api, self.family)? else {
-            return Ok(None);
+            return Ok((0..n).map(|_| None).collect());
         };
         let parser = self
             .factory()?
@@ -65,7 +76,9 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(ApiError::bad_request(format!("`{field}`: {e}")));
         }
-        Ok(Some(Box::new(Guided(matcher))))
+        Ok((0..n)
+            .map(|_| Some(Box::new(Guided(matcher.deep_clone())) as Box<dyn TokenConstraint>))
+            .collect())
     }
 }
 

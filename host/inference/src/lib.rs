@@ -307,15 +307,16 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
     let version = s.engine.weight_version();
     // One engine sequence per choice; a seeded request seeds choice i with
     // seed + i, so the choices differ and the answer is reproducible.
+    let constraints = s.grammars.constraints(&body, api, opts.n)?;
     let mut events = Vec::with_capacity(opts.n);
-    for i in 0..opts.n {
+    for (i, constraint) in constraints.into_iter().enumerate() {
         let mut params = opts.params.clone();
         params.seed = params.seed.map(|seed| seed.wrapping_add(i as u64));
         let submitted = s.engine.submit(Request {
             prompt_ids: prompt_ids.clone(),
             params,
             stop_hook: stop_hook(&s.tokenizer, &opts.stop),
-            constraint: s.constraint(&body, api)?,
+            constraint,
         });
         events.push(submitted.map_err(|e| match e {
             EngineError::Invalid(m) => ApiError::bad_request(m),

@@ -34,8 +34,9 @@ pub struct EngineServeArgs {
     #[arg(long, default_value_t = EngineConfig::default().max_seqs)]
     max_seqs: usize,
     /// The most choices (`n`) one request may ask for.
-    #[arg(long, default_value_t = agl_inference::DEFAULT_MAX_N)]
-    max_n: usize,
+    #[arg(long, default_value_t = agl_inference::DEFAULT_MAX_N as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_n: u64,
     /// Longest sequence (prompt + response), in tokens.
     #[arg(long, default_value_t = EngineConfig::default().max_len)]
     max_len: usize,
@@ -65,7 +66,8 @@ async fn serve(args: EngineServeArgs) -> anyhow::Result<()> {
         max_len: args.max_len,
         weight_version: 0,
     };
-    let server = InferenceServer::load(&args.model, &name, kind, config)?.with_max_n(args.max_n);
+    let server =
+        InferenceServer::load(&args.model, &name, kind, config)?.with_max_n(args.max_n as usize);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
