@@ -59,6 +59,7 @@ fn long_rollout() -> Rollout {
             tags: Default::default(),
             continues: None,
             constrained: false,
+            choice: None,
         });
         prompt.extend(&response);
         prompt.extend(ids.take(OBSERVATION));
@@ -101,6 +102,11 @@ fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
                 finished_at_ms: c.finished_at_ms,
                 tags: vec![],
                 continues: c.continues,
+                choice: c.choice.map(|c| agl_plugin::CallChoice {
+                    index: c.index,
+                    count: c.count,
+                }),
+                constrained: c.constrained,
             })
             .collect(),
         events: vec![],

@@ -125,6 +125,7 @@ fn call(
         tags: Default::default(),
         continues: None,
         constrained: false,
+        choice: None,
     }
 }
 

@@ -186,6 +186,7 @@ impl<'a> Recorder<'a> {
             tags,
             continues: None,
             constrained: false,
+            choice: None,
         });
     }
 

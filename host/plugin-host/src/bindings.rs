@@ -37,9 +37,15 @@ macro_rules! worlds {
     };
 }
 
-/// `agl:adapter@0.2.0` (`wit/agl.wit`), the current contract.
-pub(crate) mod v0_2 {
+/// `agl:adapter@0.3.0` (`wit/agl.wit`), the current contract.
+pub(crate) mod v0_3 {
     worlds!("../../wit");
+}
+
+/// `agl:adapter@0.2.0` (`wit/v0.2/agl.wit`, frozen), for plugins built
+/// before 0.3: no `model-call.choice` or `model-call.constrained`.
+pub(crate) mod v0_2 {
+    worlds!("../../wit/v0.2");
 }
 
 /// `agl:adapter@0.1.0` (`wit/v0.1/agl.wit`, frozen), for plugins built
@@ -48,7 +54,7 @@ pub(crate) mod v0_1 {
     worlds!("../../wit/v0.1");
 }
 
-pub(crate) use v0_2::wit;
+pub(crate) use v0_3::wit;
 
 impl From<rollout::ApiKind> for wit::ApiKind {
     fn from(api: rollout::ApiKind) -> Self {
@@ -112,6 +118,13 @@ macro_rules! from_guest {
     };
 }
 
+from_guest!(v0_3 {
+    Retokenize,
+    Template,
+    Other,
+    Summary,
+    SubAgent
+});
 from_guest!(v0_2 {
     Retokenize,
     Template,

@@ -14,12 +14,12 @@ use wasmtime::component::{ComponentNamedList, ComponentType, Instance, Lift, Low
 use wasmtime::{Store, WasmBacktrace};
 
 use super::PluginLimits;
-use super::bindings::{v0_1, v0_2, wit};
+use super::bindings::{v0_1, v0_2, v0_3, wit};
 use super::error::PluginErrorKind;
 use super::sandbox::STDERR_TAIL;
 use super::state::{PluginEnv, PluginState};
 use super::stdio::TailPipe;
-use super::view::{ModelCallView, ModelCallViewV0_1, RolloutView};
+use super::view::{ModelCallView, ModelCallViewV0_1, ModelCallViewV0_2, RolloutView};
 use super::world::{WitVersion, World, WorldPre};
 use agl_wire::rollout::{Rollout, Sample};
 
@@ -94,8 +94,19 @@ impl Live {
         let name = "build-samples";
         let call = async move {
             Ok(match version {
-                WitVersion::V0_2 => {
+                WitVersion::V0_3 => {
                     let view = RolloutView::<ModelCallView>::new(rollout);
+                    call_entry::<_, Result<Vec<v0_3::wit::Sample>, String>>(
+                        store,
+                        instance,
+                        name,
+                        (&view,),
+                    )
+                    .await?
+                    .map(|s| s.into_iter().map(Sample::from).collect())
+                }
+                WitVersion::V0_2 => {
+                    let view = RolloutView::<ModelCallViewV0_2>::new(rollout);
                     call_entry::<_, Result<Vec<v0_2::wit::Sample>, String>>(
                         store,
                         instance,
@@ -134,8 +145,12 @@ impl Live {
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
-                WitVersion::V0_2 => {
+                WitVersion::V0_3 => {
                     let view = RolloutView::<ModelCallView>::new(rollout);
+                    call_entry(store, instance, "reward", (&view,)).await
+                }
+                WitVersion::V0_2 => {
+                    let view = RolloutView::<ModelCallViewV0_2>::new(rollout);
                     call_entry(store, instance, "reward", (&view,)).await
                 }
                 WitVersion::V0_1 => {

@@ -7,7 +7,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::v0_1::sample::agl::adapter as v0_1;
-use super::bindings::v0_2::sample::agl::adapter::{config, log, tokenizer, types};
+use super::bindings::v0_2::sample::agl::adapter as v0_2;
+use super::bindings::v0_3::sample::agl::adapter::{config, log, tokenizer, types};
 use super::sandbox;
 use super::stdio::TailPipe;
 use agl_tokenizer::Tokenizer;
@@ -181,55 +182,76 @@ impl tokenizer::Host for PluginState {
     }
 }
 
-// 0.1's imports are 0.2's under the older version: the same functions.
-impl v0_1::types::Host for PluginState {}
+/// An older version's imports are the current ones under that version:
+/// the same functions.
+macro_rules! older_imports {
+    ($v:ident) => {
+        impl $v::types::Host for PluginState {}
 
-impl v0_1::log::Host for PluginState {
-    fn log(&mut self, level: v0_1::log::Level, message: String) {
-        use v0_1::log::Level as Old;
-        let level = match level {
-            Old::Trace => log::Level::Trace,
-            Old::Debug => log::Level::Debug,
-            Old::Info => log::Level::Info,
-            Old::Warn => log::Level::Warn,
-            Old::Error => log::Level::Error,
-        };
-        log::Host::log(self, level, message)
-    }
+        impl $v::log::Host for PluginState {
+            fn log(&mut self, level: $v::log::Level, message: String) {
+                use $v::log::Level as Old;
+                let level = match level {
+                    Old::Trace => log::Level::Trace,
+                    Old::Debug => log::Level::Debug,
+                    Old::Info => log::Level::Info,
+                    Old::Warn => log::Level::Warn,
+                    Old::Error => log::Level::Error,
+                };
+                log::Host::log(self, level, message)
+            }
+        }
+
+        impl $v::config::Host for PluginState {
+            fn get(&mut self) -> String {
+                config::Host::get(self)
+            }
+        }
+
+        impl $v::tokenizer::Host for PluginState {
+            fn available(&mut self) -> bool {
+                tokenizer::Host::available(self)
+            }
+
+            fn vocab_size(&mut self) -> Result<u32, String> {
+                tokenizer::Host::vocab_size(self)
+            }
+
+            fn encode(
+                &mut self,
+                text: String,
+                add_special_tokens: bool,
+            ) -> Result<Vec<u32>, String> {
+                tokenizer::Host::encode(self, text, add_special_tokens)
+            }
+
+            fn decode(
+                &mut self,
+                ids: Vec<u32>,
+                skip_special_tokens: bool,
+            ) -> Result<String, String> {
+                tokenizer::Host::decode(self, ids, skip_special_tokens)
+            }
+
+            fn apply_chat_template(
+                &mut self,
+                messages_json: String,
+                tools_json: Option<String>,
+                add_generation_prompt: bool,
+            ) -> Result<String, String> {
+                tokenizer::Host::apply_chat_template(
+                    self,
+                    messages_json,
+                    tools_json,
+                    add_generation_prompt,
+                )
+            }
+        }
+    };
 }
 
-impl v0_1::config::Host for PluginState {
-    fn get(&mut self) -> String {
-        config::Host::get(self)
-    }
-}
-
-impl v0_1::tokenizer::Host for PluginState {
-    fn available(&mut self) -> bool {
-        tokenizer::Host::available(self)
-    }
-
-    fn vocab_size(&mut self) -> Result<u32, String> {
-        tokenizer::Host::vocab_size(self)
-    }
-
-    fn encode(&mut self, text: String, add_special_tokens: bool) -> Result<Vec<u32>, String> {
-        tokenizer::Host::encode(self, text, add_special_tokens)
-    }
-
-    fn decode(&mut self, ids: Vec<u32>, skip_special_tokens: bool) -> Result<String, String> {
-        tokenizer::Host::decode(self, ids, skip_special_tokens)
-    }
-
-    fn apply_chat_template(
-        &mut self,
-        messages_json: String,
-        tools_json: Option<String>,
-        add_generation_prompt: bool,
-    ) -> Result<String, String> {
-        tokenizer::Host::apply_chat_template(self, messages_json, tools_json, add_generation_prompt)
-    }
-}
+older_imports!(v0_1);
+older_imports!(v0_2);
 
 /// Guest-chosen input reaches third-party tokenizer code here; a panic in it
 /// becomes an error for the guest instead of unwinding into the caller.

@@ -136,6 +136,7 @@ mod tests {
                     tags: Default::default(),
                     continues: None,
                     constrained: false,
+                    choice: None,
                 })
                 .collect(),
             events: vec![],

@@ -24,10 +24,40 @@ pub(crate) struct RolloutView<'a, C> {
     events: Vec<EventView<'a>>,
 }
 
-/// `model-call` of 0.2: 0.1's fields plus `continues`.
+/// `model-call` of 0.3: 0.2's fields plus `choice` and `constrained`.
 #[derive(ComponentType, Lower)]
 #[component(record)]
 pub(crate) struct ModelCallView<'a> {
+    index: u32,
+    api: wit::ApiKind,
+    #[component(name = "request-json")]
+    request_json: &'a str,
+    #[component(name = "response-json")]
+    response_json: &'a str,
+    #[component(name = "prompt-ids")]
+    prompt_ids: &'a [u32],
+    #[component(name = "response-ids")]
+    response_ids: &'a [u32],
+    #[component(name = "response-logprobs")]
+    response_logprobs: &'a [f32],
+    #[component(name = "weight-version")]
+    weight_version: u64,
+    #[component(name = "finish-reason")]
+    finish_reason: Option<&'a str>,
+    #[component(name = "started-at-ms")]
+    started_at_ms: u64,
+    #[component(name = "finished-at-ms")]
+    finished_at_ms: u64,
+    tags: Vec<TagView<'a>>,
+    continues: Option<u32>,
+    choice: Option<wit::CallChoice>,
+    constrained: bool,
+}
+
+/// `model-call` of 0.2 (frozen): 0.1's fields plus `continues`.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct ModelCallViewV0_2<'a> {
     index: u32,
     api: wit::ApiKind,
     #[component(name = "request-json")]
@@ -126,6 +156,32 @@ fn tags(call: &rollout::ModelCall) -> Vec<TagView<'_>> {
 }
 
 impl<'a> From<&'a rollout::ModelCall> for ModelCallView<'a> {
+    fn from(call: &'a rollout::ModelCall) -> Self {
+        let old = ModelCallViewV0_2::from(call);
+        Self {
+            index: old.index,
+            api: old.api,
+            request_json: old.request_json,
+            response_json: old.response_json,
+            prompt_ids: old.prompt_ids,
+            response_ids: old.response_ids,
+            response_logprobs: old.response_logprobs,
+            weight_version: old.weight_version,
+            finish_reason: old.finish_reason,
+            started_at_ms: old.started_at_ms,
+            finished_at_ms: old.finished_at_ms,
+            tags: old.tags,
+            continues: old.continues,
+            choice: call.choice.map(|c| wit::CallChoice {
+                index: c.index,
+                count: c.count,
+            }),
+            constrained: call.constrained,
+        }
+    }
+}
+
+impl<'a> From<&'a rollout::ModelCall> for ModelCallViewV0_2<'a> {
     fn from(call: &'a rollout::ModelCall) -> Self {
         Self {
             index: call.index,

@@ -46,12 +46,16 @@ pub const WIT_PACKAGE: &str = "agl:adapter";
 /// built against a semver-compatible version of one of them loads (the same
 /// major; for 0.x, the same minor, as semver and wasmtime's linker count
 /// it); any other is refused with the versions named.
-pub const WIT_VERSION: &str = "0.2.0";
+pub const WIT_VERSION: &str = "0.3.0";
 
 /// The `agl:adapter` versions the host serves, newest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum WitVersion {
-    /// `wit/agl.wit`: `model-call.continues`, break kinds `summary`, `sub-agent`.
+    /// `wit/agl.wit`: `model-call.choice` and `model-call.constrained`.
+    #[serde(rename = "0.3.0")]
+    V0_3,
+    /// `wit/v0.2/agl.wit`, frozen: `model-call.continues`, break kinds
+    /// `summary`, `sub-agent`.
     #[serde(rename = "0.2.0")]
     V0_2,
     /// `wit/v0.1/agl.wit`, frozen.
@@ -60,10 +64,11 @@ pub enum WitVersion {
 }
 
 impl WitVersion {
-    pub const ALL: [WitVersion; 2] = [WitVersion::V0_2, WitVersion::V0_1];
+    pub const ALL: [WitVersion; 3] = [WitVersion::V0_3, WitVersion::V0_2, WitVersion::V0_1];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            WitVersion::V0_3 => "0.3.0",
             WitVersion::V0_2 => "0.2.0",
             WitVersion::V0_1 => "0.1.0",
         }
@@ -133,7 +138,7 @@ pub(crate) fn candidate_versions(
                 return Err(format!(
                     "built against {WIT_PACKAGE}@{shown}, but this agl serves {}; rebuild the \
                      plugin against this agl's wit/ or use an agl that speaks its version",
-                    served.join(" and ")
+                    served_list(&served)
                 ));
             }
         }
@@ -149,6 +154,14 @@ pub(crate) fn candidate_versions(
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
+    }
+}
+
+/// `a, b and c`.
+fn served_list(served: &[String]) -> String {
+    match served.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => served.concat(),
     }
 }
 
@@ -244,9 +257,13 @@ fn typecheck(
     world: World,
     version: WitVersion,
 ) -> wasmtime::Result<()> {
-    use super::bindings::{v0_1, v0_2};
+    use super::bindings::{v0_1, v0_2, v0_3};
     let pre = pre.clone();
     match (version, world) {
+        (WitVersion::V0_3, World::SampleAdapter) => {
+            v0_3::sample::SampleAdapterPre::new(pre).map(drop)
+        }
+        (WitVersion::V0_3, World::Reward) => v0_3::reward::RewardPre::new(pre).map(drop),
         (WitVersion::V0_2, World::SampleAdapter) => {
             v0_2::sample::SampleAdapterPre::new(pre).map(drop)
         }
@@ -270,7 +287,8 @@ mod tests {
         assert_ne!(compat_track("0.2.0"), compat_track("0.1.0"));
         assert_eq!(WitVersion::matching("0.1.4"), Some(WitVersion::V0_1));
         assert_eq!(WitVersion::matching("0.2.0"), Some(WitVersion::V0_2));
-        assert_eq!(WitVersion::matching("0.3.0"), None);
+        assert_eq!(WitVersion::matching("0.3.0"), Some(WitVersion::V0_3));
+        assert_eq!(WitVersion::matching("0.4.0"), None);
         assert_eq!(WitVersion::matching("1.0.0"), None);
     }
 
@@ -284,5 +302,7 @@ mod tests {
         assert_eq!(WitVersion::ALL[0].as_str(), WIT_VERSION);
         let frozen = include_str!("../../../wit/v0.1/agl.wit");
         assert!(frozen.contains("package agl:adapter@0.1.0;"));
+        let frozen = include_str!("../../../wit/v0.2/agl.wit");
+        assert!(frozen.contains("package agl:adapter@0.2.0;"));
     }
 }

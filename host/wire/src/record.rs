@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::rollout::{ApiKind, JsonText, ModelCall};
+use crate::rollout::{ApiKind, Choice, JsonText, ModelCall};
 
 /// The event kind the gateway records each proxied call as. Only the proxy
 /// (or the admin) may write it.
@@ -71,6 +71,10 @@ pub struct ModelRequest<Req = JsonText> {
     /// the masked distribution the token was drawn from, not the policy's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub constrained: bool,
+    /// Which choice of an `n` > 1 request this record holds (each choice
+    /// is a record of its own; `response` holds that choice only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<Choice>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,7 +89,6 @@ pub enum CallStatus {
 }
 
 impl ModelRequest<JsonText> {
-    /// The call as the rollout JSONL carries it, numbered `index`.
     /// The call as exported at `index`; `continues` is the index of the
     /// exported call this one continues (the record names it by seq).
     pub fn into_call(self, index: u32, continues: Option<u32>) -> ModelCall {
@@ -104,6 +107,7 @@ impl ModelRequest<JsonText> {
             tags: self.tags,
             continues,
             constrained: self.constrained,
+            choice: self.choice,
         }
     }
 }
@@ -181,6 +185,7 @@ mod tests {
             upstream_status: None,
             continues: None,
             constrained: false,
+            choice: Some(Choice { index: 1, count: 3 }),
         };
         let read: ModelRequest = serde_json::from_str(written.to_payload().as_str()).unwrap();
         let call = read.into_call(7, None);
@@ -188,6 +193,7 @@ mod tests {
         assert_eq!(call.request.as_str(), raw.get());
         assert_eq!(call.response_logprobs, vec![-0.25]);
         assert_eq!(call.tags["x-agl-agent"], "main");
+        assert_eq!(call.choice, Some(Choice { index: 1, count: 3 }));
         // An errored call without token fields still reads.
         let failed: ModelRequest =
             serde_json::from_str(r#"{"api": "completions", "status": "error", "extra": 1}"#)

@@ -146,6 +146,21 @@ pub struct ModelCall {
     /// Sampled under a constraint: the logprobs are the masked ones.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub constrained: bool,
+    /// Which of the request's `n` choices this call is (`n` > 1 only):
+    /// each choice is its own call, its siblings the calls next to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<Choice>,
+}
+
+/// One choice of a request that asked for `count` > 1 (`n`): the gateway
+/// records each as its own call, the siblings committed together under
+/// consecutive seqs, so the export numbers them `index - choice.index ..`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Choice {
+    /// The choice's `index` in the answer, `0..count`.
+    pub index: u32,
+    pub count: u32,
 }
 
 /// Any non-model event: a harness-reported `reward`, log tails, custom events.

@@ -19,6 +19,7 @@ The WIT records (`Rollout`, `ModelCall`, `Event`, `Sample`, `Span`,
 from wit_world.imports.types import (
     ApiKind,
     BreakKind,
+    CallChoice,
     ChainBreak,
     Event,
     ModelCall,
@@ -58,7 +59,7 @@ from .samples import (
 from .world import adapter, reward
 
 __all__ = [
-    "ApiKind", "BreakKind", "ChainBreak", "Event", "ModelCall", "PluginInfo", "Rollout",
+    "ApiKind", "BreakKind", "CallChoice", "ChainBreak", "Event", "ModelCall", "PluginInfo", "Rollout",
     "RolloutStatus", "Sample", "Span", "Tag",
     "agent", "assistant_message", "assistant_text", "content_text", "final_text",
     "graded_tests", "input_value", "last_reward", "last_reward_event", "request",

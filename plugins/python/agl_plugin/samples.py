@@ -55,6 +55,15 @@ class SampleBuilder:
         return (starts_with_ids(call.prompt_ids, self.prompt_ids)
                 and call.prompt_ids[n:n + len(self.response_ids)] == self.response_ids)
 
+    def first_difference(self, call):
+        """Position in this sample's prompt + response where `call`'s prompt
+        first differs (or ends)."""
+        n = len(self.prompt_ids)
+        at = common_prefix_len(self.prompt_ids, call.prompt_ids)
+        if at < n:
+            return at
+        return at + common_prefix_len(self.response_ids, call.prompt_ids[n:])
+
     def extend(self, call):
         """Appends `call` if it continues the sample; False (unchanged) if not."""
         if not self.continues(call):
@@ -87,6 +96,16 @@ class SampleBuilder:
         )
 
 
+def _first_choice(call):
+    return call.index - (call.choice.index if call.choice is not None else 0)
+
+
+def _siblings(a, b):
+    """Whether `a` and `b` are choices of the same `n` > 1 request."""
+    return (a.choice is not None and b.choice is not None and a.choice.count == b.choice.count
+            and _first_choice(a) == _first_choice(b))
+
+
 def merge_chains(rollout, chain_by_agent=True, skip_empty_responses=True, classify=None):
     """Merges calls into as few samples as the links allow. A call recorded
     as continuing call j (`continues`) joins the chain that ends with j; any
@@ -94,24 +113,45 @@ def merge_chains(rollout, chain_by_agent=True, skip_empty_responses=True, classi
     `x-agl-agent` tag unless `chain_by_agent` is off): appended when its
     prompt starts with the chain so far, else a new sample whose
     `break_before` is `classify(last_call, call)` (default
-    `classify_break`). Samples come out ordered by their first call."""
+    `classify_break`). Samples come out ordered by their first call.
+
+    The choices of an `n` > 1 request (`choice`) are parallel samples: the
+    first joins the chain, each sibling forks a sample of its own (no break),
+    and the next call joins the chain of the choice it extends (the one the
+    harness kept)."""
     classify = classify or classify_break
     chains = []  # [key, builder, last call]
     for call in rollout.calls:
         if skip_empty_responses and not call.response_ids:
+            continue
+        key = calls.agent(call) if chain_by_agent else None
+        if any(_siblings(c[2], call) for c in chains):
+            chains.append([key, SampleBuilder(call), call])
             continue
         if call.continues is not None:
             target = next((c for c in reversed(chains) if c[2].index == call.continues), None)
             if target is not None and target[1].extend(call):
                 target[2] = call
                 continue
-        key = calls.agent(call) if chain_by_agent else None
-        chain = next((c for c in reversed(chains) if c[0] == key), None)
-        if chain is not None and chain[1].extend(call):
-            chain[2] = call
-            continue
-        chain_break = classify(chain[2], call) if chain is not None else None
-        if chain_break is not None:
+        latest = next((c for c in reversed(chains) if c[0] == key), None)
+        chain_break = None
+        if latest is not None:
+            tip = latest[2]
+            closest, joined = None, False
+            for chain in reversed(chains):
+                if chain[0] != key or not (chain is latest or _siblings(chain[2], tip)):
+                    continue
+                if chain[1].extend(call):
+                    chain[2] = call
+                    joined = True
+                    break
+                at = chain[1].first_difference(call)
+                if closest is None or at > closest[1]:
+                    closest = (chain, at)
+            if joined:
+                continue
+            broken = closest[0] if closest is not None else latest
+            chain_break = classify(broken[2], call)
             host.debug(f"call {call.index}: new sample, {kind_name(chain_break.kind)} break")
         chains.append([key, SampleBuilder(call, chain_break), call])
     return [builder.build() for _, builder, _ in chains]

@@ -14,7 +14,9 @@ from wit_world.imports import config as _config
 from wit_world.imports import log as _log
 from wit_world.imports import tokenizer as _tokenizer
 from componentize_py_types import Err
-from wit_world.imports.types import ApiKind, Event, ModelCall, Rollout, RolloutStatus, Tag
+from wit_world.imports.types import (
+    ApiKind, CallChoice, Event, ModelCall, Rollout, RolloutStatus, Tag,
+)
 
 logs = []
 """(level name, message) of every line logged since `install`."""
@@ -85,8 +87,9 @@ def _text(value):
 
 def call(index, prompt_ids, response_ids, logprobs=None, api=ApiKind.CHAT_COMPLETIONS,
          request=None, response=None, tags=None, continues=None, weight_version=0,
-         finish_reason="stop"):
-    """A model call; `request`/`response` are JSON values, `tags` a dict."""
+         finish_reason="stop", choice=None, constrained=False):
+    """A model call; `request`/`response` are JSON values, `tags` a dict,
+    `choice` an `(index, count)` pair."""
     return ModelCall(
         index=index, api=api, request_json=_text(request or {}),
         response_json=_text(response or {}), prompt_ids=list(prompt_ids),
@@ -95,6 +98,8 @@ def call(index, prompt_ids, response_ids, logprobs=None, api=ApiKind.CHAT_COMPLE
         weight_version=weight_version, finish_reason=finish_reason, started_at_ms=0,
         finished_at_ms=0, tags=[Tag(key=k, value=v) for k, v in sorted((tags or {}).items())],
         continues=continues,
+        choice=CallChoice(index=choice[0], count=choice[1]) if choice is not None else None,
+        constrained=constrained,
     )
 
 
@@ -124,6 +129,8 @@ def from_json(row):
             api=ApiKind[c["api"].upper()], request=c.get("request"), response=c.get("response"),
             tags=c.get("tags"), continues=c.get("continues"),
             weight_version=c.get("weight_version", 0), finish_reason=c.get("finish_reason"),
+            choice=(c["choice"]["index"], c["choice"]["count"]) if c.get("choice") else None,
+            constrained=c.get("constrained", False),
         )
         for c in row.get("calls", [])
     ]

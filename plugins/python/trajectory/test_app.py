@@ -49,6 +49,20 @@ class Merge(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown key"):
             app.build_samples(r)
 
+    def test_each_choice_is_a_sample_and_the_kept_one_goes_on(self):
+        replies = [[30, 31], [40], [50, 51, 52]]
+        for kept in range(3):
+            calls = [call(0, [1, 2], [10])]
+            calls += [call(1 + i, [1, 2, 10, 20], r, choice=(i, 3)) for i, r in enumerate(replies)]
+            calls.append(call(4, [1, 2, 10, 20, *replies[kept], 21], [60]))
+            samples = app.build_samples(rollout(calls))
+            self.assertEqual([s.source_calls[0] for s in samples], [0, 2, 3])
+            self.assertTrue(all(s.break_before is None for s in samples))
+            self.assertEqual([4 in s.source_calls for s in samples], [i == kept for i in range(3)])
+        # An edited reply breaks against the choice it shares the most with.
+        calls[4] = call(4, [1, 2, 10, 20, 50, 51, 99, 21], [60])
+        broken = app.build_samples(rollout(calls))[3].break_before
+        self.assertIn("previous 52, next 99", broken.detail)
 
     def test_a_harness_names_its_compaction_a_summary(self):
         ask = lambda *texts: {"messages": [{"role": "user", "content": t} for t in texts]}  # noqa: E731

@@ -54,8 +54,8 @@ pub mod testing;
 pub mod tokenizer;
 
 pub use bindings::adapter::agl::adapter::types::{
-    ApiKind, BreakKind, ChainBreak, Event, ModelCall, PluginInfo, Rollout, RolloutStatus, Sample,
-    Span, Tag,
+    ApiKind, BreakKind, CallChoice, ChainBreak, Event, ModelCall, PluginInfo, Rollout,
+    RolloutStatus, Sample, Span, Tag,
 };
 pub use breaks::classify_break;
 pub use builder::SampleBuilder;

@@ -71,8 +71,27 @@ struct Chain<'a> {
 /// whose `break_before` says why. Chains are never closed, so a linked call
 /// goes back to its chain after another agent's turns. Samples come out
 /// ordered by their first call.
+///
+/// The choices of an `n` > 1 request (`choice`) are parallel samples: the
+/// first joins the chain as any call would, each sibling forks its own
+/// sample (no break: nothing before it is trained twice), and the next call
+/// joins whichever sibling's chain it extends, i.e. the choice the harness
+/// kept.
 pub fn merge_chains(rollout: &Rollout, options: &MergeOptions) -> Vec<Sample> {
     merge_chains_with(rollout, options, breaks::classify_break)
+}
+
+/// The first call index of `call`'s choices (its own index without any).
+fn first_choice(call: &ModelCall) -> u32 {
+    call.index
+        .saturating_sub(call.choice.map_or(0, |c| c.index))
+}
+
+/// Whether `a` and `b` are choices of the same request.
+fn siblings(a: &ModelCall, b: &ModelCall) -> bool {
+    a.choice.is_some()
+        && a.choice.map(|c| c.count) == b.choice.map(|c| c.count)
+        && first_choice(a) == first_choice(b)
 }
 
 /// [`merge_chains`] with a harness-specific break classifier: `classify`
@@ -90,6 +109,21 @@ pub fn merge_chains_with(
             log::debug(format!("call {}: no response tokens, skipped", next.index));
             continue;
         }
+        let key = if options.chain_by_agent {
+            call::agent(next)
+        } else {
+            None
+        };
+        // A later choice of a request whose earlier choice has a chain
+        // already: a sample of its own beside it.
+        if chains.iter().any(|c| siblings(c.last, next)) {
+            chains.push(Chain {
+                key,
+                builder: SampleBuilder::from_call(next),
+                last: next,
+            });
+            continue;
+        }
         if let Some(target) = next.continues {
             if let Some(chain) = chains.iter_mut().rev().find(|c| c.last.index == target)
                 && chain.builder.extend(next).is_ok()
@@ -104,19 +138,37 @@ pub fn merge_chains_with(
                 next.index
             ));
         }
-        let key = if options.chain_by_agent {
-            call::agent(next)
-        } else {
-            None
-        };
-        let builder = match chains.iter_mut().rev().find(|c| c.key == key) {
+        // The agent's latest chain, and the chains of its siblings when
+        // it ended with one choice of several: the one `next` extends.
+        let latest = chains.iter().rposition(|c| c.key == key);
+        let builder = match latest {
             None => SampleBuilder::from_call(next),
-            Some(chain) => {
-                if chain.builder.extend(next).is_ok() {
-                    chain.last = next;
+            Some(latest) => {
+                let tip = chains[latest].last;
+                let mut closest: Option<(usize, usize)> = None;
+                let mut joined = false;
+                for i in (0..chains.len()).rev() {
+                    let chain = &mut chains[i];
+                    if chain.key != key || !(i == latest || siblings(chain.last, tip)) {
+                        continue;
+                    }
+                    match chain.builder.extend(next) {
+                        Ok(()) => {
+                            chain.last = next;
+                            joined = true;
+                            break;
+                        }
+                        Err(e) if closest.is_none_or(|(_, at)| e.at > at) => {
+                            closest = Some((i, e.at))
+                        }
+                        Err(_) => {}
+                    }
+                }
+                if joined {
                     continue;
                 }
-                let chain_break = classify(chain.last, next);
+                let broken = closest.map_or(latest, |(i, _)| i);
+                let chain_break = classify(chains[broken].last, next);
                 let kind = breaks::kind_name(chain_break.kind);
                 log::debug(format!(
                     "call {}: new sample, {kind} break: {}",

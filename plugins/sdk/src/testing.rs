@@ -80,6 +80,8 @@ pub fn call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> ModelCall {
         finished_at_ms: 0,
         tags: Vec::new(),
         continues: None,
+        choice: None,
+        constrained: false,
     }
 }
 
@@ -115,6 +117,8 @@ pub trait CallExt: Sized {
     /// Records that the gateway served this call as a continuation of
     /// call `index`.
     fn continues(self, index: u32) -> Self;
+    /// Makes the call choice `index` of a request that asked for `count`.
+    fn choice(self, index: u32, count: u32) -> Self;
     /// Request `{"messages": ...}` and response
     /// `{"choices": [{"message": reply}]}` for the chat API.
     fn chat(self, messages: serde_json::Value, reply: serde_json::Value) -> Self;
@@ -164,6 +168,11 @@ impl CallExt for ModelCall {
 
     fn continues(mut self, index: u32) -> Self {
         self.continues = Some(index);
+        self
+    }
+
+    fn choice(mut self, index: u32, count: u32) -> Self {
+        self.choice = Some(crate::CallChoice { index, count });
         self
     }
 

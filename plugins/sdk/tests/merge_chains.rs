@@ -412,3 +412,76 @@ fn dropped_turns_without_new_text_are_an_other_break() {
     assert_eq!(samples.len(), 2);
     assert_eq!(break_kind(&samples[1]), Some(BreakKind::Other));
 }
+
+/// A request with three choices after one plain call; the harness keeps
+/// choice `kept` and goes on from it.
+fn three_choices(kept: usize, linked: bool) -> Vec<agl_plugin::ModelCall> {
+    let replies: [&[u32]; 3] = [&[30, 31], &[40], &[50, 51, 52]];
+    let mut calls = vec![call(0, &[1, 2], &[10])];
+    for (i, reply) in replies.iter().enumerate() {
+        let mut c = call(1 + i as u32, &[1, 2, 10, 20], reply).choice(i as u32, 3);
+        if linked {
+            c = c.continues(0);
+        }
+        calls.push(c);
+    }
+    let mut prompt = vec![1, 2, 10, 20];
+    prompt.extend_from_slice(replies[kept]);
+    prompt.push(21);
+    let mut next = call(4, &prompt, &[60]);
+    if linked {
+        next = next.continues(1 + kept as u32);
+    }
+    calls.push(next);
+    calls
+}
+
+#[test]
+fn each_choice_is_a_sample_and_the_kept_one_goes_on() {
+    for linked in [false, true] {
+        for kept in 0..3 {
+            let why = format!("kept {kept}, linked {linked}");
+            let samples = merge(three_choices(kept, linked));
+            assert_eq!(samples.len(), 3, "{why}");
+            // Choice 0 joins the first call's chain; the others fork off
+            // with their own prompt (nothing trained twice), no break.
+            assert_eq!(samples[0].source_calls[..2], [0, 1], "{why}");
+            assert_eq!(samples[0].prompt_ids, [1, 2], "{why}");
+            for (s, call) in samples[1..].iter().zip([2, 3]) {
+                assert_eq!(s.source_calls[0], call, "{why}");
+                assert_eq!(s.prompt_ids, [1, 2, 10, 20], "{why}");
+            }
+            assert!(samples.iter().all(|s| s.break_before.is_none()), "{why}");
+            // The next call extends the chain of the choice it kept.
+            let with_next = samples
+                .iter()
+                .position(|s| s.source_calls.contains(&4))
+                .expect("call 4 is merged");
+            assert_eq!(with_next, kept, "{why}");
+            let trained: usize = samples
+                .iter()
+                .flat_map(|s| &s.trainable)
+                .map(|t| (t.end - t.start) as usize)
+                .sum();
+            assert_eq!(
+                trained,
+                1 + 2 + 1 + 3 + 1,
+                "{why}: every sampled token once"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_call_that_continues_no_choice_breaks_against_the_closest() {
+    let mut calls = three_choices(2, false);
+    // The harness edited the kept reply [50, 51, 52] to [50, 51, 99].
+    calls[4].prompt_ids = vec![1, 2, 10, 20, 50, 51, 99, 21];
+    let samples = merge(calls);
+    assert_eq!(samples.len(), 4);
+    let b = samples[3].break_before.as_ref().expect("a break");
+    assert_eq!(b.call_index, 4);
+    assert_eq!(b.kind, BreakKind::Template, "{}", b.detail);
+    // Compared with the choice it shares the most with (choice 2).
+    assert!(b.detail.contains("previous 52, next 99"), "{}", b.detail);
+}

@@ -144,6 +144,7 @@ async fn calls_of(store: &Store, rec: &RolloutRecord) -> anyhow::Result<Vec<Valu
                     "response_tokens": c.response_ids.len(),
                     "finish_reason": c.finish_reason,
                     "continues": c.continues,
+                    "choice": c.choice,
                     "superseded_by": ev.superseded_by,
                 }),
                 None => json!({"seq": ev.seq, "status": "unreadable"}),

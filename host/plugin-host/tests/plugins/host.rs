@@ -387,7 +387,7 @@ async fn inspect_reports_world_info_and_component_types() {
             .any(|i| i.name.starts_with(prefix))
     };
     assert!(import(&format!("agl:adapter/log@{WIT_VERSION}")));
-    assert_eq!(inspection.wit, WitVersion::V0_2);
+    assert_eq!(inspection.wit, WitVersion::V0_3);
     assert!(import("wasi:cli/stderr@0.2"));
     let reward = host.inspect(&wasm("faulty-reward")).await.unwrap();
     assert_eq!(reward.world, World::Reward);
@@ -528,22 +528,22 @@ async fn a_component_built_against_another_major_is_refused_by_version() {
     let Err(err) = host
         .load(PluginSpec::new(
             "next",
-            rebuilt_against("0.3.0", dir.path()),
+            rebuilt_against("0.4.0", dir.path()),
         ))
         .await
     else {
-        panic!("a 0.3 component is refused");
+        panic!("a 0.4 component is refused");
     };
     assert!(
         err.to_string()
-            .contains("serves agl:adapter@0.2.0 and agl:adapter@0.1.0"),
+            .contains("serves agl:adapter@0.3.0, agl:adapter@0.2.0 and agl:adapter@0.1.0"),
         "{err}"
     );
     // A patch release of the same track still loads and scores.
-    let patch = rebuilt_against("0.2.9", dir.path());
+    let patch = rebuilt_against("0.3.9", dir.path());
     let plugin = host.load(PluginSpec::new("patch", &patch)).await.unwrap();
     assert_eq!(plugin.world(), World::Reward);
-    assert_eq!(plugin.wit_version(), WitVersion::V0_2);
+    assert_eq!(plugin.wit_version(), WitVersion::V0_3);
 }
 
 /// `faulty` built against the frozen `wit/v0.1`: a plugin from before 0.2.
@@ -586,6 +586,39 @@ async fn a_plugin_built_against_0_1_still_loads_and_builds_samples() {
         [
             (BreakKind::SubAgent, "continues=None".to_string()),
             (BreakKind::Summary, "continues=Some(0)".to_string()),
+        ]
+    );
+}
+
+/// `faulty` built against the frozen `wit/v0.2` (before 0.3) loads beside a
+/// current one; only the 0.3 plugin sees `choice` and `constrained`.
+#[tokio::test]
+async fn a_plugin_built_against_0_2_still_loads_and_0_3_sees_the_choice() {
+    let host = host();
+    let mut spec = faulty_spec("old", "links");
+    spec.path = wasm("faulty-v0.2");
+    let old = load(&host, spec).await;
+    assert_eq!(old.wit_version(), WitVersion::V0_2);
+    let mut rollout = rollout(None);
+    rollout.calls[1].continues = Some(0);
+    rollout.calls[1].choice = Some(agl_wire::rollout::Choice { index: 1, count: 2 });
+    rollout.calls[1].constrained = true;
+    // 0.2's link field still reaches a 0.2 plugin.
+    let samples = old.build_samples(&rollout).await.expect("samples");
+    let detail =
+        |s: &agl_wire::rollout::Sample| s.break_before.as_ref().expect("a break").detail.clone();
+    assert_eq!(detail(&samples[1]), "continues=Some(0)");
+    let inspection = host.inspect(&wasm("faulty-v0.2")).await.unwrap();
+    assert_eq!(inspection.wit, WitVersion::V0_2);
+    let new = load(&host, faulty_spec("new", "choices")).await;
+    assert_eq!(new.wit_version(), WitVersion::V0_3);
+    let samples = new.build_samples(&rollout).await.expect("samples");
+    let details: Vec<String> = samples.iter().map(detail).collect();
+    assert_eq!(
+        details,
+        [
+            "choice=None constrained=false",
+            "choice=Some((1, 2)) constrained=true"
         ]
     );
 }

@@ -5,9 +5,16 @@
 
 use crate::faults;
 
-#[cfg(not(feature = "wit-v0-1"))]
+#[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2")))]
 wit_bindgen::generate!({
     path: "../../../wit",
+    world: "sample-adapter",
+});
+
+// The frozen 0.2 contract: a plugin built before 0.3 (faulty-v0.2.wasm).
+#[cfg(feature = "wit-v0-2")]
+wit_bindgen::generate!({
+    path: "../../../wit/v0.2",
     world: "sample-adapter",
 });
 
@@ -53,6 +60,8 @@ impl Guest for Faulty {
             "imports" => Err(probe_imports()),
             #[cfg(not(feature = "wit-v0-1"))]
             "links" => Ok(rollout.calls.iter().map(linked).collect()),
+            #[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2")))]
+            "choices" => Ok(rollout.calls.iter().map(chosen).collect()),
             other => Err(format!("unknown fault {other:?}")),
         }
     }
@@ -86,6 +95,23 @@ fn linked(call: &ModelCall) -> Sample {
         },
         call_index: call.index,
         detail: format!("continues={:?}", call.continues),
+    });
+    sample
+}
+
+/// A sample per call whose break detail shows the fields new in 0.3:
+/// which choice of an `n` > 1 request the call is, and `constrained`.
+#[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2")))]
+fn chosen(call: &ModelCall) -> Sample {
+    let mut sample = whole_response(call);
+    sample.break_before = Some(ChainBreak {
+        kind: BreakKind::Other,
+        call_index: call.index,
+        detail: format!(
+            "choice={:?} constrained={}",
+            call.choice.map(|c| (c.index, c.count)),
+            call.constrained
+        ),
     });
     sample
 }

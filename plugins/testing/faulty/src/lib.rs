@@ -17,9 +17,12 @@
 //! - `links` (0.2 only): one sample per call whose break detail is
 //!   `continues=<the call's continues>`, kind `summary` when it has one,
 //!   `sub-agent` when not.
+//! - `choices` (0.3): one sample per call whose `other` break's detail is
+//!   `choice=<(index, count)> constrained=<bool>`.
 //!
-//! Built with the `wit-v0-1` feature it is a plugin of the frozen
-//! `agl:adapter@0.1.0` (`wit/v0.1`), for the host's compatibility tests.
+//! Built with the `wit-v0-1` (`wit-v0-2`) feature it is a plugin of the
+//! frozen `agl:adapter@0.1.0` (`@0.2.0`, `wit/v0.1`, `wit/v0.2`), for the
+//! host's compatibility tests.
 //!
 //! Built with the `reward` feature it exports the `reward` world instead:
 //! `none` scores 1.0, `unscored` returns no reward, `nan` returns NaN,
