@@ -9,6 +9,9 @@ Python SDK (host/agl/tests/e2e/engine_server.rs). Prints one JSON summary.
                                         every reply echoed back verbatim,
                                         streamed and whole turns alternating
     engine_client.py choices N PROMPT   n=N sampled choices, whole and streamed
+    engine_client.py kept N K PROMPT [stream]  a harness that asks for n=N
+                                        choices (streamed or not), keeps choice
+                                        K and goes on from it
     engine_client.py top K PROMPT       greedy, logprobs with K alternatives,
                                         chat whole and streamed, and completions
     engine_client.py constrained N [json-only]  N seeds each of a json_schema
@@ -88,6 +91,26 @@ def choices(client, n, text):
         "streamed": [streamed_texts[i] for i in sorted(streamed_texts)],
         "stream_finishes": len(finishes),
     }
+
+
+def kept(client, n, k, text, stream):
+    """n choices of one turn (indices and texts as the SDK read them), then
+    the next turn after the reply of choice k, as a best-of-n harness goes on."""
+    kw = dict(n=n, temperature=1.0, seed=3, extra_body={"ignore_eos": True})
+    if stream:
+        texts = {}
+        for chunk in chat(client, text, stream=True, **kw):
+            for c in chunk.choices:
+                texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+        indices, texts = sorted(texts), [texts[i] for i in sorted(texts)]
+    else:
+        answer = chat(client, text, **kw)
+        indices = [c.index for c in answer.choices]
+        texts = [c.message.content for c in answer.choices]
+    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": texts[k]},
+                {"role": "user", "content": "go on"}]
+    after = client.chat.completions.create(model="policy", messages=messages, max_tokens=MAX_TOKENS)
+    return {"indices": indices, "texts": texts, "next": after.choices[0].message.content}
 
 
 def entries(logprobs):
@@ -186,6 +209,8 @@ def main():
         result = {"text": c.choices[0].text, "finish": c.choices[0].finish_reason}
     elif mode == "choices":
         result = choices(client, int(args[0]), args[1])
+    elif mode == "kept":
+        result = kept(client, int(args[0]), int(args[1]), args[2], args[3:] == ["stream"])
     elif mode == "top":
         result = top(client, int(args[0]), args[1])
     elif mode == "constrained":

@@ -12,7 +12,10 @@
 //! step back lets the same turn be asked again, e.g. a streamed repeat or
 //! a second sample, and still continue), and at most [`MAX_CHAINS`] chains
 //! per attempt, so memory stays bounded by the attempt's longest
-//! sequences.
+//! sequences. The choices of an `n` > 1 call each end a chain (the next
+//! call continues the one the harness kept) and count as one chain.
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -52,11 +55,15 @@ pub struct Chains {
     leaves: Vec<Leaf>,
 }
 
-/// A chain's last call and the one it continued.
+/// A chain's last call and the one it continued (shared by the choices
+/// of one call).
 #[derive(Debug, Clone)]
 struct Leaf {
     end: Served,
-    before: Option<Served>,
+    before: Option<Arc<Served>>,
+    /// The call whose choices these are: the first choice's id (its own
+    /// for a call of one choice).
+    group: u64,
 }
 
 impl Chains {
@@ -69,7 +76,7 @@ impl Chains {
         let candidates = self
             .leaves
             .iter()
-            .flat_map(|l| std::iter::once(&l.end).chain(&l.before));
+            .flat_map(|l| std::iter::once(&l.end).chain(l.before.as_deref()));
         for served in candidates {
             if let Some(ids) = continue_from(renderer, served, conv)? {
                 return Ok(Prompt {
@@ -87,10 +94,21 @@ impl Chains {
     /// Records a served call; it ends the chain of the call it continued,
     /// which it keeps one step back.
     pub fn served(&mut self, call: Served, continued: Option<u64>) {
+        self.served_choices(vec![call], continued);
+    }
+
+    /// Records the choices of one served call (same prompt, one [`Served`]
+    /// each, in choice order): each ends a chain of its own that continued
+    /// `continued`; together they count as one chain against
+    /// [`MAX_CHAINS`].
+    pub fn served_choices(&mut self, choices: Vec<Served>, continued: Option<u64>) {
+        let Some(group) = choices.first().map(|c| c.call) else {
+            return;
+        };
         let mut before = None;
         if let Some(prev) = continued {
             if let Some(i) = self.leaves.iter().position(|l| l.end.call == prev) {
-                before = Some(self.leaves.remove(i).end);
+                before = Some(Arc::new(self.leaves.remove(i).end));
             } else if let Some(l) = self
                 .leaves
                 .iter()
@@ -100,8 +118,21 @@ impl Chains {
                 before = l.before.clone();
             }
         }
-        self.leaves.insert(0, Leaf { end: call, before });
-        self.leaves.truncate(MAX_CHAINS);
+        for end in choices.into_iter().rev() {
+            let before = before.clone();
+            self.leaves.insert(0, Leaf { end, before, group });
+        }
+        // The newest MAX_CHAINS groups stay.
+        let mut groups = Vec::with_capacity(MAX_CHAINS);
+        self.leaves.retain(|l| {
+            if !groups.contains(&l.group) {
+                if groups.len() == MAX_CHAINS {
+                    return false;
+                }
+                groups.push(l.group);
+            }
+            true
+        });
     }
 
     pub fn len(&self) -> usize {

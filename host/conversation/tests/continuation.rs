@@ -143,3 +143,57 @@ fn a_summary_or_a_sub_agent_starts_a_new_chain() {
     assert_eq!(chains.prompt(&renderer, &conv).unwrap().continues, None);
     assert!(matches!(conv.messages[2], Message::User(_)));
 }
+
+/// The choices of one call each end a chain; the next call continues the
+/// one whose reply the harness kept, and a call's choices count as one of
+/// the chains an attempt keeps.
+#[test]
+fn the_next_call_continues_the_choice_the_harness_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tokenizer(dir.path());
+    let renderer = Renderer::new(tok.clone(), &[eos(&tok)]).unwrap();
+    let mut chains = Chains::default();
+    let ask = |task: &str| json!({"messages": [{"role": "user", "content": task}]});
+    let serve_choices = |chains: &mut Chains, task: &str, first_call: u64, replies: &[&str]| {
+        let conv = openai_chat::conversation(&ask(task)).unwrap();
+        let prompt = chains.prompt(&renderer, &conv).unwrap();
+        let served = (first_call..)
+            .zip(replies)
+            .map(|(call, reply)| Served {
+                call,
+                messages: conv.messages.clone(),
+                tools: None,
+                prompt_ids: prompt.ids.clone(),
+                response_ids: sample(&tok, reply),
+                reply: renderer.family().parse(reply),
+            })
+            .collect();
+        chains.served_choices(served, prompt.continues);
+    };
+    let replies = ["One.", "Two.", "Three."];
+    serve_choices(&mut chains, "Count.", 10, &replies);
+    assert_eq!(chains.len(), 3);
+    for (call, reply) in (10..).zip(replies) {
+        let kept = json!({"messages": [
+            {"role": "user", "content": "Count."},
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "go on"}]});
+        let conv = openai_chat::conversation(&kept).unwrap();
+        let prompt = chains.prompt(&renderer, &conv).unwrap();
+        assert_eq!(prompt.continues, Some(call), "kept {reply}");
+    }
+    // Seven more calls of three choices each: the first call's choices are
+    // still kept (8 calls), one more drops them.
+    for i in 0..7 {
+        serve_choices(&mut chains, &format!("Task {i}."), 100 + 10 * i, &replies);
+    }
+    assert_eq!(chains.len(), 24);
+    serve_choices(&mut chains, "Task 7.", 200, &replies);
+    assert_eq!(chains.len(), 24);
+    let kept = json!({"messages": [
+        {"role": "user", "content": "Count."},
+        {"role": "assistant", "content": "Two."},
+        {"role": "user", "content": "go on"}]});
+    let conv = openai_chat::conversation(&kept).unwrap();
+    assert_eq!(chains.prompt(&renderer, &conv).unwrap().continues, None);
+}

@@ -53,6 +53,9 @@ pub struct GatewayConfig {
     /// (their logprobs are under the masked distribution), `refuse` answers
     /// them 400.
     pub constrained: ConstrainedCalls,
+    /// The most choices one call may ask for (`n`); each is recorded as
+    /// its own call. More is a 400 naming `n`.
+    pub max_n: u32,
 }
 
 /// `gateway.constrained`.
@@ -83,6 +86,7 @@ impl Default for GatewayConfig {
             train_temperature: 1.0,
             val_temperature: 0.0,
             constrained: ConstrainedCalls::Allow,
+            max_n: 16,
         }
     }
 }
@@ -92,6 +96,9 @@ impl GatewayConfig {
     pub fn check(&self) -> Result<(), String> {
         if self.max_connections == 0 {
             return Err("gateway.max_connections must be at least 1".into());
+        }
+        if self.max_n == 0 {
+            return Err("gateway.max_n must be at least 1".into());
         }
         if self.max_tokens == Some(0) {
             return Err("gateway.max_tokens must be at least 1 (or unset)".into());

@@ -240,26 +240,30 @@ impl Store {
             .await
     }
 
-    /// Appends a `model_request` event. `retry_of(seq)` runs on the writer
-    /// once the event has its seq; the `(old, new)` it returns (a client
-    /// retry) is superseded in the same transaction. A supersede that fails
-    /// is logged: the call itself still commits.
-    pub async fn append_call(
+    /// Appends `model_request` events in one transaction (the choices of
+    /// one request: consecutive seqs, all or none). `retry_of(seqs)` runs
+    /// on the writer once they have their seqs; each `(old, new)` it
+    /// returns (a client retry) is superseded in the same transaction. A
+    /// supersede that fails is logged: the calls themselves still commit.
+    pub async fn append_calls(
         &self,
         rollout_id: &str,
         attempt: u32,
-        payload: JsonText,
-        retry_of: impl FnOnce(u64) -> Option<(u64, u64)> + Send + 'static,
-    ) -> Result<u64, StoreError> {
+        payloads: Vec<JsonText>,
+        retry_of: impl FnOnce(&[u64]) -> Vec<(u64, u64)> + Send + 'static,
+    ) -> Result<Vec<u64>, StoreError> {
         let id = rollout_id.to_string();
         self.write(move |c| {
-            let seq = writes::append_event(c, &id, attempt, MODEL_REQUEST, &payload)?;
-            if let Some((old, new)) = retry_of(seq)
-                && let Err(e) = writes::supersede(c, old, new)
-            {
-                tracing::warn!("superseding retried call {old} by {new}: {e}");
+            let seqs = payloads
+                .iter()
+                .map(|p| writes::append_event(c, &id, attempt, MODEL_REQUEST, p))
+                .collect::<Result<Vec<u64>, _>>()?;
+            for (old, new) in retry_of(&seqs) {
+                if let Err(e) = writes::supersede(c, old, new) {
+                    tracing::warn!("superseding retried call {old} by {new}: {e}");
+                }
             }
-            Ok(seq)
+            Ok(seqs)
         })
         .await
     }

@@ -226,11 +226,13 @@ async fn export_skips_superseded_calls_and_round_trips() {
         .await
         .expect("running");
     let first = store
-        .append_call("r", 1, call(&[1, 2], &[9]), |_| None)
+        .append_calls("r", 1, vec![call(&[1, 2], &[9])], |_| vec![])
         .await
-        .expect("call 0");
+        .expect("call 0")[0];
     store
-        .append_call("r", 1, call(&[1, 2], &[8]), move |seq| Some((first, seq)))
+        .append_calls("r", 1, vec![call(&[1, 2], &[8])], move |s| {
+            vec![(first, s[0])]
+        })
         .await
         .expect("retry of call 0");
     store
@@ -238,7 +240,7 @@ async fn export_skips_superseded_calls_and_round_trips() {
         .await
         .expect("reward");
     store
-        .append_call("r", 1, call(&[1, 2, 8, 3], &[4, 5]), |_| None)
+        .append_calls("r", 1, vec![call(&[1, 2, 8, 3], &[4, 5])], |_| vec![])
         .await
         .expect("call 1");
     store
@@ -279,16 +281,20 @@ async fn append_call_supersedes_a_retried_call_in_the_same_commit() {
     let (_d, store) = open();
     one(&store, "r").await;
     let first = store
-        .append_call("r", 1, call(&[1, 2], &[9]), |_| None)
+        .append_calls("r", 1, vec![call(&[1, 2], &[9])], |_| vec![])
         .await
-        .expect("call");
+        .expect("call")[0];
     let retry = store
-        .append_call("r", 1, call(&[1, 2], &[8]), move |seq| Some((first, seq)))
+        .append_calls("r", 1, vec![call(&[1, 2], &[8])], move |s| {
+            vec![(first, s[0])]
+        })
         .await
-        .expect("retry");
+        .expect("retry")[0];
     // Superseded once only: a second claim on the same call is refused.
     store
-        .append_call("r", 1, call(&[1, 2], &[7]), move |seq| Some((first, seq)))
+        .append_calls("r", 1, vec![call(&[1, 2], &[7])], move |s| {
+            vec![(first, s[0])]
+        })
         .await
         .expect("a third copy");
     let events = store.list_events("r", 0, 10).await.expect("list");
@@ -298,11 +304,11 @@ async fn append_call_supersedes_a_retried_call_in_the_same_commit() {
         .await
         .expect("reward");
     let last = store
-        .append_call("r", 1, call(&[1, 2, 8], &[4]), move |seq| {
-            Some((reward, seq))
+        .append_calls("r", 1, vec![call(&[1, 2, 8], &[4])], move |s| {
+            vec![(reward, s[0])]
         })
         .await
-        .expect("a failed supersede keeps the call");
+        .expect("a failed supersede keeps the call")[0];
     let exported = store.export_rollout("r").await.expect("export");
     let ids: Vec<_> = exported
         .calls
@@ -312,6 +318,64 @@ async fn append_call_supersedes_a_retried_call_in_the_same_commit() {
     assert_eq!(ids, vec![vec![8], vec![7], vec![4]]);
     assert_eq!(exported.events.len(), 1, "the reward is still an event");
     assert!(last > reward);
+}
+
+/// The choices of one `n` = 3 request: one transaction, consecutive seqs,
+/// exported as three calls that name their choice; a retry of the request
+/// supersedes each earlier choice by the new one.
+#[tokio::test]
+async fn a_requests_choices_commit_together_and_export_in_order() {
+    let (_d, store) = open();
+    one(&store, "r").await;
+    let choices = |responses: [u32; 3]| -> Vec<JsonText> {
+        responses
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let mut v: serde_json::Value =
+                    serde_json::from_str(call(&[1, 2], &[*r]).as_str()).unwrap();
+                v["choice"] = json!({"index": i, "count": 3});
+                text(v)
+            })
+            .collect()
+    };
+    let first = store
+        .append_calls("r", 1, choices([7, 8, 9]), |_| vec![])
+        .await
+        .expect("choices");
+    assert_eq!(first, [first[0], first[0] + 1, first[0] + 2]);
+    let retried = store
+        .append_calls("r", 1, choices([4, 5, 6]), move |s| {
+            first.iter().zip(s).map(|(old, new)| (*old, *new)).collect()
+        })
+        .await
+        .expect("retried choices");
+    let events = store.list_events("r", 0, 10).await.expect("list");
+    let superseded: Vec<_> = events.iter().map(|e| e.superseded_by).collect();
+    assert_eq!(
+        superseded[..3],
+        retried.iter().map(|s| Some(*s)).collect::<Vec<_>>()[..]
+    );
+    let exported = store.export_rollout("r").await.expect("export");
+    let got: Vec<_> = exported
+        .calls
+        .iter()
+        .map(|c| {
+            (
+                c.index,
+                c.response_ids[0],
+                c.choice.map(|c| (c.index, c.count)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, 4, Some((0, 3))),
+            (1, 5, Some((1, 3))),
+            (2, 6, Some((2, 3)))
+        ]
+    );
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //! streamed, each its own sample of the request) and `top_logprobs`
 //! alternatives from `agl engine serve`'s server; through the gateway the
 //! alternatives on both the passthrough and the rendered path, the model
-//! list, and `n` > 1 refused by name (the record keeps one choice per call).
+//! list, and `n` choices each recorded as its own call, the next call
+//! following the choice the harness kept.
 
 use std::process::Command;
 
@@ -139,7 +140,7 @@ async fn check_engine(base: &str, model: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn through_the_gateway_alternatives_come_back_models_list_and_n_is_refused() {
+async fn through_the_gateway_alternatives_come_back_and_models_list() {
     let env = start().await;
     let got = client(&env, "r1", &["top", "3", "hello there"]).await;
     assert_top(&got["chat"], 3);
@@ -167,24 +168,12 @@ async fn through_the_gateway_alternatives_come_back_models_list_and_n_is_refused
             .unwrap()
             .is_empty()
     );
-    let got = client(&env, "r2", &["refused", r#"{"n": 2}"#]).await;
-    assert_eq!(got["status"], 400);
-    assert!(
-        got["message"].as_str().unwrap().contains("`n` = 2"),
-        "{got}"
-    );
 
     let dir = model_dir(5);
     let env = start_rendered(dir.path(), Render::Gateway).await;
     let got = client(&env, "r1", &["top", "4", "hello there"]).await;
     assert_top(&got["chat"], 4);
     assert_eq!(got["streamed"], got["chat"]);
-    let got = client(&env, "r2", &["refused", r#"{"n": 3}"#]).await;
-    assert_eq!(got["status"], 400);
-    assert!(
-        got["message"].as_str().unwrap().contains("`n` = 3"),
-        "{got}"
-    );
     let got = client(
         &env,
         "r3",
@@ -198,6 +187,103 @@ async fn through_the_gateway_alternatives_come_back_models_list_and_n_is_refused
             .contains("`top_logprobs` must be at most 20"),
         "{got}"
     );
+}
+
+/// A harness asks for `n` = 3 choices (whole on r1, streamed on r2), keeps
+/// choice 2 and goes on: each choice is its own recorded call (same prompt,
+/// its own response ids and logprobs, `choice` i of 3), and the trajectory
+/// adapter (Rust and Python) makes each choice a sample, the next call
+/// joining the kept one's. On the rendered path the next call's record
+/// continues choice 2 token-exactly. Above `gateway.max_n`: a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
+    let host = agl_plugin_host::PluginHost::new(agl_plugin_host::HostConfig {
+        cache_dir: Some(std::env::temp_dir().join("agl-cli-test-cache")),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut adapters = Vec::new();
+    for name in ["trajectory", "trajectory-py"] {
+        let spec = agl_plugin_host::PluginSpec::new(name, crate::support::built_plugin(name));
+        adapters.push(host.load(spec).await.unwrap());
+    }
+    let dir = model_dir(5);
+    for render in [Render::Engine, Render::Gateway] {
+        // Sampled (val mode at temperature 1), so the choices differ.
+        let env = start_configured(dir.path(), render, |c| {
+            c.val_temperature = 1.0;
+            c.max_n = 4;
+        })
+        .await;
+        for (rollout, stream) in [("r1", false), ("r2", true)] {
+            let why = format!("{render:?}, stream {stream}");
+            let mut args = vec!["kept", "3", "2", "tell me a story"];
+            if stream {
+                args.push("stream");
+            }
+            let got = client(&env, rollout, &args).await;
+            assert_eq!(got["indices"], json!([0, 1, 2]), "{why}");
+            let calls = env.store.export_rollout(rollout).await.unwrap().calls;
+            assert_eq!(calls.len(), 4, "{why}");
+            for (i, call) in calls[..3].iter().enumerate() {
+                let choice = call.choice.expect("a choice");
+                assert_eq!((choice.index, choice.count), (i as u32, 3), "{why}");
+                assert_eq!(call.prompt_ids, calls[0].prompt_ids, "{why}");
+                assert_eq!(call.response_ids.len(), call.response_logprobs.len());
+                assert!(!call.response_ids.is_empty(), "{why}");
+                // The record holds what the harness read as that choice.
+                let response: Value = serde_json::from_str(call.response.as_str()).unwrap();
+                let text = &response["choices"][0]["message"]["content"];
+                assert_eq!(text, &got["texts"][i], "{why}");
+            }
+            let ids: Vec<_> = calls[..3].iter().map(|c| &c.response_ids).collect();
+            assert!(
+                ids[0] != ids[1] && ids[1] != ids[2],
+                "{why}: choices differ"
+            );
+            assert_eq!(calls[3].choice, None, "{why}");
+            if render == Render::Gateway {
+                assert_eq!(
+                    calls[3].continues,
+                    Some(2),
+                    "{why}: continues the kept choice"
+                );
+                let mut kept = calls[2].prompt_ids.clone();
+                kept.extend(&calls[2].response_ids);
+                assert!(calls[3].prompt_ids.starts_with(&kept), "{why}");
+            }
+            let rollout = env.store.export_rollout(rollout).await.unwrap();
+            for adapter in &adapters {
+                let samples = adapter.build_samples(&rollout).await.unwrap();
+                let sources: Vec<_> = samples.iter().map(|s| s.source_calls.clone()).collect();
+                let trained: usize = samples
+                    .iter()
+                    .flat_map(|s| &s.trainable)
+                    .map(|t| (t.end - t.start) as usize)
+                    .sum();
+                let sampled: usize = calls.iter().map(|c| c.response_ids.len()).sum();
+                assert_eq!(trained, sampled, "{why}: every sampled token once");
+                if render == Render::Gateway {
+                    assert_eq!(sources, [vec![0], vec![1], vec![2, 3]], "{why}");
+                    assert!(samples.iter().all(|s| s.break_before.is_none()), "{why}");
+                } else {
+                    // Re-rendered text of a random model's tokens need not
+                    // continue them: a sample per choice, and the next call
+                    // joins choice 2's or starts its own.
+                    let firsts: Vec<u32> = sources.iter().map(|s| s[0]).collect();
+                    assert_eq!(firsts[..3], [0, 1, 2], "{why}");
+                    assert!(sources[2] == [2, 3] || sources[3] == [3], "{why}: {sources:?}");
+                }
+            }
+        }
+        let got = client(&env, "r3", &["refused", r#"{"n": 5}"#]).await;
+        assert_eq!(got["status"], 400);
+        let message = got["message"].as_str().unwrap();
+        assert!(
+            message.contains("`n` = 5") && message.contains("gateway.max_n"),
+            "{got}"
+        );
+    }
 }
 
 /// A constrained call through the gateway (greedy: val mode) records, for

@@ -13,16 +13,31 @@ struct ToolCall {
     arguments: String,
 }
 
-pub struct Assembler {
-    api: ApiKind,
-    head: Map<String, Value>,
+/// Most choices one stream is assembled into; an index beyond the choices
+/// seen (or this) is garbage and ignored.
+const MAX_CHOICES: usize = 128;
+
+/// One choice's part of the stream.
+#[derive(Default)]
+struct ChoiceParts {
     text: String,
     /// Chat `reasoning_content` (or vLLM's `reasoning`) deltas.
     reasoning: String,
     tools: Vec<ToolCall>,
     /// Chat logprob entries, or completions' sampled logprobs.
     chat_logprobs: Vec<Value>,
-    pub tokens: Tokens,
+    tokens: Tokens,
+}
+
+/// A streamed answer put back together, one part per choice `index`.
+pub struct Assembler {
+    api: ApiKind,
+    head: Map<String, Value>,
+    /// vLLM sends prompt ids once: top level for chat, on a choice for
+    /// completions; they are every choice's.
+    prompt_ids: Vec<u32>,
+    engine_weight_version: Option<String>,
+    choices: Vec<ChoiceParts>,
     usage: Value,
 }
 
@@ -31,11 +46,9 @@ impl Assembler {
         Assembler {
             api,
             head: Map::new(),
-            text: String::new(),
-            reasoning: String::new(),
-            tools: Vec::new(),
-            chat_logprobs: Vec::new(),
-            tokens: Tokens::default(),
+            prompt_ids: Vec::new(),
+            engine_weight_version: None,
+            choices: Vec::new(),
             usage: Value::Null,
         }
     }
@@ -53,29 +66,77 @@ impl Assembler {
             self.usage = u.clone();
         }
         if let Some(v) = chunk.get("weight_version").and_then(version_text) {
-            self.tokens.engine_weight_version = Some(v);
+            self.engine_weight_version = Some(v);
         }
-        let choice = chunk.pointer("/choices/0").unwrap_or(&Value::Null);
-        // vLLM sends prompt ids once: top level for chat, on the choice for
-        // completions.
-        if self.tokens.prompt_ids.is_empty() {
-            let p = chunk
-                .get("prompt_token_ids")
-                .or_else(|| choice.get("prompt_token_ids"));
-            self.tokens.prompt_ids = ids(p);
+        if self.prompt_ids.is_empty() {
+            self.prompt_ids = ids(chunk.get("prompt_token_ids"));
         }
+        let choices = chunk.get("choices").and_then(Value::as_array);
+        for choice in choices.into_iter().flatten() {
+            if self.prompt_ids.is_empty() {
+                self.prompt_ids = ids(choice.get("prompt_token_ids"));
+            }
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+            if index > self.choices.len() || index >= MAX_CHOICES {
+                continue;
+            }
+            if index == self.choices.len() {
+                self.choices.push(ChoiceParts::default());
+            }
+            self.choices[index].push(self.api, choice);
+        }
+    }
+
+    /// How many choices the stream had (at least one, maybe empty).
+    pub fn len(&self) -> usize {
+        self.choices.len().max(1)
+    }
+
+    /// Choice `index` as a non-streamed call would have returned it (the
+    /// body with that choice alone) and its token data.
+    pub fn choice(&mut self, index: usize) -> (Value, Tokens) {
+        let mut parts = self
+            .choices
+            .get_mut(index)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let mut tokens = std::mem::take(&mut parts.tokens);
+        tokens.prompt_ids = self.prompt_ids.clone();
+        tokens.engine_weight_version = self.engine_weight_version.clone();
+        let mut body = self.head.clone();
+        let choice = parts.response(self.api, index, &tokens);
+        body.insert(
+            "object".into(),
+            json!(match self.api {
+                ApiKind::ChatCompletions => "chat.completion",
+                _ => "text_completion",
+            }),
+        );
+        if self.api == ApiKind::ChatCompletions {
+            body.insert("prompt_token_ids".into(), json!(tokens.prompt_ids));
+        }
+        body.insert("choices".into(), json!([choice]));
+        if !self.usage.is_null() {
+            body.insert("usage".into(), self.usage.clone());
+        }
+        (Value::Object(body), tokens)
+    }
+}
+
+impl ChoiceParts {
+    fn push(&mut self, api: ApiKind, choice: &Value) {
         self.tokens
             .response_ids
             .extend(ids(choice.get("token_ids")));
         let lp = choice.get("logprobs").filter(|v| !v.is_null());
-        self.tokens.response_logprobs.extend(logprobs(self.api, lp));
+        self.tokens.response_logprobs.extend(logprobs(api, lp));
         if let Some(entries) = lp.and_then(|v| v.get("content")).and_then(Value::as_array) {
             self.chat_logprobs.extend(entries.iter().cloned());
         }
         if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
             self.tokens.finish_reason = Some(f.to_string());
         }
-        match self.api {
+        match api {
             ApiKind::ChatCompletions => self.push_delta(choice.get("delta")),
             _ => {
                 if let Some(t) = choice.get("text").and_then(Value::as_str) {
@@ -120,11 +181,9 @@ impl Assembler {
         }
     }
 
-    /// The response as a non-streamed call would have returned it.
-    pub fn response(&self) -> Value {
-        let mut body = self.head.clone();
-        let t = &self.tokens;
-        let choice = match self.api {
+    /// The choice object of a whole answer.
+    fn response(&self, api: ApiKind, index: usize, t: &Tokens) -> Value {
+        match api {
             ApiKind::ChatCompletions => {
                 let calls: Vec<Value> = self
                     .tools
@@ -134,8 +193,6 @@ impl Assembler {
                                "function": {"name": c.name, "arguments": c.arguments}})
                     })
                     .collect();
-                body.insert("object".into(), json!("chat.completion"));
-                body.insert("prompt_token_ids".into(), json!(t.prompt_ids));
                 let content = if self.text.is_empty() && !calls.is_empty() {
                     Value::Null
                 } else {
@@ -146,24 +203,16 @@ impl Assembler {
                 if !self.reasoning.is_empty() {
                     message["reasoning_content"] = json!(self.reasoning);
                 }
-                json!({"index": 0,
+                json!({"index": index,
                        "message": message,
                        "logprobs": {"content": self.chat_logprobs},
                        "finish_reason": t.finish_reason, "token_ids": t.response_ids})
             }
-            _ => {
-                body.insert("object".into(), json!("text_completion"));
-                json!({"index": 0, "text": self.text,
-                       "logprobs": {"token_logprobs": t.response_logprobs},
-                       "finish_reason": t.finish_reason,
-                       "prompt_token_ids": t.prompt_ids, "token_ids": t.response_ids})
-            }
-        };
-        body.insert("choices".into(), json!([choice]));
-        if !self.usage.is_null() {
-            body.insert("usage".into(), self.usage.clone());
+            _ => json!({"index": index, "text": self.text,
+                        "logprobs": {"token_logprobs": t.response_logprobs},
+                        "finish_reason": t.finish_reason,
+                        "prompt_token_ids": t.prompt_ids, "token_ids": t.response_ids}),
         }
-        Value::Object(body)
     }
 }
 
@@ -220,14 +269,38 @@ mod tests {
             "token_ids": [5], "logprobs": {"content": [{"logprob": -0.1}]}}]}));
         a.push(&json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]},
             "token_ids": [6], "logprobs": {"content": [{"logprob": -0.2}]}, "finish_reason": "tool_calls"}]}));
-        let r = a.response();
+        assert_eq!(a.len(), 1);
+        let (r, tokens) = a.choice(0);
         assert_eq!(
             r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
             "{}"
         );
-        assert_eq!(a.tokens.prompt_ids, vec![1]);
-        assert_eq!(a.tokens.response_ids, vec![5, 6]);
-        assert_eq!(a.tokens.response_logprobs, vec![-0.1, -0.2]);
-        assert_eq!(a.tokens.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(tokens.prompt_ids, vec![1]);
+        assert_eq!(tokens.response_ids, vec![5, 6]);
+        assert_eq!(tokens.response_logprobs, vec![-0.1, -0.2]);
+        assert_eq!(tokens.finish_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn interleaved_choices_assemble_apart() {
+        let mut a = Assembler::new(ApiKind::Completions);
+        let chunk = |i: usize, text: &str, id: u32| {
+            json!({"id": "c", "choices": [{"index": i, "text": text, "token_ids": [id],
+                   "prompt_token_ids": [1, 2], "logprobs": {"token_logprobs": [-0.5]}}]})
+        };
+        for (i, text, id) in [(0, "a", 10), (1, "x", 20), (1, "y", 21), (0, "b", 11)] {
+            a.push(&chunk(i, text, id));
+        }
+        // An index past the choices seen is garbage.
+        a.push(&chunk(5, "?", 99));
+        assert_eq!(a.len(), 2);
+        let (second, tokens) = a.choice(1);
+        assert_eq!(second["choices"][0]["text"], "xy");
+        assert_eq!(second["choices"][0]["index"], 1);
+        assert_eq!(tokens.response_ids, vec![20, 21]);
+        assert_eq!(tokens.prompt_ids, vec![1, 2]);
+        let (first, tokens) = a.choice(0);
+        assert_eq!(first["choices"][0]["text"], "ab");
+        assert_eq!(tokens.response_ids, vec![10, 11]);
     }
 }

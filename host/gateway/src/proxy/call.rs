@@ -14,7 +14,7 @@ use crate::{ApiError, AppState, CallGuard};
 use agl_store::Engine;
 use agl_wire::json;
 use agl_wire::record::{CallStatus, ModelRequest};
-use agl_wire::rollout::{ApiKind, JsonText};
+use agl_wire::rollout::{ApiKind, Choice, JsonText};
 
 /// Requests larger than this are not kept in the record of a call that
 /// failed or was cancelled: it is not training data, and a refused 32 MiB
@@ -78,11 +78,57 @@ pub struct Call {
     pub rendered: Option<RenderedCall>,
     /// The engine was asked to sample under a constraint.
     pub constrained: bool,
+    /// The choices asked for (`n`); each is recorded as its own call.
+    pub choices: u32,
 }
 
 impl Call {
     /// Appends the call's `model_request` event; resolves once committed.
     pub async fn commit(&self, out: CallOutcome) -> Result<Committed, ApiError> {
+        let mut committed = self.commit_choices(vec![out]).await?;
+        Ok(committed.remove(0))
+    }
+
+    /// Appends one `model_request` event per outcome, in one transaction:
+    /// the choices of an `n` > 1 answer in index order, each a call of its
+    /// own that names its choice. Resolves once committed.
+    pub async fn commit_choices(&self, outs: Vec<CallOutcome>) -> Result<Vec<Committed>, ApiError> {
+        let count = outs.len() as u32;
+        let mut payloads = Vec::with_capacity(outs.len());
+        let mut keys = Vec::with_capacity(outs.len());
+        for (index, out) in (0..).zip(outs) {
+            let choice = (count > 1).then_some(Choice { index, count });
+            let (payload, key) = self.record(out, choice);
+            payloads.push(payload);
+            keys.push(key);
+        }
+        // A client retry of an earlier call supersedes it in the same
+        // transaction, so a crash cannot leave both exported.
+        let (retries, rollout_id) = (self.st.retries.clone(), self.rollout_id.clone());
+        let observed = keys.clone();
+        let seqs = self
+            .st
+            .store
+            .append_calls(&self.rollout_id, self.attempt, payloads, move |seqs| {
+                seqs.iter()
+                    .zip(observed)
+                    .filter_map(|(seq, key)| retries.observe(&rollout_id, key?, *seq))
+                    .collect()
+            })
+            .await?;
+        for _ in &seqs {
+            self.st.metrics.event_written();
+        }
+        Ok(seqs
+            .into_iter()
+            .zip(keys)
+            .map(|(seq, retry)| Committed { seq, retry })
+            .collect())
+    }
+
+    /// The `model_request` payload of one outcome and its retry key (only
+    /// a call that succeeded can be retried).
+    fn record(&self, out: CallOutcome, choice: Option<Choice>) -> (JsonText, Option<RetryKey>) {
         match out.status {
             CallStatus::Ok => {}
             CallStatus::Error => self.st.metrics.upstream_error(),
@@ -115,6 +161,7 @@ impl Call {
             upstream_status: out.upstream_status,
             continues: self.rendered.as_ref().and_then(|r| r.continues),
             constrained: self.constrained,
+            choice,
         };
         let mut payload = record.to_payload();
         // An assembled stream can nest deeper than any one chunk did.
@@ -124,20 +171,8 @@ impl Call {
             record.error = Some(format!("engine response cannot be kept: {e}"));
             payload = record.to_payload();
         }
-        // A client retry of an earlier call supersedes it in the same
-        // transaction, so a crash cannot leave both exported.
         let ok = record.status == CallStatus::Ok;
-        let retry = retry_key(self.attempt, &record.prompt_ids).filter(|_| ok);
-        let (retries, rollout_id) = (self.st.retries.clone(), self.rollout_id.clone());
-        let key = retry;
-        let seq = self
-            .st
-            .store
-            .append_call(&self.rollout_id, self.attempt, payload, move |seq| {
-                key.and_then(|key| retries.observe(&rollout_id, key, seq))
-            })
-            .await?;
-        self.st.metrics.event_written();
-        Ok(Committed { seq, retry })
+        let key = retry_key(self.attempt, &record.prompt_ids, choice).filter(|_| ok);
+        (payload, key)
     }
 }

@@ -17,18 +17,28 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use axum::body::{Body, Bytes};
 use futures_util::{Stream, StreamExt, future, stream};
 
+use agl_wire::rollout::Choice;
+
 /// A call's identity for retry detection: its attempt and a hash of its
-/// prompt ids.
+/// prompt ids (and which choice it is, for an `n` > 1 request).
 pub type RetryKey = (u32, [u8; 32]);
 
-/// The key of a call with these prompt ids; `None` without any.
-pub fn retry_key(attempt: u32, prompt_ids: &[u32]) -> Option<RetryKey> {
+/// The key of a call with these prompt ids; `None` without any. The
+/// choices of one request have keys of their own, so siblings never
+/// supersede each other, and a retried request's choice `i` supersedes
+/// the earlier choice `i`.
+pub fn retry_key(attempt: u32, prompt_ids: &[u32], choice: Option<Choice>) -> Option<RetryKey> {
     if prompt_ids.is_empty() {
         return None;
     }
     let mut hasher = blake3::Hasher::new();
     for id in prompt_ids {
         hasher.update(&id.to_le_bytes());
+    }
+    if let Some(c) = choice {
+        hasher.update(b"choice");
+        hasher.update(&c.index.to_le_bytes());
+        hasher.update(&c.count.to_le_bytes());
     }
     Some((attempt, *hasher.finalize().as_bytes()))
 }
@@ -93,7 +103,7 @@ impl RetryIndex {
 pub struct DeliveryNote {
     retries: RetryIndex,
     rollout_id: String,
-    call: Arc<OnceLock<(RetryKey, u64)>>,
+    calls: Arc<OnceLock<Vec<(RetryKey, u64)>>>,
 }
 
 impl DeliveryNote {
@@ -101,15 +111,18 @@ impl DeliveryNote {
         DeliveryNote {
             retries,
             rollout_id,
-            call: Arc::default(),
+            calls: Arc::default(),
         }
     }
 
-    /// The committed call this answer belongs to (retry key and seq).
-    pub fn set(&self, key: Option<RetryKey>, seq: u64) {
-        if let Some(key) = key {
-            let _ = self.call.set((key, seq));
-        }
+    /// The committed calls this answer holds (retry key and seq; one per
+    /// choice), once.
+    pub fn set(&self, calls: impl IntoIterator<Item = (Option<RetryKey>, u64)>) {
+        let calls = calls
+            .into_iter()
+            .filter_map(|(key, seq)| Some((key?, seq)))
+            .collect();
+        let _ = self.calls.set(calls);
     }
 
     /// `chunks` as a response body that reports its delivery on the end.
@@ -118,7 +131,7 @@ impl DeliveryNote {
         S: Stream<Item = Result<Bytes, io::Error>> + Send + 'static,
     {
         let end = stream::once(async move {
-            if let Some((key, seq)) = self.call.get() {
+            for (key, seq) in self.calls.get().into_iter().flatten() {
                 self.retries.delivered(&self.rollout_id, *key, *seq);
             }
         })
@@ -134,7 +147,7 @@ mod tests {
     #[test]
     fn a_repeat_supersedes_only_an_undelivered_call() {
         let idx = RetryIndex::default();
-        let key = |attempt, ids: &[u32]| retry_key(attempt, ids).expect("key");
+        let key = |attempt, ids: &[u32]| retry_key(attempt, ids, None).expect("key");
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 5), None);
         assert_eq!(idx.observe("r", key(1, &[1, 3]), 6), None);
         assert_eq!(idx.observe("r", key(2, &[1, 2]), 7), None);
@@ -148,7 +161,17 @@ mod tests {
         // A delivery note for a call that is no longer the latest is ignored.
         idx.delivered("r", key(1, &[1, 2]), 9);
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 11), Some((10, 11)));
-        assert_eq!(retry_key(1, &[]), None);
+        assert_eq!(retry_key(1, &[], None), None);
+        // Each choice of a request is its own key.
+        let choice = |index| Some(Choice { index, count: 2 });
+        assert_ne!(
+            retry_key(1, &[1, 2], choice(0)),
+            retry_key(1, &[1, 2], choice(1))
+        );
+        assert_ne!(
+            retry_key(1, &[1, 2], choice(0)),
+            retry_key(1, &[1, 2], None)
+        );
         idx.forget("r");
         assert_eq!(idx.len(), 0);
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 12), None);

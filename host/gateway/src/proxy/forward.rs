@@ -10,10 +10,12 @@ use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
+use super::record::Tokens;
 use super::{record, record_body, stream};
 use crate::ApiError;
 use agl_wire::record::CallStatus;
@@ -94,18 +96,18 @@ async fn failed(call: &Call, outcome: CallOutcome, message: String) -> Response 
     ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message).into_response()
 }
 
-/// A non-streamed call (or an upstream error answer): commit the record,
-/// then answer with the engine's body.
+/// A non-streamed call (or an upstream error answer): commit the record
+/// (one per choice), then answer with the engine's body.
 async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     // A gateway-rendered call: the engine answered Completions; the
     // harness gets Chat Completions, and the record keeps what it got.
-    let (bytes, engine_bytes, reply) = match &call.rendered {
+    let (bytes, engine_bytes, replies) = match &call.rendered {
         Some(r) if status.is_success() => {
             let engine = r.completion_bytes(bytes);
-            let (chat, reply) = r.answer_body(&engine, &call.rollout_id);
-            (Bytes::from(chat), engine, Some(reply))
+            let (chat, replies) = r.answer_body(&engine, &call.rollout_id);
+            (Bytes::from(chat), engine, replies)
         }
-        _ => (bytes.clone(), bytes, None),
+        _ => (bytes.clone(), bytes, Vec::new()),
     };
     // The engine's body is kept as its own JSON text; only the token
     // fields are read out of it.
@@ -113,37 +115,38 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
         .ok()
         .and_then(|text| record_body(text).ok());
     let valid = raw.is_some();
-    let outcome = match (raw, status.is_success()) {
-        (Some(body), true) => CallOutcome {
-            status: CallStatus::Ok,
-            tokens: record::tokens_of_bytes(&engine_bytes).unwrap_or_else(|| {
+    let outcomes = match (raw, status.is_success()) {
+        (Some(body), true) => {
+            let tokens = record::tokens_of_bytes(&engine_bytes).unwrap_or_else(|| {
                 let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
                 record::tokens_of(call.api, &v)
-            }),
-            response: JsonText::from_raw(body),
-            error: None,
-            upstream_status: Some(status.as_u16()),
-        },
-        (None, true) => CallOutcome::failed(
+            });
+            answered(call, status, body, tokens)
+        }
+        (None, true) => vec![CallOutcome::failed(
             "engine answered with invalid JSON".into(),
             Some(status.as_u16()),
-        ),
-        (body, false) => CallOutcome {
+        )],
+        (body, false) => vec![CallOutcome {
             response: body.map(JsonText::from_raw).unwrap_or_default(),
             ..CallOutcome::failed(
                 format!("engine answered HTTP {status}"),
                 Some(status.as_u16()),
             )
-        },
+        }],
     };
-    let response_ids = outcome.tokens.response_ids.clone();
-    let ok = outcome.status == CallStatus::Ok;
-    let committed = match call.commit(outcome).await {
+    let response_ids: Vec<Vec<u32>> = outcomes
+        .iter()
+        .map(|o| o.tokens.response_ids.clone())
+        .collect();
+    let ok = outcomes.iter().all(|o| o.status == CallStatus::Ok);
+    let committed = match call.commit_choices(outcomes).await {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    if let (Some(r), Some(reply), true) = (&call.rendered, reply, ok) {
-        r.served(committed.seq, response_ids, reply);
+    if let (Some(r), true) = (&call.rendered, ok) {
+        let seqs = committed.iter().map(|c| c.seq);
+        r.served(seqs.zip(response_ids).zip(replies));
     }
     if status.is_success() && !valid {
         return ApiError::new(
@@ -154,11 +157,43 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
         .into_response();
     }
     let note = DeliveryNote::new(call.st.retries.clone(), call.rollout_id.clone());
-    note.set(committed.retry, committed.seq);
+    note.set(committed.iter().map(|c| (c.retry, c.seq)));
     let body = note.body(futures_util::stream::once(async move {
         Ok::<_, std::io::Error>(bytes)
     }));
     // Client errors from the engine (bad parameters, context too long) are
     // the harness's to see, verbatim.
     (status, [(CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A successful answer's outcomes: one, or one per choice of an `n` > 1
+/// call, each holding its choice alone.
+fn answered(
+    call: &Call,
+    status: StatusCode,
+    body: Box<RawValue>,
+    tokens: Vec<Tokens>,
+) -> Vec<CallOutcome> {
+    let ok = |response, tokens| CallOutcome {
+        status: CallStatus::Ok,
+        tokens,
+        response,
+        error: None,
+        upstream_status: Some(status.as_u16()),
+    };
+    let split = (call.choices > 1 && tokens.len() > 1)
+        .then(|| record::split_choices(body.get()))
+        .flatten()
+        .filter(|bodies| bodies.len() == tokens.len());
+    match split {
+        Some(bodies) => bodies
+            .into_iter()
+            .zip(tokens)
+            .map(|(body, tokens)| ok(JsonText::from(body), tokens))
+            .collect(),
+        None => {
+            let tokens = tokens.into_iter().next().unwrap_or_default();
+            vec![ok(JsonText::from_raw(body), tokens)]
+        }
+    }
 }

@@ -160,7 +160,8 @@ async fn handle(
         .ok_or_else(|| ApiError::not_found(format!("unknown proxy mode `{mode}`")))?;
     let body = body?;
     let mut forward = rewrite::parse(&body).map_err(ApiError::bad_request)?;
-    rewrite::one_choice(forward.get("n").map(|v| v.get())).map_err(ApiError::bad_request)?;
+    let choices = rewrite::choices(forward.get("n").map(|v| v.get()), api, st.config.max_n)
+        .map_err(ApiError::bad_request)?;
     // Verbatim, as the harness sent it, checked against the limits every
     // stored document keeps.
     let request = std::str::from_utf8(&body)
@@ -237,7 +238,7 @@ async fn handle(
         Some(
             RenderedCall::prepare(
                 renderer,
-                (api, &body),
+                (api, &body, choices),
                 &engine,
                 (&st.chains, &st.store),
                 (&rollout_id, attempt),
@@ -299,6 +300,7 @@ async fn handle(
         st: st.clone(),
         rendered,
         constrained: constrained.is_some(),
+        choices,
     };
     let out = match &call.rendered {
         Some(r) => Bytes::from(r.engine_body(forward, streaming, room)),

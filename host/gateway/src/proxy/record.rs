@@ -31,11 +31,11 @@ pub struct Tokens {
     pub engine_weight_version: Option<String>,
 }
 
-/// The token fields of a complete response body, read straight from its
-/// bytes (no JSON tree: this runs on every proxied call). `None` when the
-/// body does not have the expected shape; [`tokens_of`] then reads what it
-/// can.
-pub fn tokens_of_bytes(body: &[u8]) -> Option<Tokens> {
+/// The token fields of each choice of a complete response body, read
+/// straight from its bytes (no JSON tree: this runs on every proxied call).
+/// `None` when the body does not have the expected shape; [`tokens_of`]
+/// then reads what it can.
+pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
     #[derive(Deserialize)]
     struct Body {
         prompt_token_ids: Option<Vec<u32>>,
@@ -61,43 +61,86 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Tokens> {
         logprob: f64,
     }
     let body: Body = serde_json::from_slice(body).ok()?;
-    let choice = body.choices.into_iter().next()?;
-    let logprobs = choice
-        .logprobs
-        .map(|l| match (l.content, l.token_logprobs) {
-            (Some(c), _) => c.into_iter().map(|e| e.logprob as f32).collect(),
-            (None, Some(t)) => t.into_iter().map(|x| x.unwrap_or(0.0) as f32).collect(),
-            (None, None) => Vec::new(),
-        });
-    Some(Tokens {
-        prompt_ids: body
-            .prompt_token_ids
-            .or(choice.prompt_token_ids)
-            .unwrap_or_default(),
-        response_ids: choice.token_ids.unwrap_or_default(),
-        response_logprobs: logprobs.unwrap_or_default(),
-        finish_reason: choice.finish_reason,
-        engine_weight_version: body.weight_version.as_ref().and_then(version_text),
-    })
+    if body.choices.is_empty() {
+        return None;
+    }
+    let version = body.weight_version.as_ref().and_then(version_text);
+    let prompt = body.prompt_token_ids;
+    let choices = body.choices.into_iter().map(|choice| {
+        let logprobs = choice
+            .logprobs
+            .map(|l| match (l.content, l.token_logprobs) {
+                (Some(c), _) => c.into_iter().map(|e| e.logprob as f32).collect(),
+                (None, Some(t)) => t.into_iter().map(|x| x.unwrap_or(0.0) as f32).collect(),
+                (None, None) => Vec::new(),
+            });
+        Tokens {
+            prompt_ids: prompt
+                .clone()
+                .or(choice.prompt_token_ids)
+                .unwrap_or_default(),
+            response_ids: choice.token_ids.unwrap_or_default(),
+            response_logprobs: logprobs.unwrap_or_default(),
+            finish_reason: choice.finish_reason,
+            engine_weight_version: version.clone(),
+        }
+    });
+    Some(choices.collect())
 }
 
-/// Reads choice 0 of a chat or completions body. vLLM puts chat prompt ids
-/// at the top and completions prompt ids on the choice; both are tried.
-pub fn tokens_of(api: ApiKind, body: &Value) -> Tokens {
-    let choice = body.pointer("/choices/0").unwrap_or(&Value::Null);
-    let prompt = body
-        .get("prompt_token_ids")
-        .or_else(|| choice.get("prompt_token_ids"));
-    Tokens {
-        prompt_ids: ids(prompt),
-        response_ids: ids(choice.get("token_ids")),
-        response_logprobs: logprobs(api, choice.get("logprobs")),
-        finish_reason: choice
-            .get("finish_reason")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        engine_weight_version: body.get("weight_version").and_then(version_text),
+/// Reads each choice of a chat or completions body (at least one, empty
+/// for a body without choices). vLLM puts chat prompt ids at the top and
+/// completions prompt ids on the choice; both are tried.
+pub fn tokens_of(api: ApiKind, body: &Value) -> Vec<Tokens> {
+    let none = [Value::Null];
+    let choices = body
+        .get("choices")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .filter(|c| !c.is_empty())
+        .unwrap_or(&none);
+    choices
+        .iter()
+        .map(|choice| {
+            let prompt = body
+                .get("prompt_token_ids")
+                .or_else(|| choice.get("prompt_token_ids"));
+            Tokens {
+                prompt_ids: ids(prompt),
+                response_ids: ids(choice.get("token_ids")),
+                response_logprobs: logprobs(api, choice.get("logprobs")),
+                finish_reason: choice
+                    .get("finish_reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                engine_weight_version: body.get("weight_version").and_then(version_text),
+            }
+        })
+        .collect()
+}
+
+/// A body of several choices as one body per choice (each holding only
+/// its choice, so every reader of `choices[0]` reads it); `None` for a body
+/// of one choice or none.
+pub fn split_choices(body: &str) -> Option<Vec<Value>> {
+    let mut whole: Value = serde_json::from_str(body).ok()?;
+    let choices = whole
+        .get_mut("choices")?
+        .as_array_mut()
+        .map(std::mem::take)?;
+    if choices.len() < 2 {
+        return None;
     }
+    Some(
+        choices
+            .into_iter()
+            .map(|choice| {
+                let mut one = whole.clone();
+                one["choices"] = Value::Array(vec![choice]);
+                one
+            })
+            .collect(),
+    )
 }
 
 /// An engine's weight version (a string, or a number) as text.
@@ -148,23 +191,27 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn chat_one() -> Value {
+        json!({"choices": [{"index": 0, "token_ids": [1]}]})
+    }
+
     #[test]
     fn reads_chat_and_completion_tokens() {
         let chat = json!({"prompt_token_ids": [1, 2], "choices": [{"token_ids": [3],
             "logprobs": {"content": [{"logprob": -0.5}]}, "finish_reason": "stop"}]});
-        let t = tokens_of(ApiKind::ChatCompletions, &chat);
+        let t = &tokens_of(ApiKind::ChatCompletions, &chat)[0];
         assert_eq!(t.prompt_ids, vec![1, 2]);
         assert_eq!(t.response_ids, vec![3]);
         assert_eq!(t.response_logprobs, vec![-0.5]);
         assert_eq!(t.finish_reason.as_deref(), Some("stop"));
         let comp = json!({"choices": [{"prompt_token_ids": [7], "token_ids": [8, 9],
             "logprobs": {"token_logprobs": [-1.0, -2.0]}, "finish_reason": "length"}]});
-        let t = tokens_of(ApiKind::Completions, &comp);
+        let t = &tokens_of(ApiKind::Completions, &comp)[0];
         assert_eq!(t.prompt_ids, vec![7]);
         assert_eq!(t.response_logprobs, vec![-1.0, -2.0]);
         assert_eq!(
             tokens_of(ApiKind::Completions, &json!(null)),
-            Tokens::default()
+            [Tokens::default()]
         );
         for (api, body) in [
             (ApiKind::ChatCompletions, chat),
@@ -173,6 +220,20 @@ mod tests {
             let bytes = serde_json::to_vec(&body).unwrap();
             assert_eq!(tokens_of_bytes(&bytes), Some(tokens_of(api, &body)));
         }
+        // Every choice, the top-level prompt ids each one's.
+        let two = json!({"prompt_token_ids": [1], "choices": [
+            {"index": 0, "token_ids": [2], "finish_reason": "stop"},
+            {"index": 1, "token_ids": [3, 4], "finish_reason": "length"}]});
+        let t = tokens_of_bytes(&serde_json::to_vec(&two).unwrap()).unwrap();
+        assert_eq!(t, tokens_of(ApiKind::ChatCompletions, &two));
+        assert_eq!(
+            (t[1].prompt_ids.clone(), t[1].response_ids.clone()),
+            (vec![1], vec![3, 4])
+        );
+        let split = split_choices(&two.to_string()).unwrap();
+        assert_eq!(split[1]["choices"], json!([two["choices"][1]]));
+        assert_eq!(split[1]["prompt_token_ids"], json!([1]));
+        assert_eq!(split_choices(&chat_one().to_string()), None);
         assert_eq!(
             tokens_of_bytes(br#"{"choices": [{"token_ids": ["x"]}]}"#),
             None

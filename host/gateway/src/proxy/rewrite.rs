@@ -31,19 +31,22 @@ fn raw(text: String) -> Box<RawValue> {
     RawValue::from_string(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
-/// Refuses `n` > 1: the record holds one sampled sequence per call, so
-/// the other choices would be served untrained (and `n` < 1 is no request).
-/// `n` is the request's `n` as JSON text.
-pub fn one_choice(n: Option<&str>) -> Result<(), String> {
-    let Some(n) = n.map(str::trim) else {
-        return Ok(());
+/// The number of choices a request asks for (`n`, as JSON text; absent or
+/// `null` is 1). Each is recorded as its own call; only Chat Completions
+/// and Completions have `n`, and at most `max` (`gateway.max_n`) are served.
+pub fn choices(n: Option<&str>, api: ApiKind, max: u32) -> Result<u32, String> {
+    let Some(n) = n.map(str::trim).filter(|n| *n != "null") else {
+        return Ok(1);
     };
-    match n.parse::<u64>() {
-        Ok(1) => Ok(()),
-        _ if n == "null" => Ok(()),
-        Ok(n) if n > 1 => Err(format!(
-            "`n` = {n}: the gateway records one choice per call; make {n} calls instead"
+    match n.parse::<u32>() {
+        Ok(1) => Ok(1),
+        Ok(n) if n > 1 && !matches!(api, ApiKind::ChatCompletions | ApiKind::Completions) => Err(
+            format!("`n` = {n}: this API has no `n`; make {n} calls instead"),
+        ),
+        Ok(n) if n > max => Err(format!(
+            "`n` = {n} is above this gateway's maximum of {max} choices per call (gateway.max_n)"
         )),
+        Ok(n) if n > 1 => Ok(n),
         _ => Err(format!("`n` must be a positive integer, got {n}")),
     }
 }
@@ -157,14 +160,31 @@ mod tests {
     }
 
     #[test]
-    fn more_than_one_choice_is_refused_naming_n() {
-        for ok in [Some("1"), Some("null"), None] {
-            assert!(one_choice(ok).is_ok(), "{ok:?}");
+    fn choices_are_counted_within_the_maximum_naming_n() {
+        let chat = ApiKind::ChatCompletions;
+        for (n, want) in [
+            (Some("1"), 1),
+            (Some("null"), 1),
+            (None, 1),
+            (Some(" 3"), 3),
+        ] {
+            assert_eq!(choices(n, chat, 16), Ok(want), "{n:?}");
         }
-        let e = one_choice(Some("3")).unwrap_err();
-        assert!(e.starts_with("`n` = 3"), "{e}");
-        assert!(one_choice(Some("0")).unwrap_err().contains("positive"));
-        assert!(one_choice(Some("\"2\"")).is_err());
+        assert_eq!(choices(Some("16"), ApiKind::Completions, 16), Ok(16));
+        let e = choices(Some("17"), chat, 16).unwrap_err();
+        assert!(
+            e.starts_with("`n` = 17 is above") && e.contains("gateway.max_n"),
+            "{e}"
+        );
+        let e = choices(Some("2"), ApiKind::AnthropicMessages, 16).unwrap_err();
+        assert!(e.contains("no `n`"), "{e}");
+        assert!(
+            choices(Some("0"), chat, 16)
+                .unwrap_err()
+                .contains("positive")
+        );
+        assert!(choices(Some("\"2\""), chat, 16).is_err());
+        assert!(choices(Some("-1"), chat, 16).is_err());
     }
     use serde_json::{Value, json};
 

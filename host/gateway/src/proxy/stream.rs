@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
+use super::record::Tokens;
 use crate::GatewayConfig;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::ApiKind;
@@ -159,30 +160,35 @@ async fn pump(
     }
     // Closes the engine connection now, before the record is written.
     drop(chunks);
-    let mut response = asm.response();
-    let tokens = std::mem::take(&mut asm.tokens);
+    // One record per choice (a call of one choice: one), each holding its
+    // choice alone.
+    let mut answers: Vec<(Value, Tokens)> = (0..asm.len()).map(|i| asm.choice(i)).collect();
     // A Messages or Responses call's record holds the answer it streamed,
     // in that API's shape.
-    if let (Some(r), Some(t)) = (&call.rendered, &translate) {
+    if let (Some(r), Some(t), Some((response, tokens))) =
+        (&call.rendered, &translate, answers.first_mut())
+    {
         let finish = response
             .pointer("/choices/0/finish_reason")
             .and_then(Value::as_str);
         if let Some(answer) = r.streamed_record(
-            t.text(),
+            t.text(0),
             finish,
             tokens.response_ids.len(),
             &call.rollout_id,
         ) {
-            response = answer;
+            *response = answer;
         }
     }
-    let record = response.clone();
-    let response = JsonText::from(response);
+    let record = answers.first().map(|(r, _)| r.clone()).unwrap_or_default();
     if left {
-        if let Err(e) = call
-            .commit(CallOutcome::cancelled(response, tokens, upstream_status))
-            .await
-        {
+        let outcomes = answers
+            .into_iter()
+            .map(|(response, tokens)| {
+                CallOutcome::cancelled(JsonText::from(response), tokens, upstream_status)
+            })
+            .collect();
+        if let Err(e) = call.commit_choices(outcomes).await {
             tracing::error!(rollout = %call.rollout_id, error = %e, "cannot record a cancelled call");
         }
         return;
@@ -190,23 +196,31 @@ async fn pump(
     if !done && error.is_none() {
         error = Some("upstream stream ended without [DONE]".into());
     }
-    let response_ids = tokens.response_ids.clone();
-    let outcome = CallOutcome {
-        status: if error.is_some() {
-            CallStatus::Error
-        } else {
-            CallStatus::Ok
-        },
-        response,
-        tokens,
-        error: error.clone(),
-        upstream_status,
-    };
-    let end = match (call.commit(outcome).await, error) {
+    let response_ids: Vec<Vec<u32>> = answers
+        .iter()
+        .map(|(_, t)| t.response_ids.clone())
+        .collect();
+    let outcomes = answers
+        .into_iter()
+        .map(|(response, tokens)| CallOutcome {
+            status: if error.is_some() {
+                CallStatus::Error
+            } else {
+                CallStatus::Ok
+            },
+            response: JsonText::from(response),
+            tokens,
+            error: error.clone(),
+            upstream_status,
+        })
+        .collect();
+    let end = match (call.commit_choices(outcomes).await, error) {
         (Ok(committed), None) => {
-            note.set(committed.retry, committed.seq);
+            note.set(committed.iter().map(|c| (c.retry, c.seq)));
             if let (Some(r), Some(t)) = (&call.rendered, &translate) {
-                r.served(committed.seq, response_ids, r.parse(t.text()));
+                let replies = (0..committed.len()).map(|i| r.parse(t.text(i)));
+                let seqs = committed.iter().map(|c| c.seq);
+                r.served(seqs.zip(response_ids).zip(replies));
             }
             Ok(match &mut events {
                 Some(e) => Bytes::from(e.end(&record).concat()),

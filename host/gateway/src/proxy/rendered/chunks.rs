@@ -22,13 +22,14 @@ const CALL_OPEN: &str = "<tool_call>";
 const CALL_CLOSE: &str = "</tool_call>";
 
 /// How much of one tool call has been streamed.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct CallSent {
     name: bool,
     /// Bytes of the arguments' text sent.
     args: usize,
 }
 
+#[derive(Clone)]
 pub struct ChatChunks {
     family: Family,
     prompt_ids: Vec<u32>,
@@ -68,6 +69,15 @@ impl ChatChunks {
     pub fn with_text(mut self, text: &str) -> ChatChunks {
         self.text.push_str(text);
         self
+    }
+
+    /// The same translator for another choice, whose tool call ids are
+    /// made of `id_prefix`.
+    pub fn for_choice(&self, id_prefix: String) -> ChatChunks {
+        ChatChunks {
+            id_prefix,
+            ..self.clone()
+        }
     }
 
     /// The answer's text so far.

@@ -5,6 +5,7 @@
 //! `/v1/completions`, and its completion is answered as Chat Completions,
 //! tool calls and reasoning parsed as the policy's model family writes them.
 
+mod choices;
 mod chunks;
 mod events;
 mod front;
@@ -27,6 +28,7 @@ use agl_conversation::{
 };
 use agl_wire::rollout::ApiKind;
 
+pub use choices::ChoiceChunks;
 pub use chunks::ChatChunks;
 pub use events::MessageEvents;
 pub use front::FrontEvents;
@@ -155,17 +157,23 @@ impl RenderedCall {
 impl RenderedCall {
     /// Reads the request `body` of API `front` and finds its prompt among
     /// the chains of the rollout attempt `(rollout_id, attempt)`.
+    /// `choices`: the `n` the request asks for (checked).
     pub async fn prepare(
         renderer: Arc<Renderer>,
-        (front, body): (ApiKind, &[u8]),
+        (front, body, choices): (ApiKind, &[u8], u32),
         engine: &Engine,
         (index, store): (&ChainIndex, &Store),
         (rollout_id, attempt): (&str, u32),
     ) -> Result<RenderedCall, ApiError> {
         let mut value: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
-        let n = value.get("n").map(Value::to_string);
-        super::rewrite::one_choice(n.as_deref()).map_err(ApiError::bad_request)?;
+        if choices > 1 && engine.api == EngineApi::Sglang {
+            return Err(ApiError::bad_request(format!(
+                "`n` = {choices}: engine `{}` (api = \"sglang\") is rendered for one choice \
+                 per call; make {choices} calls instead",
+                engine.name
+            )));
+        }
         let top_logprobs = top_logprobs_of(front, &value)?;
         if front == ApiKind::Responses
             && value
@@ -288,8 +296,9 @@ impl RenderedCall {
     fn completions_body(&self, mut body: RawBody) -> Vec<u8> {
         // What a completions request takes; the chat or Messages body's
         // other keys (messages, tools, system, ...) are the prompt now.
-        const KEEP: [&str; 13] = [
+        const KEEP: [&str; 14] = [
             "model",
+            "n",
             "max_tokens",
             "temperature",
             "top_p",
@@ -332,48 +341,58 @@ impl RenderedCall {
         format!("{}{completion}", self.forced)
     }
 
-    /// The chat chunk translator of a streamed answer, holding the forced
-    /// call's start as text already written.
-    pub fn chat_chunks(&self, id_prefix: &str) -> ChatChunks {
-        ChatChunks::new(self.family, self.prompt_ids.clone(), id_prefix)
+    /// The chat chunk translator of a streamed answer (one per choice),
+    /// holding the forced call's start as text already written.
+    pub fn chat_chunks(&self, id_prefix: &str) -> ChoiceChunks {
+        let first = ChatChunks::new(self.family, self.prompt_ids.clone(), id_prefix)
             .with_text(&self.forced)
-            .with_top_logprobs(self.top_logprobs)
+            .with_top_logprobs(self.top_logprobs);
+        ChoiceChunks::new(first, id_prefix)
     }
 
     /// The engine's completions body answered as Chat Completions, with
     /// vLLM's token fields so the record reads the same as a passthrough,
-    /// and the reply parsed from its text. Read and written without a JSON
-    /// tree for the (long) id lists.
-    pub fn chat_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
+    /// and each choice's reply parsed from its text. Read and written
+    /// without a JSON tree for the (long) id lists.
+    pub fn chat_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, Vec<AssistantTurn>) {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
-        let choice = completion.choices.into_iter().next().unwrap_or_default();
-        let turn = self.parse(&self.whole(&choice.text));
-        let finish_reason = if turn.tool_calls.is_empty() {
-            choice.finish_reason
-        } else {
-            json!("tool_calls")
-        };
+        let mut engine_choices = completion.choices;
+        if engine_choices.is_empty() {
+            engine_choices.push(CompletionChoice::default());
+        }
+        let mut turns = Vec::with_capacity(engine_choices.len());
+        let mut choices = Vec::with_capacity(engine_choices.len());
+        for (i, choice) in (0..).zip(engine_choices) {
+            let turn = self.parse(&self.whole(&choice.text));
+            let finish_reason = if turn.tool_calls.is_empty() {
+                choice.finish_reason
+            } else {
+                json!("tool_calls")
+            };
+            choices.push(ChatChoice {
+                index: i,
+                message: openai_chat::response_message(&turn, &choice_prefix(id_prefix, i)),
+                logprobs: chat_logprobs(Some(&choice.logprobs), self.top_logprobs),
+                finish_reason,
+                token_ids: choice.token_ids,
+            });
+            turns.push(turn);
+        }
         let body = ChatBody {
             id: completion.id.unwrap_or_else(|| json!(id_prefix)),
             object: "chat.completion",
             created: completion.created,
             model: completion.model,
             prompt_token_ids: &self.prompt_ids,
-            choices: [ChatChoice {
-                index: 0,
-                message: openai_chat::response_message(&turn, id_prefix),
-                logprobs: chat_logprobs(Some(&choice.logprobs), self.top_logprobs),
-                finish_reason,
-                token_ids: &choice.token_ids,
-            }],
+            choices,
             usage: completion.usage,
         };
-        (serde_json::to_vec(&body).unwrap_or_default(), turn)
+        (serde_json::to_vec(&body).unwrap_or_default(), turns)
     }
 
     /// The engine's completions body answered in the called API's shape,
-    /// and the reply parsed from its text.
-    pub fn answer_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, AssistantTurn) {
+    /// and the reply of each choice parsed from its text.
+    pub fn answer_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, Vec<AssistantTurn>) {
         if self.front == ApiKind::ChatCompletions {
             return self.chat_body(completion, id_prefix);
         }
@@ -382,7 +401,7 @@ impl RenderedCall {
         let turn = self.parse(&self.whole(&choice.text));
         let finish = choice.finish_reason.as_str();
         let body = self.front_answer(&turn, finish, choice.token_ids.len(), id_prefix);
-        (serde_json::to_vec(&body).unwrap_or_default(), turn)
+        (serde_json::to_vec(&body).unwrap_or_default(), vec![turn])
     }
 
     /// A Messages `message` or a Responses `response` for a reply (a chat
@@ -496,20 +515,24 @@ impl RenderedCall {
         (!answer.is_null()).then_some(answer)
     }
 
-    /// Keeps the served call for the next one to continue.
-    pub fn served(&self, call: u64, response_ids: Vec<u32>, reply: AssistantTurn) {
-        let served = Served {
-            call,
-            messages: self.conversation.messages.clone(),
-            tools: self.conversation.tools.clone(),
-            prompt_ids: self.prompt_ids.clone(),
-            response_ids,
-            reply,
-        };
+    /// Keeps the served call's choices (record seq and response ids, and
+    /// the reply, each) for the next call to continue.
+    pub fn served(&self, choices: impl IntoIterator<Item = ((u64, Vec<u32>), AssistantTurn)>) {
+        let choices: Vec<Served> = choices
+            .into_iter()
+            .map(|((call, response_ids), reply)| Served {
+                call,
+                messages: self.conversation.messages.clone(),
+                tools: self.conversation.tools.clone(),
+                prompt_ids: self.prompt_ids.clone(),
+                response_ids,
+                reply,
+            })
+            .collect();
         self.chains
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .served(served, self.continues);
+            .served_choices(choices, self.continues);
     }
 }
 
@@ -567,15 +590,24 @@ struct ChatBody<'a> {
     created: Value,
     model: Value,
     prompt_token_ids: &'a [u32],
-    choices: [ChatChoice<'a>; 1],
+    choices: Vec<ChatChoice>,
     usage: Value,
 }
 
 #[derive(Serialize)]
-struct ChatChoice<'a> {
+struct ChatChoice {
     index: u32,
     message: Value,
     logprobs: Value,
     finish_reason: Value,
-    token_ids: &'a [u32],
+    token_ids: Vec<u32>,
+}
+
+/// What choice `index`'s tool call ids are made of: the call's own prefix
+/// for the first, so the ids of an `n` = 1 call are unchanged.
+fn choice_prefix(id_prefix: &str, index: u32) -> String {
+    match index {
+        0 => id_prefix.to_string(),
+        i => format!("{id_prefix}_{i}"),
+    }
 }

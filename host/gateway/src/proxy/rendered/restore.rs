@@ -1,7 +1,8 @@
 //! After a gateway restart, a live attempt's chains are rebuilt from its
 //! recorded calls (the store is the source of truth): each successful call
 //! (Chat Completions, Messages or Responses) becomes the leaf it was,
-//! replacing the call it continued.
+//! replacing the call it continued; the choices of an `n` > 1 call (next to
+//! each other in the store) are served together, as they were.
 
 use agl_conversation::{Chains, Served, anthropic, openai_chat, responses};
 use agl_store::{MAX_PAGE, MODEL_REQUEST, Store, StoreError};
@@ -19,12 +20,30 @@ pub async fn chains_from_store(
     let calls = attempt_calls(store, rollout_id, attempt).await?;
     let responses = ResponsesIndex::from_calls(&calls);
     let mut chains = Chains::default();
-    for (seq, call) in &calls {
-        if let Some(served) = served_of(*seq, call, &responses) {
-            chains.served(served, call.continues);
-        }
+    let mut rest = &calls[..];
+    while let Some((_, first)) = rest.first() {
+        let siblings = 1 + rest[1..]
+            .iter()
+            .zip(1..)
+            .take_while(|((_, c), i)| sibling(first, c, *i))
+            .count();
+        let (group, later) = rest.split_at(siblings);
+        let served = group
+            .iter()
+            .filter_map(|(seq, call)| served_of(*seq, call, &responses))
+            .collect();
+        chains.served_choices(served, first.continues);
+        rest = later;
     }
     Ok(chains)
+}
+
+/// Whether `call` is choice `index` of the request whose choice 0 is `first`.
+fn sibling(first: &ModelRequest, call: &ModelRequest, index: u32) -> bool {
+    match (first.choice, call.choice) {
+        (Some(a), Some(b)) => a.index == 0 && b.index == index && b.count == a.count,
+        _ => false,
+    }
 }
 
 /// The attempt's recorded calls (those no retry superseded), in order,
