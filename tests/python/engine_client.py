@@ -14,6 +14,9 @@ Python SDK (host/agl/tests/e2e/engine_server.rs). Prints one JSON summary.
                                         K and goes on from it
     engine_client.py top K PROMPT       greedy, logprobs with K alternatives,
                                         chat whole and streamed, and completions
+    engine_client.py responses-top K PROMPT  Responses at temperature 0 with
+                                        the output text's logprobs and K
+                                        alternatives, whole and streamed
     engine_client.py constrained N [json-only]  N seeds each of a json_schema
                                         answer and a forced tool call: how many
                                         parse and validate against their schema
@@ -111,6 +114,28 @@ def kept(client, n, k, text, stream):
                 {"role": "user", "content": "go on"}]
     after = client.chat.completions.create(model="policy", messages=messages, max_tokens=MAX_TOKENS)
     return {"indices": indices, "texts": texts, "next": after.choices[0].message.content}
+
+
+def responses_top(client, k, text):
+    """The output_text part's text and logprob entries, whole and as the
+    streamed `response.completed` (or `.incomplete`, cut at the limit)
+    carries them."""
+    kw = dict(model="policy", input=text, max_output_tokens=MAX_TOKENS, temperature=0.0,
+              include=["message.output_text.logprobs"], top_logprobs=k)
+
+    def part(response):
+        [message] = [o for o in response.output if o.type == "message"]
+        p = message.content[0]
+        return {"text": p.text, "entries": [
+            {"token": e.token, "logprob": e.logprob, "bytes": e.bytes,
+             "top": [[t.token, t.logprob] for t in e.top_logprobs]} for e in p.logprobs]}
+
+    whole = part(client.responses.create(**kw))
+    events = list(client.responses.create(stream=True, **kw))
+    completed = [e.response for e in events
+                 if e.type in ("response.completed", "response.incomplete")]
+    assert completed, [getattr(e, "type", e) for e in events]
+    return {"whole": whole, "streamed": part(completed[0])}
 
 
 def entries(logprobs):
@@ -211,6 +236,8 @@ def main():
         result = choices(client, int(args[0]), args[1])
     elif mode == "kept":
         result = kept(client, int(args[0]), int(args[1]), args[2], args[3:] == ["stream"])
+    elif mode == "responses-top":
+        result = responses_top(client, int(args[0]), args[1])
     elif mode == "top":
         result = top(client, int(args[0]), args[1])
     elif mode == "constrained":

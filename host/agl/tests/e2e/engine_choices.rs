@@ -174,6 +174,19 @@ async fn through_the_gateway_alternatives_come_back_and_models_list() {
     let got = client(&env, "r1", &["top", "4", "hello there"]).await;
     assert_top(&got["chat"], 4);
     assert_eq!(got["streamed"], got["chat"]);
+    // Responses: the output text's logprobs, asked for by `include`.
+    let got = client(&env, "r4", &["responses-top", "3", "hello there"]).await;
+    assert_eq!(got["streamed"], got["whole"]);
+    let part = &got["whole"];
+    assert_top(&part["entries"], 3);
+    let spelled: String = part["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["token"].as_str().unwrap())
+        .collect();
+    let text = part["text"].as_str().unwrap();
+    assert!(!text.is_empty() && spelled.contains(text), "{text:?} in {spelled:?}");
     let got = client(
         &env,
         "r3",
@@ -272,7 +285,10 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
                     // joins choice 2's or starts its own.
                     let firsts: Vec<u32> = sources.iter().map(|s| s[0]).collect();
                     assert_eq!(firsts[..3], [0, 1, 2], "{why}");
-                    assert!(sources[2] == [2, 3] || sources[3] == [3], "{why}: {sources:?}");
+                    assert!(
+                        sources[2] == [2, 3] || sources[3] == [3],
+                        "{why}: {sources:?}"
+                    );
                 }
             }
         }

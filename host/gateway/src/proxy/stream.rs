@@ -171,9 +171,14 @@ async fn pump(
         let finish = response
             .pointer("/choices/0/finish_reason")
             .and_then(Value::as_str);
+        let logprobs = response
+            .pointer("/choices/0/logprobs")
+            .cloned()
+            .unwrap_or_default();
         if let Some(answer) = r.streamed_record(
             t.text(0),
             finish,
+            &logprobs,
             tokens.response_ids.len(),
             &call.rollout_id,
         ) {

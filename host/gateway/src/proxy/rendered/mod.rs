@@ -39,7 +39,7 @@ use super::rewrite::RawBody;
 use crate::ApiError;
 use agl_store::{Engine, EngineApi, Store};
 use agl_wire::urls;
-use sampling::{chat_logprobs, structured_outputs, top_logprobs_of};
+use sampling::{chat_logprobs, content_logprobs, structured_outputs, top_logprobs_of};
 
 /// One rollout attempt's chains, locked while a call finds its prompt.
 type AttemptChains = Arc<Mutex<Chains>>;
@@ -142,6 +142,8 @@ pub struct RenderedCall {
     /// Alternatives per token a Chat Completions caller asked for
     /// (`logprobs: true, top_logprobs: k`).
     top_logprobs: usize,
+    /// A Responses caller asked for the output text's logprobs.
+    output_logprobs: bool,
     /// The output constraint the engine samples under, as vLLM's
     /// `structured_outputs`, and the request field it comes from.
     constraint: Option<(&'static str, Value)>,
@@ -174,7 +176,9 @@ impl RenderedCall {
                 engine.name
             )));
         }
-        let top_logprobs = top_logprobs_of(front, &value)?;
+        let logprobs = top_logprobs_of(front, &value)?;
+        let top_logprobs = logprobs.unwrap_or(0);
+        let output_logprobs = front == ApiKind::Responses && logprobs.is_some();
         if front == ApiKind::Responses
             && value
                 .get("previous_response_id")
@@ -234,6 +238,7 @@ impl RenderedCall {
             model: engine.model.clone(),
             chains,
             top_logprobs,
+            output_logprobs,
         })
     }
 
@@ -400,23 +405,50 @@ impl RenderedCall {
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         let turn = self.parse(&self.whole(&choice.text));
         let finish = choice.finish_reason.as_str();
-        let body = self.front_answer(&turn, finish, choice.token_ids.len(), id_prefix);
+        let logprobs = chat_logprobs(Some(&choice.logprobs), self.top_logprobs);
+        let spoken = (&choice.text[..], &logprobs);
+        let body = self.front_answer(&turn, finish, spoken, choice.token_ids.len(), id_prefix);
         (serde_json::to_vec(&body).unwrap_or_default(), vec![turn])
     }
 
     /// A Messages `message` or a Responses `response` for a reply (a chat
     /// call's answer is its chat body, or its assembled chunks: `Null`).
+    /// `spoken`: the completion's text and its chat-shaped logprobs.
     fn front_answer(
         &self,
         turn: &AssistantTurn,
         finish: Option<&str>,
+        spoken: (&str, &Value),
         output_tokens: usize,
         id_prefix: &str,
     ) -> Value {
         match self.front {
             ApiKind::AnthropicMessages => self.message(turn, finish, output_tokens, id_prefix),
-            ApiKind::Responses => self.response(turn, finish, output_tokens, id_prefix),
+            ApiKind::Responses => {
+                let mut response = self.response(turn, finish, output_tokens, id_prefix);
+                if self.output_logprobs {
+                    self.add_logprobs(&mut response, turn, spoken);
+                }
+                response
+            }
             _ => Value::Null,
+        }
+    }
+
+    /// The message item's `output_text` gets the logprobs of the tokens
+    /// that wrote it (`include: ["message.output_text.logprobs"]`).
+    fn add_logprobs(&self, response: &mut Value, turn: &AssistantTurn, (text, lp): (&str, &Value)) {
+        let entries = lp["content"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let content = turn.content.as_deref().unwrap_or_default();
+        let part = content_logprobs(entries, text, content);
+        let items = response["output"].as_array_mut().into_iter().flatten();
+        for item in items.filter(|i| i["type"] == "message") {
+            if let Some(first) = item["content"].get_mut(0) {
+                first["logprobs"] = json!(part);
+            }
         }
     }
 
@@ -504,14 +536,19 @@ impl RenderedCall {
 
     /// What a streamed call's record holds as its response: the answer in
     /// the called API's shape (a chat call's is the assembled chunks).
+    /// `text` is the whole answer's (a forced call's start first),
+    /// `logprobs` the chat-shaped logprobs of its sampled tokens.
     pub fn streamed_record(
         &self,
         text: &str,
         finish: Option<&str>,
+        logprobs: &Value,
         output_tokens: usize,
         id_prefix: &str,
     ) -> Option<Value> {
-        let answer = self.front_answer(&self.parse(text), finish, output_tokens, id_prefix);
+        let sampled = text.strip_prefix(self.forced.as_str()).unwrap_or(text);
+        let spoken = (sampled, logprobs);
+        let answer = self.front_answer(&self.parse(text), finish, spoken, output_tokens, id_prefix);
         (!answer.is_null()).then_some(answer)
     }
 

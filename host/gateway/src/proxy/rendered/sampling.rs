@@ -8,11 +8,24 @@ use serde_json::{Value, json};
 use agl_wire::ApiError;
 use agl_wire::rollout::ApiKind;
 
-/// The `top_logprobs` a chat request asks for (0 unless `logprobs` is on);
-/// more than the engine computes is a 400 naming the field.
-pub(super) fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<usize, ApiError> {
-    if front != ApiKind::ChatCompletions || body.get("logprobs") != Some(&json!(true)) {
-        return Ok(0);
+/// Responses' `include` entry that asks for the output text's logprobs.
+const RESPONSES_LOGPROBS: &str = "message.output_text.logprobs";
+
+/// The `top_logprobs` a request asks for, `None` when it asks for no
+/// logprobs: chat's `logprobs: true`, or Responses' `include` of
+/// `message.output_text.logprobs`. More than the engine computes is a 400
+/// naming the field.
+pub(super) fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<Option<usize>, ApiError> {
+    let asked = match front {
+        ApiKind::ChatCompletions => body.get("logprobs") == Some(&json!(true)),
+        ApiKind::Responses => body
+            .get("include")
+            .and_then(Value::as_array)
+            .is_some_and(|i| i.iter().any(|v| v == RESPONSES_LOGPROBS)),
+        _ => false,
+    };
+    if !asked {
+        return Ok(None);
     }
     let top = match body.get("top_logprobs") {
         None | Some(Value::Null) => 0,
@@ -25,7 +38,31 @@ pub(super) fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<usize, Api
             "`top_logprobs` must be at most {MAX_TOP_LOGPROBS}, got {top}"
         )));
     }
-    Ok(top as usize)
+    Ok(Some(top as usize))
+}
+
+/// The logprob entries (chat shape) of the tokens that wrote `content`
+/// within `completion`, the text the entries' tokens spell: what a
+/// Responses `output_text` part carries. Tokens are placed by the byte
+/// length of their text; all of them when `content` is not found.
+pub(super) fn content_logprobs(entries: &[Value], completion: &str, content: &str) -> Vec<Value> {
+    let Some(start) = completion.find(content) else {
+        return entries.to_vec();
+    };
+    let end = start + content.len();
+    let mut at = 0;
+    let mut out = Vec::new();
+    for e in entries {
+        let len = e.get("token").and_then(Value::as_str).map_or(0, str::len);
+        if at < end && at + len > start {
+            let mut e = e.clone();
+            let bytes = e["token"].as_str().unwrap_or_default().as_bytes().to_vec();
+            e["bytes"] = json!(bytes);
+            out.push(e);
+        }
+        at += len;
+    }
+    out
 }
 
 /// The output constraint of a request body as vLLM's `structured_outputs`
@@ -91,4 +128,26 @@ fn most_likely(map: &Value, top: usize) -> Vec<Value> {
         .take(top)
         .map(|(t, lp)| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()}))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_output_texts_logprobs_are_the_tokens_that_wrote_it() {
+        let entries: Vec<Value> = ["<think>", "hm", "</think>", "\n", "Hel", "lo", "."]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"token": t, "logprob": -(i as f64), "top_logprobs": []}))
+            .collect();
+        let text = "<think>hm</think>\nHello.";
+        let part = content_logprobs(&entries, text, "Hello.");
+        let tokens: Vec<&str> = part.iter().map(|e| e["token"].as_str().unwrap()).collect();
+        assert_eq!(tokens, ["Hel", "lo", "."]);
+        assert_eq!(part[0]["bytes"], json!(b"Hel".to_vec()));
+        assert_eq!(part[0]["logprob"], json!(-4.0));
+        // Content the text does not hold (rewritten by the parser): all.
+        assert_eq!(content_logprobs(&entries, text, "Bye").len(), entries.len());
+    }
 }
