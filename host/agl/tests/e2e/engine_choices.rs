@@ -186,7 +186,10 @@ async fn through_the_gateway_alternatives_come_back_and_models_list() {
         .map(|e| e["token"].as_str().unwrap())
         .collect();
     let text = part["text"].as_str().unwrap();
-    assert!(!text.is_empty() && spelled.contains(text), "{text:?} in {spelled:?}");
+    assert!(
+        !text.is_empty() && spelled.contains(text),
+        "{text:?} in {spelled:?}"
+    );
     let got = client(
         &env,
         "r3",
@@ -238,6 +241,7 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
             assert_eq!(got["indices"], json!([0, 1, 2]), "{why}");
             let calls = env.store.export_rollout(rollout).await.unwrap().calls;
             assert_eq!(calls.len(), 4, "{why}");
+            assert!(!calls[0].prompt_ids.is_empty(), "{why}");
             for (i, call) in calls[..3].iter().enumerate() {
                 let choice = call.choice.expect("a choice");
                 assert_eq!((choice.index, choice.count), (i as u32, 3), "{why}");
