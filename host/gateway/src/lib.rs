@@ -20,6 +20,7 @@ mod proxy;
 mod proxy_admin;
 mod rollouts;
 mod server;
+mod viewer;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub use control::{CallGuard, InFlightCall, ProxyControl};
 pub use error::ApiError;
 pub use metrics::{Metrics, MetricsSource};
 pub use plugins::{PluginAdmin, PluginFuture, PluginSource, SharedPluginAdmin};
+pub use viewer::{SampleViewer, SharedSampleViewer};
 
 use agl_conversation::Renderer;
 use agl_store::Store;
@@ -74,6 +76,8 @@ pub struct AppState {
     /// The policy engine's context (prompt + answer) in tokens, when known
     /// (see [`Gateway::with_context_len`]).
     pub context_len: Option<usize>,
+    /// What the viewer reads besides the store.
+    pub viewer: viewer::ViewerSources,
 }
 
 pub struct Gateway {
@@ -114,6 +118,7 @@ impl Gateway {
                 renderer: None,
                 chains: proxy::ChainIndex::default(),
                 context_len: None,
+                viewer: viewer::ViewerSources::default(),
                 config: Arc::new(config),
             },
         }
@@ -144,6 +149,19 @@ impl Gateway {
 
     /// Serves `/v1/plugins` with `admin` (the hosting `agl run`'s plugins).
     /// Call before [`Gateway::router`].
+    /// The run's `metrics.jsonl`, served as `GET /v1/steps` (the viewer's
+    /// runs page).
+    pub fn with_metrics_file(mut self, path: std::path::PathBuf) -> Gateway {
+        self.state.viewer.metrics_file = Some(path);
+        self
+    }
+
+    /// What builds a rollout's samples for `GET /v1/rollouts/{id}/samples`.
+    pub fn with_sample_viewer(mut self, viewer: SharedSampleViewer) -> Gateway {
+        self.state.viewer.samples = Some(viewer);
+        self
+    }
+
     pub fn with_plugin_admin(mut self, admin: SharedPluginAdmin) -> Gateway {
         self.state.plugins = Some(admin);
         self
@@ -182,6 +200,8 @@ impl Gateway {
             .route("/v1/proxy/state", get(proxy_admin::state))
             .route("/v1/plugins", get(plugins::list))
             .route("/v1/plugins/{role}", post(plugins::swap))
+            .route("/v1/steps", get(viewer::steps))
+            .route("/v1/rollouts/{id}/samples", get(viewer::samples))
             .route_layer(from_fn_with_state(st.clone(), auth::require_admin));
         let agent = Router::new()
             .route(
@@ -192,6 +212,9 @@ impl Gateway {
         let mut router = Router::new()
             .route("/healthz", get(healthz))
             .route("/metrics", get(metrics_text))
+            .route("/ui", get(viewer::page))
+            .route("/ui/app.js", get(viewer::script))
+            .route("/ui/style.css", get(viewer::style))
             .merge(admin)
             .merge(agent)
             .merge(proxy::routes())

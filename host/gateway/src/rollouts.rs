@@ -7,9 +7,9 @@ use serde::Deserialize;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use agl_store::RolloutRecord;
+use agl_store::{RolloutFilter, RolloutRecord};
 use agl_wire::api::{CreateRollouts, ListRollouts, RolloutList, RolloutView, StatusPatch};
-use agl_wire::rollout::RolloutStatus;
+use agl_wire::rollout::{Mode, RolloutStatus};
 use agl_wire::urls;
 
 /// Page size when the caller names none.
@@ -70,9 +70,21 @@ pub async fn list(
                 .ok_or_else(|| ApiError::bad_request(format!("unknown status `{s}`")))?,
         ),
     };
+    let mode =
+        match q.mode.as_deref() {
+            None | Some("") => None,
+            Some(m) => Some(Mode::parse(m).ok_or_else(|| {
+                ApiError::bad_request(format!("unknown mode `{m}` (train | val)"))
+            })?),
+        };
+    let filter = RolloutFilter {
+        status,
+        group_id: q.group_id.filter(|g| !g.is_empty()),
+        mode,
+    };
     let page = st
         .store
-        .list_rollouts(status, q.cursor.as_deref(), q.limit.unwrap_or(DEFAULT_PAGE))
+        .list_rollouts(filter, q.cursor.as_deref(), q.limit.unwrap_or(DEFAULT_PAGE))
         .await?;
     Ok(Json(RolloutList {
         rollouts: page.rollouts.into_iter().map(|r| st.view(r)).collect(),

@@ -47,9 +47,9 @@ pub use error::StoreError;
 pub use reads::MAX_PAGE;
 pub use schema::Durability;
 pub use schema::SCHEMA_VERSION;
-pub use types::{RolloutGate, RolloutPage, RolloutRecord, WeightVersion};
+pub use types::{RolloutFilter, RolloutGate, RolloutPage, RolloutRecord, WeightVersion};
 
-use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
+use agl_wire::rollout::{JsonText, Rollout};
 use agl_wire::urls;
 
 /// The default file name of the store.
@@ -183,12 +183,12 @@ impl Store {
     /// One page of rollouts in creation order, optionally of one status.
     pub async fn list_rollouts(
         &self,
-        status: Option<RolloutStatus>,
+        filter: RolloutFilter,
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<RolloutPage, StoreError> {
         let cursor = cursor.map(str::to_string);
-        self.read(move |c| reads::list_rollouts(c, status, cursor.as_deref(), limit))
+        self.read(move |c| reads::list_rollouts(c, &filter, cursor.as_deref(), limit))
             .await
     }
 

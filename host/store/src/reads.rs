@@ -4,7 +4,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
 use super::rows::{self, EVENT_COLS, ROLLOUT_COLS, to_i64};
-use super::types::{RolloutPage, WeightVersion};
+use super::types::{RolloutFilter, RolloutPage, WeightVersion};
 use agl_wire::api::{Engine, EventRecord};
 use agl_wire::rollout::RolloutStatus;
 
@@ -25,7 +25,7 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), StoreError> {
 
 pub fn list_rollouts(
     conn: &Connection,
-    status: Option<RolloutStatus>,
+    filter: &RolloutFilter,
     cursor: Option<&str>,
     limit: u32,
 ) -> Result<RolloutPage, StoreError> {
@@ -37,16 +37,20 @@ pub fn list_rollouts(
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {ROLLOUT_COLS} FROM rollouts
          WHERE (?1 IS NULL OR status = ?1)
+           AND (?5 IS NULL OR group_id = ?5)
+           AND (?6 IS NULL OR mode = ?6)
            AND (created_ms > ?2 OR (created_ms = ?2 AND id > ?3))
          ORDER BY created_ms, id LIMIT ?4"
     ))?;
     let mut rollouts = stmt
         .query_map(
             params![
-                status.map(RolloutStatus::as_str),
+                filter.status.map(RolloutStatus::as_str),
                 after_ms,
                 after_id,
-                limit + 1
+                limit + 1,
+                filter.group_id,
+                filter.mode.map(|m| m.as_str()),
             ],
             rows::rollout,
         )?

@@ -30,6 +30,24 @@ pub struct RolloutGate {
     pub mode: Mode,
 }
 
+/// Which rollouts a listing holds; `None` fields do not filter.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RolloutFilter {
+    pub status: Option<RolloutStatus>,
+    pub group_id: Option<String>,
+    pub mode: Option<Mode>,
+}
+
+impl RolloutFilter {
+    /// The rollouts in `status` (all of them for `None`).
+    pub fn status(status: Option<RolloutStatus>) -> RolloutFilter {
+        RolloutFilter {
+            status,
+            ..RolloutFilter::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutPage {
     pub rollouts: Vec<RolloutRecord>,

@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use agl_store::{Mode, NewRollout, SCHEMA_VERSION, Store, StoreError};
+use agl_store::{Mode, NewRollout, RolloutFilter, SCHEMA_VERSION, Store, StoreError};
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::FailureKind;
 use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
@@ -56,7 +56,10 @@ async fn create_is_idempotent_on_caller_id() {
         .await
         .expect("re-create");
     assert_eq!(again[0], first[0], "existing rollout returned unchanged");
-    let page = store.list_rollouts(None, None, 100).await.expect("list");
+    let page = store
+        .list_rollouts(RolloutFilter::default(), None, 100)
+        .await
+        .expect("list");
     assert_eq!(page.rollouts.len(), 2);
 }
 
@@ -122,7 +125,13 @@ async fn status_changes_follow_the_state_machine() {
 #[tokio::test]
 async fn pagination_covers_every_rollout_once() {
     let (_d, store) = open();
-    let batch: Vec<_> = (0..57).map(|i| new(Some(&format!("r{i:03}")))).collect();
+    let batch: Vec<_> = (0..57)
+        .map(|i| NewRollout {
+            group_id: format!("g{}", i % 3),
+            mode: if i % 2 == 0 { Mode::Train } else { Mode::Val },
+            ..new(Some(&format!("r{i:03}")))
+        })
+        .collect();
     store.create_rollouts(batch).await.expect("create");
     for i in 0..10 {
         store
@@ -137,7 +146,7 @@ async fn pagination_covers_every_rollout_once() {
     let mut cursor: Option<String> = None;
     loop {
         let page = store
-            .list_rollouts(None, cursor.as_deref(), 7)
+            .list_rollouts(RolloutFilter::default(), cursor.as_deref(), 7)
             .await
             .expect("page");
         assert!(page.rollouts.len() <= 7);
@@ -154,13 +163,45 @@ async fn pagination_covers_every_rollout_once() {
     assert_eq!(seen.len(), 57);
 
     let running = store
-        .list_rollouts(Some(RolloutStatus::Running), None, 100)
+        .list_rollouts(
+            RolloutFilter::status(Some(RolloutStatus::Running)),
+            None,
+            100,
+        )
         .await
         .expect("running");
     assert_eq!(running.rollouts.len(), 10);
     assert!(running.next_cursor.is_none());
+    // Group and mode filter too, with the status: r000, r006 are running,
+    // in g0 and train.
+    let filter = RolloutFilter {
+        status: Some(RolloutStatus::Running),
+        group_id: Some("g0".into()),
+        mode: Some(Mode::Train),
+    };
+    let ids: Vec<String> = store
+        .list_rollouts(filter, None, 100)
+        .await
+        .expect("filtered")
+        .rollouts
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, ["r000", "r006"]);
+    let val_g1 = RolloutFilter {
+        group_id: Some("g1".into()),
+        mode: Some(Mode::Val),
+        ..RolloutFilter::default()
+    };
+    let page = store
+        .list_rollouts(val_g1, None, 100)
+        .await
+        .expect("g1 val");
+    assert_eq!(page.rollouts.len(), 10, "i = 1, 7, ..., 55");
     assert!(matches!(
-        store.list_rollouts(None, Some("garbage"), 5).await,
+        store
+            .list_rollouts(RolloutFilter::default(), Some("garbage"), 5)
+            .await,
         Err(StoreError::BadCursor(_))
     ));
 }
@@ -773,7 +814,10 @@ async fn a_bad_row_left_by_an_older_agl_is_served_as_an_error_value() {
     .expect("call");
     drop(conn);
     let store = Store::open(&path).expect("reopen");
-    let page = store.list_rollouts(None, None, 10).await.expect("list");
+    let page = store
+        .list_rollouts(RolloutFilter::default(), None, 10)
+        .await
+        .expect("list");
     assert_eq!(page.rollouts.len(), 2);
     let r1 = store.get_rollout("r1").await.expect("get");
     let input = r1.input.parse().expect("an error value is JSON");

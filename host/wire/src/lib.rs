@@ -15,6 +15,7 @@
 pub mod api;
 pub mod error;
 pub mod json;
+pub mod metrics;
 pub mod record;
 pub mod rollout;
 pub mod urls;

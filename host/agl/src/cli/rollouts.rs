@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
-use agl_store::{DEFAULT_FILE, MAX_PAGE, MODEL_REQUEST, RolloutRecord, Store};
+use agl_store::{DEFAULT_FILE, MAX_PAGE, MODEL_REQUEST, RolloutFilter, RolloutRecord, Store};
 use agl_wire::record::ModelRequest;
 use agl_wire::rollout::RolloutStatus;
 use serde_json::{Value, json};
@@ -175,7 +175,7 @@ async fn all(
     let mut cursor: Option<String> = None;
     while out.len() < limit {
         let page = store
-            .list_rollouts(status, cursor.as_deref(), MAX_PAGE)
+            .list_rollouts(RolloutFilter::status(status), cursor.as_deref(), MAX_PAGE)
             .await?;
         out.extend(page.rollouts);
         match page.next_cursor {

@@ -17,7 +17,7 @@ use super::config::{RunConfig, TrainConfig};
 use super::data::{Cursor, Dataset};
 use super::plugins::Plugins;
 use super::policy::Policy;
-use super::report::{MetricsLog, Progress, StepRecord, TrainerGauges};
+use super::report::{MetricsLog, Progress, StepRecord, TrainerGauges, TrainerStats};
 use super::worker::Trainer;
 use agl_gateway::ProxyControl;
 use agl_store::{Mode, NewRollout, Store};

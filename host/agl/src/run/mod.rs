@@ -13,6 +13,7 @@ pub mod plugins;
 pub mod policy;
 mod reload;
 pub mod report;
+pub mod viewer;
 mod worker;
 
 use std::path::{Path, PathBuf};
@@ -111,7 +112,7 @@ pub async fn run(
             &config,
             &adapter,
             reward.as_deref(),
-            tokenizer,
+            tokenizer.clone(),
             out_dir.join("plugins"),
         )
         .await?,
@@ -130,7 +131,12 @@ pub async fn run(
     let gauges = Arc::new(TrainerGauges::new());
     let mut gateway = Gateway::new(store.clone(), gw)
         .with_metrics_source(gauges.clone())
-        .with_plugin_admin(plugins.clone());
+        .with_plugin_admin(plugins.clone())
+        .with_metrics_file(out_dir.join("metrics.jsonl"))
+        .with_sample_viewer(Arc::new(viewer::Viewer {
+            plugins: plugins.clone(),
+            tokenizer,
+        }));
     if config.engine.render == agl_wire::api::Render::Gateway {
         gateway = gateway.with_renderer(policy::configured_renderer(&model_dir, &config.engine)?);
     }
@@ -266,7 +272,7 @@ fn finish_report(metrics_path: &Path, out_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn tokenizer_for(config: &Config, model_dir: &Path) -> anyhow::Result<Option<Arc<Tokenizer>>> {
+pub fn tokenizer_for(config: &Config, model_dir: &Path) -> anyhow::Result<Option<Arc<Tokenizer>>> {
     let path = config
         .model
         .tokenizer

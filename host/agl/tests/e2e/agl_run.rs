@@ -210,7 +210,7 @@ async fn call_versions(out: &Path) -> BTreeMap<String, Vec<u64>> {
     let mut cursor = None;
     loop {
         let page = store
-            .list_rollouts(None, cursor.as_deref(), 500)
+            .list_rollouts(agl_store::RolloutFilter::default(), cursor.as_deref(), 500)
             .await
             .unwrap();
         for r in &page.rollouts {

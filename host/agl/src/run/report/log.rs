@@ -86,26 +86,14 @@ pub fn read_records(path: &Path) -> Result<Vec<StepRecord>, ReportError> {
     let text = fs::read(path).map_err(ReportError::io(path))?;
     // A torn write may cut a multi-byte character; only the last line can.
     let text = String::from_utf8_lossy(&text);
-    let lines: Vec<(usize, &str)> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .collect();
-    let mut records = Vec::with_capacity(lines.len());
-    for (i, (n, line)) in lines.iter().enumerate() {
-        match serde_json::from_str(line) {
-            Ok(r) => records.push(r),
-            Err(_) if i + 1 == lines.len() => {
-                tracing::warn!(path = %path.display(), line = n + 1, "skipping a torn last line");
-            }
-            Err(source) => {
-                return Err(ReportError::Parse {
-                    path: path.to_path_buf(),
-                    line: n + 1,
-                    source,
-                });
-            }
-        }
+    let (records, torn) =
+        agl_wire::metrics::parse_records(&text).map_err(|e| ReportError::Parse {
+            path: path.to_path_buf(),
+            line: e.line,
+            source: e.source,
+        })?;
+    if let Some(line) = torn {
+        tracing::warn!(path = %path.display(), line, "skipping a torn last line");
     }
     Ok(records)
 }

@@ -20,7 +20,7 @@ pub use gauges::TrainerGauges;
 pub use log::{MetricsLog, read_records};
 pub use plot::{Labels, plot};
 pub use progress::Progress;
-pub use record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord};
+pub use record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord, TrainerStats};
 pub use text::{per_rollout, summary_line, summary_table};
 
 use std::path::PathBuf;

@@ -1,111 +1,19 @@
-//! One line of `metrics.jsonl`: what one update did.
-
-use std::collections::BTreeMap;
+//! Filling a [`StepRecord`] (`agl_wire::metrics`, one line of
+//! `metrics.jsonl`) from what the trainer reported.
 
 use agl_trainer::rl::{BatchStats, StepStats};
-use agl_wire::api::LoadedPlugin;
-use serde::{Deserialize, Deserializer, Serialize};
+pub use agl_wire::metrics::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord};
 
-/// Chain-break classes (keys of [`StepRecord::breaks`]).
-pub const BREAK_RETOKENIZE: &str = "retokenize";
-pub const BREAK_TEMPLATE: &str = "template";
-pub const BREAK_OTHER: &str = "other";
-
-/// What one training step did. Step 0 is the baseline validation before
-/// any update (see the module docs). Missing fields read as their default,
-/// so a log written by an older agl still loads.
-///
-/// Trainer statistics are `None` where they were not computed (step 0, a
-/// step with nothing to train, entropy when disabled): JSON has no NaN.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StepRecord {
-    /// 1-based update number; 0 for the baseline.
-    pub step: u64,
-    /// The run's planned number of updates (for "step 3/20").
-    pub total_steps: u64,
-    /// Policy version after this update.
-    pub weight_version: u64,
-    /// Seconds since the run started (across resumes: the caller's clock).
-    #[serde(deserialize_with = "f64_or_nan")]
-    pub elapsed_s: f64,
-    /// Wall time of this step: `wait_s + train_s + drain_s` plus overheads.
-    #[serde(deserialize_with = "f64_or_nan")]
-    pub step_s: f64,
-    /// Waiting for enough finished rollouts.
-    #[serde(deserialize_with = "f64_or_nan")]
-    pub wait_s: f64,
-    /// Forward/backward/optimizer.
-    #[serde(deserialize_with = "f64_or_nan")]
-    pub train_s: f64,
-    /// Pausing the proxy, draining in-flight calls and loading weights.
-    #[serde(deserialize_with = "f64_or_nan")]
-    pub drain_s: f64,
-    /// Mean reward of the rollouts this update trained on.
-    pub reward_mean: Option<f64>,
-    /// Mean validation reward; only on validation steps (and step 0).
-    pub val_reward: Option<f64>,
-    pub val_rollouts: usize,
-    pub groups: usize,
-    pub rollouts: usize,
-    pub samples: usize,
-    /// Trainable tokens.
-    pub tokens: usize,
-    /// Chain breaks by class ([`BREAK_RETOKENIZE`], [`BREAK_TEMPLATE`],
-    /// [`BREAK_OTHER`]).
-    pub breaks: BTreeMap<String, usize>,
-    /// Rollouts left out because of an infrastructure failure.
-    pub excluded_system: usize,
-    pub excluded_no_reward: usize,
-    pub plugin_failures: usize,
-    /// Rollouts dropped for being too many versions behind.
-    pub dropped_stale: usize,
-    /// Whole groups held back for a later update (update cap).
-    pub carried_groups: usize,
-    pub loss: Option<f64>,
-    pub clip_fraction: Option<f64>,
-    pub tis_truncated_fraction: Option<f64>,
-    pub approx_kl: Option<f64>,
-    pub ref_kl: Option<f64>,
-    pub entropy: Option<f64>,
-    pub grad_norm: Option<f64>,
-    pub lr: Option<f64>,
-    /// Share of padded positions in the packed micro-batches.
-    pub padding_waste: Option<f64>,
-    pub micro_batches: usize,
-    /// Mean `weight_version - sampled version` over the trained rollouts.
-    #[serde(deserialize_with = "f64_or_nan")]
-    pub mean_staleness: f64,
-    /// The plugins (role, name, version, content hash) that built and
-    /// scored this update's rollouts: more than one per role when a swap
-    /// landed while its rollouts were being collected.
-    pub plugins: Vec<LoadedPlugin>,
+/// The trainer's statistics copied into a step record.
+pub trait TrainerStats {
+    /// Copies what `build_update` kept, excluded and carried.
+    fn set_batch_stats(&mut self, s: &BatchStats);
+    /// Copies what `train_step` reported; NaN statistics become `None`.
+    fn set_step_stats(&mut self, s: &StepStats);
 }
 
-impl StepRecord {
-    /// The baseline record: validation of the initial weights.
-    pub fn baseline(
-        total_steps: u64,
-        elapsed_s: f64,
-        val_reward: Option<f64>,
-        val_rollouts: usize,
-    ) -> StepRecord {
-        StepRecord {
-            total_steps,
-            elapsed_s,
-            step_s: elapsed_s,
-            val_reward,
-            val_rollouts,
-            ..StepRecord::default()
-        }
-    }
-
-    pub fn is_baseline(&self) -> bool {
-        self.step == 0
-    }
-
-    /// Copies what `build_update` kept, excluded and carried.
-    pub fn set_batch_stats(&mut self, s: &BatchStats) {
+impl TrainerStats for StepRecord {
+    fn set_batch_stats(&mut self, s: &BatchStats) {
         self.groups = s.groups;
         self.rollouts = s.rollouts;
         self.samples = s.samples;
@@ -115,8 +23,7 @@ impl StepRecord {
         self.reward_mean = (s.rollouts > 0).then_some(s.mean_reward).and_then(finite);
     }
 
-    /// Copies what `train_step` reported; NaN statistics become `None`.
-    pub fn set_step_stats(&mut self, s: &StepStats) {
+    fn set_step_stats(&mut self, s: &StepStats) {
         self.loss = finite(s.loss);
         self.clip_fraction = finite(s.clip_fraction);
         self.tis_truncated_fraction = finite(s.tis_truncated_fraction);
@@ -130,42 +37,15 @@ impl StepRecord {
         self.samples = s.samples;
         self.micro_batches = s.micro_batches;
     }
-
-    /// Breaks of `class` (0 when none were recorded).
-    pub fn breaks_of(&self, class: &str) -> usize {
-        self.breaks.get(class).copied().unwrap_or(0)
-    }
 }
 
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
-/// serde_json writes a non-finite f64 as `null`; read it back as NaN
-/// instead of rejecting the whole line.
-fn f64_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nan_timing_survives_a_round_trip_and_missing_fields_default() {
-        let rec = StepRecord {
-            step: 2,
-            step_s: f64::NAN,
-            ..StepRecord::default()
-        };
-        let line = serde_json::to_string(&rec).unwrap();
-        let back: StepRecord = serde_json::from_str(&line).unwrap();
-        assert_eq!(back.step, 2);
-        assert!(back.step_s.is_nan());
-
-        let old: StepRecord = serde_json::from_str(r#"{"step": 5, "loss": 0.5}"#).unwrap();
-        assert_eq!((old.step, old.loss, old.rollouts), (5, Some(0.5), 0));
-    }
 
     #[test]
     fn trainer_stats_map_nan_to_none() {
