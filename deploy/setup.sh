@@ -9,7 +9,8 @@
 # mini-swe-agent (the harness of examples/mini-swe), and
 # the Claude Code, Codex and OpenCode CLIs from npm (examples/claude-code,
 # examples/codex, examples/opencode and the tests that drive them) into
-# $AGL_VENV/node, so deploy/env.sh puts them on PATH.
+# $AGL_VENV/node, so deploy/env.sh puts them on PATH, and Debian's chromium
+# (the viewer's browser test drives it headless).
 #
 # Environment:
 #   AGL_VENV          venv location (default: .venv in the repo)
@@ -118,6 +119,15 @@ for (const [p, v] of Object.entries(want)) {
     (cd "$NODE_PREFIX" && npm install --silent --no-audit --no-fund --no-save \
         "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
         "opencode-ai@$OPENCODE_VERSION")
+fi
+
+# The rollout viewer's browser test (host/agl/tests/e2e/viewer.rs).
+if ! command -v chromium >/dev/null; then
+    echo "setup: installing Debian's chromium (apt)"
+    sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium
 fi
 
 plugins/build.sh

@@ -48,13 +48,13 @@ fn calc_script(answers: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineRe
     }
 }
 
-struct Setup {
+pub(crate) struct Setup {
     dir: tempfile::TempDir,
     engine: TestEngine,
 }
 
 impl Setup {
-    async fn new() -> Setup {
+    pub(crate) async fn new() -> Setup {
         let dir = tempfile::tempdir().unwrap();
         tiny_model(&dir.path().join("model"), 4096);
         let rows = std::fs::read_to_string(repo_root().join("examples/calc/data.jsonl")).unwrap();
@@ -76,7 +76,7 @@ impl Setup {
 
     /// An agl.toml for `out` with `extra` [run] lines, scored by the
     /// `reported` reward plugin.
-    fn config(&self, out: &str, run: &str) -> PathBuf {
+    pub(crate) fn config(&self, out: &str, run: &str) -> PathBuf {
         self.config_with(out, run, Some("reported"), "")
     }
 
@@ -140,7 +140,7 @@ progress = false
         path
     }
 
-    fn spawn(&self, config: &Path, resume: bool) -> Child {
+    pub(crate) fn spawn(&self, config: &Path, resume: bool) -> Child {
         let mut cmd = Command::new(AGL);
         cmd.arg("--config").arg(config).arg("run");
         if resume {
@@ -155,7 +155,7 @@ progress = false
             .expect("spawn agl run")
     }
 
-    fn out(&self, name: &str) -> PathBuf {
+    pub(crate) fn out(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -175,7 +175,7 @@ progress = false
     }
 }
 
-fn finish(child: Child) -> String {
+pub(crate) fn finish(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
     let text = format!(
         "{}\n{}",
@@ -501,7 +501,7 @@ async fn swap_a_reward_in(reward: &str) {
 }
 
 /// The gateway URL from `agl run`'s log; keeps draining its stderr.
-fn gateway_url(child: &mut Child) -> String {
+pub(crate) fn gateway_url(child: &mut Child) -> String {
     use std::io::{BufRead, BufReader};
     let stderr = child.stderr.take().expect("stderr piped");
     let mut lines = BufReader::new(stderr).lines();

@@ -24,3 +24,4 @@ mod scaffold;
 mod serve_cli;
 #[allow(dead_code)] // each module uses a subset
 mod support;
+mod viewer;

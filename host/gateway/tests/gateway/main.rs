@@ -22,3 +22,4 @@ mod rendered_sampling;
 mod responses_sdk;
 #[allow(dead_code)] // each module uses a subset
 mod support;
+mod viewer;
