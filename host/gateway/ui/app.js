@@ -1,6 +1,6 @@
 // The agl rollout viewer: a hash-routed page over the management API.
 // Routes: #/ (the run's steps), #/rollouts?status=&group_id=&mode=&cursor=,
-// #/rollout/ID (calls and samples), #/rollout/ID/sample/N. A `key=` in the
+// #/rollout/ID[?call=N] (calls, N marked, and samples), #/rollout/ID/sample/N. A `key=` in the
 // route's query is the admin key: kept in sessionStorage, taken out of the URL.
 "use strict";
 
@@ -60,12 +60,15 @@ function chart(title, xs, series, stacked = false) {
   const y = (v) => H - P - ((v - low) * (H - 2 * P)) / span;
   let marks = "";
   if (stacked) {
-    const bw = Math.max(2, (W - 2 * P) / xs.length - 2);
+    // One band per step, the bar in its middle.
+    const band = (W - 2 * P) / xs.length;
+    const bw = Math.max(2, band * 0.7);
     xs.forEach((_, i) => {
       let base = 0;
+      const left = P + i * band + (band - bw) / 2;
       series.forEach((s, k) => {
         const v = s.values[i] || 0;
-        marks += `<rect x="${x(i) - bw / 2}" y="${y(base + v)}" width="${bw}" height="${y(base) - y(base + v)}" fill="${COLORS[k]}"/>`;
+        marks += `<rect x="${left}" y="${y(base + v)}" width="${bw}" height="${y(base) - y(base + v)}" fill="${COLORS[k]}"/>`;
         base += v;
       });
     });
@@ -141,11 +144,11 @@ async function rolloutsPage(params) {
 async function rolloutPage(id) {
   const r = await api(`/v1/rollouts/${encodeURIComponent(id)}?calls=true`);
   const calls = (r.calls || []).map((c) => {
-    const agent = c.tags?.["x-agl-agent"];
-    return `<tr><td class="num">${c.index}</td><td>${esc(c.api)}</td><td class="num">${c.finished_at_ms - c.started_at_ms} ms</td>` +
+    const tags = Object.entries(c.tags || {}).map(([k, v]) => `${k.replace(/^x-agl-/, "")}=${v}`).join(" ");
+    return `<tr id="call-${c.index}"><td class="num">${c.index}</td><td>${esc(c.api)}</td><td class="num">${c.finished_at_ms - c.started_at_ms} ms</td>` +
       `<td class="num">${c.weight_version}</td><td>${esc(c.finish_reason || "")}</td>` +
-      `<td>${c.continues === undefined || c.continues === null ? "" : "&larr; " + c.continues}</td>` +
-      `<td>${c.choice ? `${c.choice.index} of ${c.choice.count}` : ""}</td><td>${esc(agent || "")}</td>` +
+      `<td>${c.continues === undefined || c.continues === null ? "" : `<a href="#/rollout/${encodeURIComponent(id)}?call=${c.continues}">&larr; ${c.continues}</a>`}</td>` +
+      `<td>${c.choice ? `${c.choice.index} of ${c.choice.count}` : ""}</td><td>${esc(tags)}</td>` +
       `<td class="num">${c.prompt_ids.length} + ${c.response_ids.length}</td></tr>`;
   }).join("");
   let samples;
@@ -165,7 +168,7 @@ async function rolloutPage(id) {
   return `<h2>Rollout ${esc(r.id)}</h2><p>group ${esc(r.group_id)}, ${esc(r.mode)}, ${esc(r.status)}, attempt ${r.attempt}` +
     `${r.reason ? ": " + esc(r.reason) : ""}</p>${samples}<h3>Calls</h3>` +
     `<table><tr><th class="num">#</th><th>api</th><th class="num">latency</th><th class="num">weights</th><th>finish</th>` +
-    `<th>continues</th><th>choice</th><th>agent</th><th class="num">prompt + response</th></tr>${calls}</table>`;
+    `<th>continues</th><th>choice</th><th>tags</th><th class="num">prompt + response</th></tr>${calls}</table>`;
 }
 
 async function samplePage(id, n) {
@@ -194,6 +197,12 @@ async function render() {
     else html = await runPage();
     main.innerHTML = html;
     document.getElementById("login").hidden = true;
+    // A continuation link: the call it points at, marked.
+    const call = params.get("call") && document.getElementById("call-" + params.get("call"));
+    if (call) {
+      call.classList.add("focus");
+      call.scrollIntoView();
+    }
   } catch (e) {
     const login = e instanceof AuthError;
     document.getElementById("login").hidden = !login;

@@ -202,6 +202,7 @@ pub async fn run(
     let (gw_stop_tx, gw_stop_rx) = tokio::sync::watch::channel(false);
     let serving = tokio::spawn(gateway.serve(listener, wait(gw_stop_rx)));
     tracing::info!(url = %base, out = %out_dir.display(), "agl run: gateway listening");
+    tracing::info!(url = %format!("{base}/ui"), "rollout viewer");
     let client = GatewayClient::new(&base, admin_key)?;
     let controller = tokio::spawn(run_controller(
         client,
