@@ -422,25 +422,16 @@ impl SampleView {
         sample: &crate::rollout::Sample,
         decode: &dyn Fn(&[u32]) -> String,
     ) -> SampleView {
-        let len = sample.response_ids.len();
-        let mut trained = vec![false; len];
-        for span in &sample.trainable {
-            let (start, end) = (span.start as usize, (span.end as usize).min(len));
-            trained[start.min(end)..end].fill(true);
-        }
-        let mut segments: Vec<Segment> = Vec::new();
-        let mut start = 0;
-        while start < len {
-            let kind = trained[start];
-            let end = start + trained[start..].iter().take_while(|t| **t == kind).count();
-            segments.push(Segment {
-                trained: kind,
-                tokens: end - start,
-                text: decode(&sample.response_ids[start..end]),
-            });
-            start = end;
-        }
-        let trained_tokens = trained.iter().filter(|t| **t).count();
+        let segments: Vec<Segment> = sample
+            .runs()
+            .into_iter()
+            .map(|(trained, range)| Segment {
+                trained,
+                tokens: range.len(),
+                text: decode(&sample.response_ids[range]),
+            })
+            .collect();
+        let trained_tokens = sample.trainable_tokens();
         SampleView {
             index,
             source_calls: sample.source_calls.clone(),
@@ -449,7 +440,7 @@ impl SampleView {
             break_before: sample.break_before.clone(),
             prompt_tokens: sample.prompt_ids.len(),
             trained_tokens,
-            masked_tokens: len - trained_tokens,
+            masked_tokens: sample.response_ids.len() - trained_tokens,
             prompt_text: decode(&sample.prompt_ids),
             segments,
         }

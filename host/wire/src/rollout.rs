@@ -260,6 +260,28 @@ impl Sample {
             .map(|s| (s.end - s.start) as usize)
             .sum()
     }
+
+    /// The response in order as runs of trained (`true`) and masked
+    /// positions (spans are sorted and disjoint, as the host validates).
+    pub fn runs(&self) -> Vec<(bool, std::ops::Range<usize>)> {
+        let len = self.response_ids.len();
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        for span in &self.trainable {
+            let (start, end) = ((span.start as usize).min(len), (span.end as usize).min(len));
+            if start > at {
+                out.push((false, at..start));
+            }
+            if end > start {
+                out.push((true, start..end));
+            }
+            at = at.max(end);
+        }
+        if at < len {
+            out.push((false, at..len));
+        }
+        out
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

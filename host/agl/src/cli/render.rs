@@ -86,7 +86,7 @@ pub fn sample(
         tail(&prompt, PROMPT_TAIL)
     };
     writeln!(out, "    prompt  | {prompt}")?;
-    for (trained, range) in segments(s) {
+    for (trained, range) in s.runs() {
         let text = show(&s.response_ids[range], tok);
         if trained {
             writeln!(
@@ -105,24 +105,6 @@ pub fn sample(
         }
     }
     Ok(())
-}
-
-/// Response ranges in order, each marked trained or masked.
-fn segments(s: &Sample) -> Vec<(bool, std::ops::Range<usize>)> {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    for span in &s.trainable {
-        let (start, end) = (span.start as usize, span.end as usize);
-        if start > at {
-            out.push((false, at..start));
-        }
-        out.push((true, start..end));
-        at = end;
-    }
-    if at < s.response_ids.len() {
-        out.push((false, at..s.response_ids.len()));
-    }
-    out
 }
 
 /// Decoded text (escaped so newlines stay visible), or the raw ids.
@@ -188,7 +170,7 @@ mod tests {
             break_before: None,
         };
         assert_eq!(
-            segments(&s),
+            s.runs(),
             vec![(true, 0..2), (false, 2..4), (true, 4..5), (false, 5..6)]
         );
         assert_eq!(tail("abcdef", 3), "…def");
