@@ -21,7 +21,7 @@ use super::state::{PluginEnv, PluginState};
 use super::stdio::TailPipe;
 use super::view::{ModelCallView, ModelCallViewV0_1, ModelCallViewV0_2, RolloutView};
 use super::world::{WitVersion, World, WorldPre};
-use agl_wire::rollout::{Rollout, Sample};
+use agl_wire::rollout::{ModelCall, Rollout, Sample};
 
 /// Why a guest call produced no result. The instance is unusable afterwards.
 pub(crate) struct Fault {
@@ -91,43 +91,20 @@ impl Live {
         }
         self.stderr.clear();
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
-        let name = "build-samples";
         let call = async move {
-            Ok(match version {
+            match version {
                 WitVersion::V0_3 => {
-                    let view = RolloutView::<ModelCallView>::new(rollout);
-                    call_entry::<_, Result<Vec<v0_3::wit::Sample>, String>>(
-                        store,
-                        instance,
-                        name,
-                        (&view,),
-                    )
-                    .await?
-                    .map(|s| s.into_iter().map(Sample::from).collect())
+                    samples_as::<ModelCallView, v0_3::wit::Sample>(store, instance, rollout).await
                 }
                 WitVersion::V0_2 => {
-                    let view = RolloutView::<ModelCallViewV0_2>::new(rollout);
-                    call_entry::<_, Result<Vec<v0_2::wit::Sample>, String>>(
-                        store,
-                        instance,
-                        name,
-                        (&view,),
-                    )
-                    .await?
-                    .map(|s| s.into_iter().map(Sample::from).collect())
+                    samples_as::<ModelCallViewV0_2, v0_2::wit::Sample>(store, instance, rollout)
+                        .await
                 }
                 WitVersion::V0_1 => {
-                    let view = RolloutView::<ModelCallViewV0_1>::new(rollout);
-                    call_entry::<_, Result<Vec<v0_1::wit::Sample>, String>>(
-                        store,
-                        instance,
-                        name,
-                        (&view,),
-                    )
-                    .await?
-                    .map(|s| s.into_iter().map(Sample::from).collect())
+                    samples_as::<ModelCallViewV0_1, v0_1::wit::Sample>(store, instance, rollout)
+                        .await
                 }
-            })
+            }
         };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
@@ -145,18 +122,9 @@ impl Live {
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
-                WitVersion::V0_3 => {
-                    let view = RolloutView::<ModelCallView>::new(rollout);
-                    call_entry(store, instance, "reward", (&view,)).await
-                }
-                WitVersion::V0_2 => {
-                    let view = RolloutView::<ModelCallViewV0_2>::new(rollout);
-                    call_entry(store, instance, "reward", (&view,)).await
-                }
-                WitVersion::V0_1 => {
-                    let view = RolloutView::<ModelCallViewV0_1>::new(rollout);
-                    call_entry(store, instance, "reward", (&view,)).await
-                }
+                WitVersion::V0_3 => reward_as::<ModelCallView>(store, instance, rollout).await,
+                WitVersion::V0_2 => reward_as::<ModelCallViewV0_2>(store, instance, rollout).await,
+                WitVersion::V0_1 => reward_as::<ModelCallViewV0_1>(store, instance, rollout).await,
             }
         };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
@@ -167,6 +135,37 @@ impl Live {
     pub(crate) fn stderr(&self) -> String {
         self.stderr.contents()
     }
+}
+
+/// `build-samples` of a guest of the version whose call record is `V`
+/// and whose sample is `S`, the samples as agl's.
+async fn samples_as<'a, V, S>(
+    store: &mut Store<PluginState>,
+    instance: &Instance,
+    rollout: &'a Rollout,
+) -> wasmtime::Result<Result<Vec<Sample>, String>>
+where
+    V: From<&'a ModelCall> + ComponentType + Lower + Send + Sync,
+    S: ComponentType + Lift + Send + Sync + 'static,
+    Sample: From<S>,
+{
+    let view = RolloutView::<V>::new(rollout);
+    let samples: Result<Vec<S>, String> =
+        call_entry(store, instance, "build-samples", (&view,)).await?;
+    Ok(samples.map(|s| s.into_iter().map(Sample::from).collect()))
+}
+
+/// `reward` of a guest of the version whose call record is `V`.
+async fn reward_as<'a, V>(
+    store: &mut Store<PluginState>,
+    instance: &Instance,
+    rollout: &'a Rollout,
+) -> wasmtime::Result<Result<Option<f64>, String>>
+where
+    V: From<&'a ModelCall> + ComponentType + Lower + Send + Sync,
+{
+    let view = RolloutView::<V>::new(rollout);
+    call_entry(store, instance, "reward", (&view,)).await
 }
 
 /// Calls an export `func(params) -> R`. Its type was checked at link time

@@ -94,6 +94,33 @@ fn siblings(a: &ModelCall, b: &ModelCall) -> bool {
         && first_choice(a) == first_choice(b)
 }
 
+/// Appends `next` to the chain at `latest` (its agent's latest), or to the
+/// chain of a sibling choice of that chain's last call: the first that
+/// `next` extends. `Err` names the one whose ids `next` follows longest.
+fn join_latest<'a>(
+    chains: &mut [Chain<'a>],
+    latest: usize,
+    next: &'a ModelCall,
+) -> Result<(), usize> {
+    let (key, tip) = (chains[latest].key, chains[latest].last);
+    let mut closest: Option<(usize, usize)> = None;
+    for i in (0..chains.len()).rev() {
+        let chain = &mut chains[i];
+        if chain.key != key || !(i == latest || siblings(chain.last, tip)) {
+            continue;
+        }
+        match chain.builder.extend(next) {
+            Ok(()) => {
+                chain.last = next;
+                return Ok(());
+            }
+            Err(e) if closest.is_none_or(|(_, at)| e.at > at) => closest = Some((i, e.at)),
+            Err(_) => {}
+        }
+    }
+    Err(closest.map_or(latest, |(i, _)| i))
+}
+
 /// [`merge_chains`] with a harness-specific break classifier: `classify`
 /// gets the last call of the chain and the call that did not continue it
 /// (a harness adapter can name breaks the generic classifier only calls
@@ -144,30 +171,9 @@ pub fn merge_chains_with(
         let builder = match latest {
             None => SampleBuilder::from_call(next),
             Some(latest) => {
-                let tip = chains[latest].last;
-                let mut closest: Option<(usize, usize)> = None;
-                let mut joined = false;
-                for i in (0..chains.len()).rev() {
-                    let chain = &mut chains[i];
-                    if chain.key != key || !(i == latest || siblings(chain.last, tip)) {
-                        continue;
-                    }
-                    match chain.builder.extend(next) {
-                        Ok(()) => {
-                            chain.last = next;
-                            joined = true;
-                            break;
-                        }
-                        Err(e) if closest.is_none_or(|(_, at)| e.at > at) => {
-                            closest = Some((i, e.at))
-                        }
-                        Err(_) => {}
-                    }
-                }
-                if joined {
+                let Err(broken) = join_latest(&mut chains, latest, next) else {
                     continue;
-                }
-                let broken = closest.map_or(latest, |(i, _)| i);
+                };
                 let chain_break = classify(chains[broken].last, next);
                 let kind = breaks::kind_name(chain_break.kind);
                 log::debug(format!(

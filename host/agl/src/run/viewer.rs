@@ -9,11 +9,11 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 
 use super::collect::score;
-use super::plugins::{Plugins, describe};
+use super::plugins::Plugins;
 use agl_gateway::{PluginFuture, SampleViewer};
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
-use agl_wire::api::{PluginRole, SampleList, SampleView};
+use agl_wire::api::{SampleList, SampleView};
 use agl_wire::rollout::Rollout;
 
 pub struct Viewer {
@@ -45,23 +45,18 @@ impl SampleViewer for Viewer {
                 .enumerate()
                 .map(|(i, s)| SampleView::of(i, s, &decode))
                 .collect();
-            let name = |p: &agl_plugin_host::Plugin, role| {
-                let d = describe(role, p);
-                format!("{} {}", d.name, d.version)
-            };
+            let name = |p: &agl_plugin_host::Plugin| format!("{} {}", p.name(), p.info().version);
             let (reward_value, reward_error) = match score(reward.as_ref(), &rollout).await {
                 Ok(v) => (v, None),
                 Err(e) => (None, Some(e.to_string())),
             };
             Ok(SampleList {
                 rollout_id: rollout.id.clone(),
-                adapter: name(&adapter, PluginRole::Adapter),
+                adapter: name(&adapter),
                 reward: reward_value,
-                reward_source: reward
-                    .as_ref()
-                    .map_or_else(|| "harness".to_string(), |r| name(r, PluginRole::Reward)),
+                reward_source: reward.as_ref().map_or_else(|| "harness".to_string(), name),
                 reward_error,
-                trained_tokens: built.iter().map(|s| s.trainable_tokens()).sum(),
+                trained_tokens: samples.iter().map(|s| s.trained_tokens).sum(),
                 samples,
             })
         })
