@@ -5,6 +5,7 @@
 //! ARCHITECTURE.md).
 
 pub mod config;
+pub mod logfile;
 pub mod plugin_build;
 pub mod run;
 pub mod runtime;

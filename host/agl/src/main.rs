@@ -23,9 +23,16 @@ struct Args {
     /// Override a config key by its dotted path, e.g. -o plugins.limits.deadline_ms=500.
     #[arg(short = 'o', long = "set", value_name = "KEY=VALUE", global = true)]
     overrides: Vec<String>,
-    /// Log filter (tracing env-filter syntax), e.g. `debug` or `agl=trace`.
-    #[arg(long, global = true, env = "AGL_LOG", default_value = "info")]
-    log: String,
+    /// Log filter (tracing env-filter syntax), e.g. `debug` or `agl=trace`
+    /// (default `info`). `agl run` writes its log to `agl.log` in the run
+    /// folder and shows only warnings in the terminal, unless this or `-v`
+    /// is given.
+    #[arg(long, global = true, env = "AGL_LOG")]
+    log: Option<String>,
+    /// Show the log in the terminal (`agl run` keeps it to its run folder's
+    /// `agl.log` otherwise).
+    #[arg(long, short, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -55,12 +62,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(&args);
     let result = agl::config::Config::load(args.config.as_deref(), &args.overrides)
         .map_err(anyhow::Error::from)
         .and_then(|config| match args.command {
@@ -79,4 +81,36 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The log goes to stderr at `--log` (default `info`). `agl run` also
+/// writes it to its run folder's `agl.log` and, unless `--log`, `AGL_LOG`
+/// or `-v` asks for more, shows only warnings in the terminal, where its
+/// step lines and progress bar are.
+fn init_logging(args: &Args) {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::prelude::*;
+
+    let asked = args.log.clone().unwrap_or_else(|| "info".into());
+    let filter = || EnvFilter::try_new(&asked).unwrap_or_else(|_| EnvFilter::new("info"));
+    let run = matches!(args.command, Command::Run(_));
+    let terminal = if run && args.log.is_none() && !args.verbose {
+        EnvFilter::new("warn")
+    } else {
+        filter()
+    };
+    let file = run.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(agl::logfile::LogFile)
+            .with_filter(filter())
+    });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(terminal),
+        )
+        .with(file)
+        .init();
 }

@@ -97,7 +97,17 @@ impl Gateway {
         };
         let auth = Auth::new(config.admin_key.clone(), secret);
         if !auth.enabled() {
-            tracing::warn!("no gateway admin key configured: authentication is OFF");
+            // On loopback only this machine's processes reach it (and only
+            // with loopback Host headers): the local default, not a warning.
+            let loopback = config
+                .listen
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| a.ip().is_loopback());
+            if loopback {
+                tracing::info!("no gateway admin key configured: authentication is off");
+            } else {
+                tracing::warn!("no gateway admin key configured: authentication is OFF");
+            }
         }
         let public_base = config
             .public_base_url

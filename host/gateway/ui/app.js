@@ -104,22 +104,37 @@ async function runPage() {
       { name: "reward", values: steps.map((s) => s.reward_mean) },
       { name: "val reward", values: steps.map((s) => s.val_reward) },
     ]),
-    chart("samples per rollout", xs, [
-      { name: "samples / rollout", values: steps.map((s) => (s.rollouts ? s.samples / s.rollouts : null)) },
+    // A harness that never reported a tool use gets no tool chart.
+    steps.some((s) => s.tool_use > 0 || s.val_tool_use > 0) ? chart("tool use (share of rollouts)", xs, [
+      { name: "train", values: steps.map((s) => (s.step ? s.tool_use : null)) },
+      { name: "val", values: steps.map((s) => s.val_tool_use) },
+    ]) : "",
+    chart("per rollout", xs, [
+      { name: "model calls", values: steps.map((s) => (s.step ? s.calls_per_rollout : null)) },
+      { name: "samples", values: steps.map((s) => (s.rollouts ? s.samples / s.rollouts : null)) },
     ]),
     chart("breaks per kind", xs, kinds.map((k) => ({ name: k, values: steps.map((s) => (s.breaks || {})[k] || 0) })), true),
+    chart("gradient norm, entropy", xs, [
+      { name: "grad norm", values: steps.map((s) => s.grad_norm) },
+      { name: "entropy", values: steps.map((s) => s.entropy) },
+    ]),
+    chart("trainer vs engine", xs, [
+      { name: "KL(engine || trainer)", values: steps.map((s) => s.engine_kl) },
+      { name: "TIS-truncated share", values: steps.map((s) => s.tis_truncated_fraction) },
+    ]),
     chart("step time (s)", xs, ["wait_s", "train_s", "drain_s"].map((k) => ({
       name: k.replace("_s", ""), values: steps.map((s) => s[k]),
     })), true),
   ].join("");
   const rows = steps.map((s) => `<tr data-step="${s.step}"><td class="num">${s.step}</td><td class="num">${s.weight_version}</td>` +
     `<td class="num">${fmt(s.reward_mean)}</td><td class="num">${fmt(s.val_reward)}</td>` +
+    `<td class="num">${fmt(s.tool_use, 2)}</td><td class="num">${fmt(s.calls_per_rollout, 2)}</td>` +
     `<td class="num">${s.rollouts}</td><td class="num">${s.samples}</td><td class="num">${s.tokens}</td>` +
     `<td>${esc(Object.entries(s.breaks || {}).map(([k, n]) => `${k} ${n}`).join(", "))}</td>` +
     `<td class="num">${fmt(s.wait_s, 1)} / ${fmt(s.train_s, 1)} / ${fmt(s.drain_s, 1)}</td></tr>`).join("");
   return `<h2>Run: ${steps.length} step records</h2><div class="charts">${charts}</div>` +
     `<table><tr><th class="num">step</th><th class="num">weights</th><th class="num">reward</th><th class="num">val reward</th>` +
-    `<th class="num">rollouts</th><th class="num">samples</th><th class="num">trained tokens</th><th>breaks</th>` +
+    `<th class="num">tool use</th><th class="num">calls / rollout</th><th class="num">rollouts</th><th class="num">samples</th><th class="num">trained tokens</th><th>breaks</th>` +
     `<th class="num">wait / train / drain s</th></tr>${rows}</table>` +
     `<p><a id="to-rollouts" href="#/rollouts">Rollouts of this run</a></p>`;
 }

@@ -53,6 +53,14 @@ pub struct StepRecord {
     pub samples: usize,
     /// Trainable tokens.
     pub tokens: usize,
+    /// Model calls per scored rollout of this update: the harness's turns.
+    pub calls_per_rollout: Option<f64>,
+    /// Share of this update's scored rollouts whose harness reported using
+    /// a tool (at least one [`TOOL_CALL`](crate::record::TOOL_CALL) event).
+    pub tool_use: Option<f64>,
+    /// The same two over the validation rollouts (validation steps only).
+    pub val_calls_per_rollout: Option<f64>,
+    pub val_tool_use: Option<f64>,
     /// Chain breaks by class ([`BREAK_RETOKENIZE`], [`BREAK_TEMPLATE`],
     /// [`BREAK_OTHER`]).
     pub breaks: BTreeMap<String, usize>,
@@ -67,7 +75,13 @@ pub struct StepRecord {
     pub loss: Option<f64>,
     pub clip_fraction: Option<f64>,
     pub tis_truncated_fraction: Option<f64>,
+    /// k3(old -> new) of the update: 0 by construction with one optimizer
+    /// step per batch (old = new); see `engine_kl` for the engine gap.
     pub approx_kl: Option<f64>,
+    /// Mean k3 estimate of KL(engine || trainer) over the trained tokens:
+    /// how far the trainer's logprobs of the sampled tokens are from the
+    /// engine's.
+    pub engine_kl: Option<f64>,
     pub ref_kl: Option<f64>,
     pub entropy: Option<f64>,
     pub grad_norm: Option<f64>,
@@ -75,6 +89,9 @@ pub struct StepRecord {
     /// Share of padded positions in the packed micro-batches.
     pub padding_waste: Option<f64>,
     pub micro_batches: usize,
+    /// Samples whose forward/backward was skipped: zero advantage (a group
+    /// that scored alike) and no KL term, so no gradient.
+    pub skipped_samples: usize,
     /// Mean `weight_version - sampled version` over the trained rollouts.
     #[serde(deserialize_with = "f64_or_nan")]
     pub mean_staleness: f64,

@@ -1,6 +1,7 @@
 //! Events with a fixed payload: the `model_request` record the proxy writes
-//! for every call (and the export reads back), and the `reward` event a
-//! harness posts to report its own reward.
+//! for every call (and the export reads back), the `reward` event a
+//! harness posts to report its own reward, and the `tool_call` event it
+//! posts for each tool it runs.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +16,12 @@ pub const MODEL_REQUEST: &str = "model_request";
 
 /// The event kind a harness posts to report its own reward.
 pub const REWARD: &str = "reward";
+
+/// The event kind a harness posts each time it runs one of its tools:
+/// `{"name": <tool>, ...}`, other keys its own (input, output). agl only
+/// counts them (a rollout's tool use in the step records); what a tool
+/// call is, only the harness knows.
+pub const TOOL_CALL: &str = "tool_call";
 
 /// The `model_request` payload: a [`ModelCall`] without `index` (the export
 /// numbers calls), plus what the gateway knows about serving it. `Req` is

@@ -157,6 +157,11 @@ impl TrainSample {
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
+
+    /// Response tokens with a weight (the trained ones).
+    pub fn trainable_tokens(&self) -> usize {
+        self.weights.iter().filter(|w| **w > 0.0).count()
+    }
 }
 
 /// The samples of one update with their fixed weights.

@@ -65,6 +65,9 @@ pub struct LossOutput {
     pub truncated_tokens: f64,
     /// Sum over trainable tokens of k3(old -> new), a KL estimate of the step.
     pub approx_kl_sum: f64,
+    /// Sum over trainable tokens of k3(eng -> old): with tokens sampled by
+    /// the engine, an estimate of KL(engine || trainer).
+    pub engine_kl_sum: f64,
     /// Sum over tokens with a reference of k3(ref -> new).
     pub ref_kl_sum: f64,
     pub ref_tokens: f64,
@@ -91,6 +94,10 @@ pub fn token_loss(x: &TokenInputs, cfg: &LossConfig) -> LossOutput {
     let unclipped = -(&ratio * x.advantage);
     let clipped = -(ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * x.advantage);
     let pg = unclipped.maximum(&clipped);
+    // In f64: the gap is often at f32 rounding level, where an f32
+    // exp(x) - x - 1 is noise (even negative).
+    let gap = (&old - &engine).to_kind(Kind::Double);
+    let engine_kl_sum = sum(&(k3(&gap) * x.trainable.to_kind(Kind::Double)));
     let raw_tis = (&old - engine).exp();
     let pg = match cfg.tis_threshold {
         Some(threshold) => pg * raw_tis.clamp_max(threshold),
@@ -120,6 +127,7 @@ pub fn token_loss(x: &TokenInputs, cfg: &LossConfig) -> LossOutput {
         clipped_tokens,
         truncated_tokens,
         approx_kl_sum,
+        engine_kl_sum,
         ref_kl_sum,
         ref_tokens,
     }

@@ -50,6 +50,11 @@ impl Packing {
         self.micro_batches.iter().map(MicroBatch::slots).sum()
     }
 
+    /// Samples packed.
+    pub fn samples(&self) -> usize {
+        self.micro_batches.iter().map(|mb| mb.indices.len()).sum()
+    }
+
     /// Pad slots / all slots (0 when empty).
     pub fn padding_waste(&self) -> f64 {
         let slots = self.slots();

@@ -1,7 +1,8 @@
 //! One optimizer update over an [`UpdateBatch`].
 //!
-//! [`train_step`]: zero the gradients, pack the samples (first-fit-decreasing
-//! under `token_budget`), run forward + backward per micro-batch (gradients
+//! [`train_step`]: zero the gradients, pack the samples that can move the
+//! weights (first-fit-decreasing under `token_budget`; zero-advantage samples
+//! without a KL term are left out), run forward + backward per micro-batch (gradients
 //! accumulate; the fixed weights make the sum exactly the batch gradient),
 //! clip the global gradient norm, set the scheduled learning rate, AdamW step.
 //!
@@ -179,6 +180,14 @@ pub struct StepStats {
     pub lr: f64,
     pub trainable_tokens: usize,
     pub samples: usize,
+    /// Samples left out of [`train_step`]'s forward/backward: zero
+    /// advantage, no KL term (see `pack_with_signal`). The token statistics
+    /// (fractions, KLs, entropy) are over the samples that ran.
+    pub skipped_samples: usize,
+    /// Mean k3 estimate of KL(engine || trainer) over the trainable tokens
+    /// that ran: how far the trainer's logprobs of the sampled tokens are
+    /// from the engine's (kernels, precision, stale weights).
+    pub engine_kl: f64,
     pub micro_batches: usize,
     pub padding_waste: f64,
 }
@@ -191,8 +200,11 @@ pub fn train_step(
     cfg: &StepConfig,
 ) -> Result<StepStats, RlError> {
     optimizer.adamw.zero_grad();
-    let packing = pack_ffd(&lengths(batch), cfg.token_budget);
+    let packing = pack_with_signal(batch, cfg);
     let mut stats = accumulate_gradients(model, batch, &packing, cfg)?;
+    stats.samples = batch.samples.len();
+    stats.skipped_samples = batch.samples.len() - packing.samples();
+    stats.trainable_tokens = batch.samples.iter().map(|s| s.trainable_tokens()).sum();
     let params: Vec<Tensor> = model
         .trainable_parameters()
         .into_iter()
@@ -249,6 +261,30 @@ pub fn score_old_logprobs(
         }
         Ok(())
     })
+}
+
+/// Packs the samples that can move the weights. A sample whose rollout has
+/// advantage 0 has a policy-gradient term of exactly 0 on every token (the
+/// advantage multiplies it), so unless a KL term applies (it carries
+/// reference logprobs and `kl_coef != 0`) its forward and backward add
+/// nothing to the gradient: it is left out, and the update is the same.
+/// GRPO groups whose rollouts all scored alike are such samples.
+fn pack_with_signal(batch: &UpdateBatch, cfg: &StepConfig) -> Packing {
+    let kl = cfg.loss.kl_coef != 0.0;
+    let chosen: Vec<usize> = (0..batch.samples.len())
+        .filter(|&i| {
+            let s = &batch.samples[i];
+            s.advantage != 0.0 || (kl && s.ref_logprobs.is_some())
+        })
+        .collect();
+    let lens: Vec<usize> = chosen.iter().map(|&i| batch.samples[i].len()).collect();
+    let mut packing = pack_ffd(&lens, cfg.token_budget);
+    for mb in &mut packing.micro_batches {
+        for i in &mut mb.indices {
+            *i = chosen[*i];
+        }
+    }
+    packing
 }
 
 pub fn lengths(batch: &UpdateBatch) -> Vec<usize> {
@@ -374,6 +410,7 @@ fn run(
         ..StepStats::default()
     };
     let (mut tokens_sum, mut clipped, mut truncated, mut kl) = (0.0, 0.0, 0.0, 0.0);
+    let mut engine_kl = 0.0;
     let (mut ref_kl, mut ref_tokens, mut entropy) = (0.0, 0.0, 0.0);
     // LoRA dropout only where gradients flow.
     model.set_lora_training(backward);
@@ -404,6 +441,7 @@ fn run(
         clipped += out.clipped_tokens;
         truncated += out.truncated_tokens;
         kl += out.approx_kl_sum;
+        engine_kl += out.engine_kl_sum;
         ref_kl += out.ref_kl_sum;
         ref_tokens += out.ref_tokens;
         if cfg.entropy {
@@ -421,6 +459,7 @@ fn run(
     stats.clip_fraction = per_token(clipped);
     stats.tis_truncated_fraction = per_token(truncated);
     stats.approx_kl = per_token(kl);
+    stats.engine_kl = per_token(engine_kl);
     stats.ref_kl = (ref_tokens > 0.0).then(|| ref_kl / ref_tokens);
     stats.entropy = if cfg.entropy {
         per_token(entropy)

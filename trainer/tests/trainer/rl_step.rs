@@ -454,3 +454,51 @@ fn an_adamw_step_lowers_the_loss() {
     );
     assert!(after.approx_kl > 0.0);
 }
+
+#[test]
+fn zero_advantage_samples_are_skipped_and_the_gradient_is_the_same() {
+    let c = StepConfig {
+        max_grad_norm: None,
+        ..cfg()
+    };
+    let model = test_model(26);
+    let mut batch = prepared(&model);
+    // Half the samples get advantage 0: those without reference logprobs
+    // add nothing (no KL term); one with a reference still counts.
+    let mut skippable = 0;
+    for (i, s) in batch.samples.iter_mut().enumerate() {
+        if i % 2 == 0 {
+            s.advantage = 0.0;
+            if i > 0 {
+                s.ref_logprobs = None;
+                skippable += 1;
+            }
+        }
+    }
+    assert!(batch.samples[0].ref_logprobs.is_some(), "sample 0 keeps its KL term");
+    assert!(skippable > 0);
+
+    // Every sample through forward and backward.
+    let full = pack_ffd(&agl_trainer::rl::step::lengths(&batch), c.token_budget);
+    zero_grads(&model);
+    let all = accumulate_gradients(&model, &batch, &full, &c).unwrap();
+    let expected = grads(&model);
+
+    // The update as train_step runs it (its gradients stay in `.grad`).
+    zero_grads(&model);
+    let schedule = LrSchedule {
+        peak_lr: 1e-3,
+        warmup_steps: 0,
+        decay: LrDecay::Constant,
+    };
+    let mut opt = RlOptimizer::new(&model, AdamWConfig::default(), schedule).unwrap();
+    let stats = train_step(&model, &mut opt, &batch, &c).unwrap();
+    let (diff, scale) = max_grad_diff(&grads(&model), &expected);
+    println!("skipped {} of {}: grad diff {diff:.2e} (max {scale:.2e})", stats.skipped_samples, stats.samples);
+    assert_eq!(stats.skipped_samples, skippable);
+    assert_eq!(stats.samples, batch.samples.len());
+    assert_eq!(stats.trainable_tokens, all.trainable_tokens, "counts every sample");
+    assert!(scale > 0.0 && diff < 1e-6, "{diff}");
+    assert!((stats.loss - all.loss).abs() < 1e-6, "{} vs {}", stats.loss, all.loss);
+    assert!(stats.engine_kl.is_finite() && stats.engine_kl >= 0.0);
+}

@@ -10,7 +10,7 @@ use super::plugins::{Plugins, describe};
 use agl_plugin_host::Plugin;
 use agl_store::Store;
 use agl_wire::api::{LoadedPlugin, PluginRole};
-use agl_wire::record::{REWARD, RewardEvent};
+use agl_wire::record::{REWARD, RewardEvent, TOOL_CALL};
 use agl_wire::rollout::{FailureKind, Rollout, RolloutStatus, Sample};
 
 /// One finished rollout as the trainer sees it, plus what the report counts.
@@ -22,6 +22,55 @@ pub struct Collected {
     pub plugin_failed: bool,
     /// The plugins that built and scored it.
     pub plugins: Vec<LoadedPlugin>,
+    /// What the harness did (empty for a system failure).
+    pub turns: Turns,
+}
+
+/// One rollout's model calls and the tools its harness reported running.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Turns {
+    /// Model requests (the choices of an `n` > 1 request count once).
+    pub calls: usize,
+    /// `tool_call` events of the attempt.
+    pub tool_calls: usize,
+}
+
+impl Turns {
+    pub fn of(rollout: &Rollout) -> Turns {
+        Turns {
+            calls: rollout
+                .calls
+                .iter()
+                .filter(|c| c.choice.is_none_or(|ch| ch.index == 0))
+                .count(),
+            tool_calls: rollout.events.iter().filter(|e| e.kind == TOOL_CALL).count(),
+        }
+    }
+}
+
+/// Calls per rollout and the share of rollouts that used a tool, over the
+/// scored rollouts of a step (or of a validation).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TurnTally {
+    rollouts: usize,
+    calls: usize,
+    tool_rollouts: usize,
+}
+
+impl TurnTally {
+    pub fn add(&mut self, t: Turns) {
+        self.rollouts += 1;
+        self.calls += t.calls;
+        self.tool_rollouts += usize::from(t.tool_calls > 0);
+    }
+
+    pub fn calls_per_rollout(&self) -> Option<f64> {
+        (self.rollouts > 0).then(|| self.calls as f64 / self.rollouts as f64)
+    }
+
+    pub fn tool_use(&self) -> Option<f64> {
+        (self.rollouts > 0).then(|| self.tool_rollouts as f64 / self.rollouts as f64)
+    }
 }
 
 /// How the controller says the rollout ended (`status`, and whose failure).
@@ -49,11 +98,13 @@ pub async fn collect(store: &Store, plugins: &Plugins, id: &str) -> anyhow::Resu
         breaks: BTreeMap::new(),
         plugin_failed: false,
         plugins: Vec::new(),
+        turns: Turns::default(),
     };
     if out.rollout.outcome == Outcome::SystemFailure {
         return Ok(out);
     }
     let exported = store.export_rollout(id).await?;
+    out.turns = Turns::of(&exported);
     // One snapshot for the whole rollout: a swap landing meanwhile applies
     // from the next rollout on.
     let (adapter, reward) = (plugins.adapter(), plugins.reward());

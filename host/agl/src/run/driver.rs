@@ -12,7 +12,7 @@ use serde_json::json;
 use agl_trainer::checkpoint::CheckpointMeta;
 use agl_trainer::rl::{self, GroupScheduler, Outcome, build_update};
 
-use super::collect::{Collected, collect, score};
+use super::collect::{Collected, TurnTally, Turns, collect, score};
 use super::config::{RunConfig, TrainConfig};
 use super::data::{Cursor, Dataset};
 use super::plugins::Plugins;
@@ -137,9 +137,10 @@ impl Driver {
     /// Runs until `cfg.steps` updates are done or `stop` is set.
     pub async fn run(&mut self, stop: &tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
         if self.step == 0 && self.cfg.val_every > 0 {
-            let (val, n) = self.validate(stop).await?;
+            let val = self.validate(stop).await?;
             let elapsed = self.started.elapsed().as_secs_f64();
-            let record = StepRecord::baseline(self.cfg.steps, elapsed, val, n);
+            let mut record = StepRecord::baseline(self.cfg.steps, elapsed, None, 0);
+            val.record_into(&mut record);
             self.report(&record)?;
         }
         while self.step < self.cfg.steps && !*stop.borrow() {
@@ -153,9 +154,8 @@ impl Driver {
             if self.cfg.val_every > 0
                 && (self.step.is_multiple_of(self.cfg.val_every) || self.step == self.cfg.steps)
             {
-                let (val, n) = self.validate(stop).await?;
-                record.val_reward = val;
-                record.val_rollouts = n;
+                let val = self.validate(stop).await?;
+                val.record_into(&mut record);
             }
             record.step_s = t0.elapsed().as_secs_f64();
             record.elapsed_s = self.started.elapsed().as_secs_f64();
@@ -283,6 +283,7 @@ impl Driver {
             self.tracked.remove(key);
         }
         let mut staleness = Vec::new();
+        let mut turns = TurnTally::default();
         let mut rollouts: Vec<rl::ScoredRollout> = self.carried.drain(..).flatten().collect();
         for (key, version, group) in update.groups {
             self.tracked.remove(&key);
@@ -299,10 +300,15 @@ impl Driver {
                         record.plugins.push(p);
                     }
                 }
+                if c.rollout.outcome != Outcome::SystemFailure {
+                    turns.add(c.turns);
+                }
                 rollouts.push(c.rollout);
             }
         }
         record.mean_staleness = mean(&staleness).unwrap_or(0.0);
+        record.calls_per_rollout = turns.calls_per_rollout();
+        record.tool_use = turns.tool_use();
         let prepared = build_update(rollouts, &self.train.batch())?;
         record.set_batch_stats(&prepared.stats);
         self.carried = prepared.carried;
@@ -318,6 +324,7 @@ impl Driver {
             record.dropped_stale += self.after_update().await?;
             return Ok(record);
         }
+        self.progress.set_phase("training");
         let t = Instant::now();
         let step_cfg = self.train.step(self.temperature);
         let s = self.trainer.train(batch, step_cfg).await?;
@@ -402,11 +409,11 @@ impl Driver {
     }
 
     /// Runs the val rows once (the gateway samples them at the val
-    /// temperature) and returns the mean reward over scored rollouts.
+    /// temperature): the mean reward over scored rollouts and their turns.
     async fn validate(
         &mut self,
         stop: &tokio::sync::watch::Receiver<bool>,
-    ) -> anyhow::Result<(Option<f64>, usize)> {
+    ) -> anyhow::Result<Validation> {
         let rows: Vec<_> = self
             .data
             .val
@@ -415,8 +422,10 @@ impl Driver {
             .cloned()
             .collect();
         if rows.is_empty() {
-            return Ok((None, 0));
+            return Ok(Validation::default());
         }
+        self.progress
+            .set_phase(&format!("validating on {} rows", rows.len()));
         let mut batch = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
             let id = format!("val{:04}-{i:04}", self.step);
@@ -437,11 +446,12 @@ impl Driver {
             .collect();
         while !self.all_final(&ids).await? {
             if *stop.borrow() {
-                return Ok((None, 0));
+                return Ok(Validation::default());
             }
             tokio::time::sleep(POLL).await;
         }
         let mut rewards = Vec::new();
+        let mut turns = TurnTally::default();
         for id in &ids {
             let rec = self.store.get_rollout(id).await?;
             if super::collect::outcome(rec.status, rec.failure) == Outcome::SystemFailure {
@@ -449,12 +459,19 @@ impl Driver {
             }
             let exported = self.store.export_rollout(id).await?;
             match score(self.plugins.reward().as_ref(), &exported).await {
-                Ok(Some(r)) => rewards.push(r),
+                Ok(Some(r)) => {
+                    rewards.push(r);
+                    turns.add(Turns::of(&exported));
+                }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(rollout = %id, error = %e, "val reward failed"),
             }
         }
-        Ok((mean(&rewards), rewards.len()))
+        Ok(Validation {
+            reward: mean(&rewards),
+            rollouts: rewards.len(),
+            turns,
+        })
     }
 
     async fn checkpoint(&mut self) -> anyhow::Result<()> {
@@ -500,6 +517,23 @@ impl Driver {
                 tracing::debug!(rollout = %id, error = %e, "not cancelled");
             }
         }
+    }
+}
+
+/// What a validation measured, over its scored rollouts.
+#[derive(Debug, Default)]
+pub struct Validation {
+    pub reward: Option<f64>,
+    pub rollouts: usize,
+    pub turns: TurnTally,
+}
+
+impl Validation {
+    fn record_into(&self, record: &mut StepRecord) {
+        record.val_reward = self.reward;
+        record.val_rollouts = self.rollouts;
+        record.val_calls_per_rollout = self.turns.calls_per_rollout();
+        record.val_tool_use = self.turns.tool_use();
     }
 }
 

@@ -90,6 +90,9 @@ pub async fn run(
     let out_dir = out_dir
         .canonicalize()
         .with_context(|| format!("resolving {}", out_dir.display()))?;
+    let log_path = out_dir.join("agl.log");
+    crate::logfile::open(&log_path)
+        .with_context(|| format!("opening the run's log {}", log_path.display()))?;
     let model_dir = config
         .model
         .path
@@ -203,6 +206,10 @@ pub async fn run(
     let serving = tokio::spawn(gateway.serve(listener, wait(gw_stop_rx)));
     tracing::info!(url = %base, out = %out_dir.display(), "agl run: gateway listening");
     tracing::info!(url = %format!("{base}/ui"), "rollout viewer");
+    println!(
+        "agl run: gateway {base} · viewer {base}/ui · log {}",
+        log_path.display()
+    );
     let client = GatewayClient::new(&base, admin_key)?;
     let controller = tokio::spawn(run_controller(
         client,

@@ -13,20 +13,23 @@ use std::time::{Duration, Instant};
 use crate::support::{python, repo_root, tiny_model};
 use agl_store::Store;
 use agl_testengine::{EngineRequest, Reply, TestEngine, TestEngineConfig};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const AGL: &str = env!("CARGO_BIN_EXE_agl");
 
-/// Calc model: a calculator call, then the answer; every second final
-/// answer to the same question is off by one, so each group (one question,
-/// two rollouts) has reward variance whatever order its rollouts finish in.
+/// Calc model: a `CALC` call (the calc agent's text protocol), then the
+/// answer; every second final answer to the same question is off by one,
+/// so each group (one question, two rollouts) has reward variance whatever
+/// order its rollouts finish in.
 fn calc_script(answers: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineRequest) -> Reply {
     move |r| {
         let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
         let last = messages.last().cloned().unwrap_or(Value::Null);
-        if last["role"] == "tool" {
-            let result = last["content"].as_str().unwrap_or("0");
-            let question = messages.iter().find(|m| m["role"] == "user");
+        let content = last["content"].as_str().unwrap_or("");
+        if let Some(result) = content.strip_prefix("RESULT ") {
+            let question = messages.iter().rev().find(|m| {
+                m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.starts_with("What"))
+            });
             let question = question
                 .map(|m| m["content"].to_string())
                 .unwrap_or_default();
@@ -36,15 +39,16 @@ fn calc_script(answers: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineRe
                 *n += 1;
                 *n
             };
-            let answer = match result.parse::<i64>() {
+            // `RESULT 58 * 16 = 928`: the value after the `=`.
+            let value = result.rsplit("= ").next().unwrap_or(result);
+            let answer = match value.parse::<i64>() {
                 Ok(v) if n % 2 == 0 => (v + 1).to_string(),
-                _ => result.to_string(),
+                _ => value.to_string(),
             };
-            return Reply::text(format!("Answer: {answer}"));
+            return Reply::text(format!("The answer is {answer}."));
         }
-        let q = last["content"].as_str().unwrap_or("");
-        let expr = q.trim_start_matches("What is ").trim_end_matches('?');
-        Reply::default().with_tool_call("calculator", json!({ "expression": expr }).to_string())
+        let expr = content.trim_start_matches("What is ").trim_end_matches('?');
+        Reply::text(format!("CALC {expr}"))
     }
 }
 
@@ -428,7 +432,7 @@ async fn swap_a_reward_in(reward: &str) {
     assert!(inspect.status.success(), "{inspect:?}");
     let out = setup.out("swap");
     let mut child = setup.spawn(&config, false);
-    let gateway = gateway_url(&mut child);
+    let gateway = run_gateway_url(&mut child);
     let t = Instant::now();
     while !std::fs::read_to_string(out.join("metrics.jsonl"))
         .unwrap_or_default()
@@ -500,17 +504,28 @@ async fn swap_a_reward_in(reward: &str) {
     assert_eq!(scored_by(&records[4]), [reward], "{log}");
 }
 
-/// The gateway URL from `agl run`'s log; keeps draining its stderr.
+/// The gateway URL from `agl serve`'s log; keeps draining its stderr.
 pub(crate) fn gateway_url(child: &mut Child) -> String {
-    use std::io::{BufRead, BufReader};
     let stderr = child.stderr.take().expect("stderr piped");
-    let mut lines = BufReader::new(stderr).lines();
+    url_after(stderr, "gateway listening")
+}
+
+/// The gateway URL from `agl run`'s first line on stdout (its log is in the
+/// run folder); keeps draining its stdout.
+pub(crate) fn run_gateway_url(child: &mut Child) -> String {
+    let stdout = child.stdout.take().expect("stdout piped");
+    url_after(stdout, "agl run: gateway")
+}
+
+fn url_after(stream: impl std::io::Read + Send + 'static, marker: &str) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(stream).lines();
     let url = loop {
         let line = lines
             .next()
-            .expect("agl run exited before listening")
-            .expect("read stderr");
-        if line.contains("gateway listening")
+            .expect("agl exited before listening")
+            .expect("read its output");
+        if line.contains(marker)
             && let Some(at) = line.find("http://")
         {
             let url: String = line[at..]

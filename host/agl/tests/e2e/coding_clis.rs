@@ -69,7 +69,7 @@ fn policy(h: &'static Harness) -> impl Fn(&EngineRequest) -> Reply + Send + Sync
     }
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
@@ -77,7 +77,7 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn jsonl(text: &str) -> Vec<Value> {
+pub(crate) fn jsonl(text: &str) -> Vec<Value> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap())
@@ -85,7 +85,7 @@ fn jsonl(text: &str) -> Vec<Value> {
 }
 
 /// Every agent's stderr, for failure messages.
-fn agent_logs(logs: &Path) -> String {
+pub(crate) fn agent_logs(logs: &Path) -> String {
     let mut all = String::new();
     for entry in std::fs::read_dir(logs).into_iter().flatten().flatten() {
         let path = entry.path().join("1/stderr");
@@ -103,7 +103,7 @@ fn agent_logs(logs: &Path) -> String {
     all
 }
 
-fn agl(dir: &Path, args: &[String]) -> Output {
+pub(crate) fn agl(dir: &Path, args: &[String]) -> Output {
     Command::new(AGL)
         .args(args)
         .current_dir(dir)
@@ -114,7 +114,7 @@ fn agl(dir: &Path, args: &[String]) -> Output {
         .unwrap()
 }
 
-fn decode(tok: &agl_tokenizer::Tokenizer, ids: &Value) -> String {
+pub(crate) fn decode(tok: &agl_tokenizer::Tokenizer, ids: &Value) -> String {
     let ids: Vec<u32> = ids
         .as_array()
         .unwrap()
@@ -125,7 +125,7 @@ fn decode(tok: &agl_tokenizer::Tokenizer, ids: &Value) -> String {
 }
 
 /// The scripted policy as an engine that reads and writes `tok`'s ids.
-async fn policy_engine(
+pub(crate) async fn policy_engine(
     tok: &std::sync::Arc<agl_tokenizer::Tokenizer>,
     script: impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static,
 ) -> TestEngine {
@@ -146,7 +146,7 @@ async fn policy_engine(
 /// `agl --config examples/EXAMPLE/agl.toml -o ... run`: the example's own
 /// config with the model, engine, data and output folders pointed at the
 /// test's, short controller timings, and `extra` overrides.
-fn run_args(example: &str, dir: &Path, engine: &TestEngine, extra: &[String]) -> Vec<String> {
+pub(crate) fn run_args(example: &str, dir: &Path, engine: &TestEngine, extra: &[String]) -> Vec<String> {
     let config = repo_root().join(format!("examples/{example}/agl.toml"));
     let at = |p: &str| dir.join(p).display().to_string();
     let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];

@@ -2,6 +2,7 @@
 //! One test binary for the crate (each links the whole dependency tree).
 
 mod agl_run;
+mod calc_example;
 mod cli;
 mod coding_clis;
 mod controller_cli;

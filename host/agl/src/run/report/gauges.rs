@@ -74,7 +74,7 @@ impl TrainerGauges {
             return;
         };
         let t = &st.totals;
-        let gauges: [(&str, Option<f64>); 22] = [
+        let gauges: [(&str, Option<f64>); 25] = [
             ("agl_trainer_step", Some(r.step as f64)),
             ("agl_trainer_total_steps", Some(r.total_steps as f64)),
             ("agl_trainer_weight_version", Some(r.weight_version as f64)),
@@ -88,6 +88,8 @@ impl TrainerGauges {
             ("agl_trainer_rollouts", Some(r.rollouts as f64)),
             ("agl_trainer_samples", Some(r.samples as f64)),
             ("agl_trainer_tokens", Some(r.tokens as f64)),
+            ("agl_trainer_calls_per_rollout", r.calls_per_rollout),
+            ("agl_trainer_tool_use", r.tool_use),
             ("agl_trainer_loss", r.loss),
             ("agl_trainer_clip_fraction", r.clip_fraction),
             (
@@ -95,6 +97,7 @@ impl TrainerGauges {
                 r.tis_truncated_fraction,
             ),
             ("agl_trainer_approx_kl", r.approx_kl),
+            ("agl_trainer_engine_kl", r.engine_kl),
             ("agl_trainer_entropy", r.entropy),
             ("agl_trainer_grad_norm", r.grad_norm),
             ("agl_trainer_lr", r.lr),

@@ -1,8 +1,8 @@
 //! What the user of `agl run` sees: one [`StepRecord`] per update, appended
-//! to `metrics.jsonl` ([`MetricsLog`]), printed as one line
-//! ([`summary_line`]) above the progress bars ([`Progress`]), exported as
+//! to `metrics.jsonl` ([`MetricsLog`]), printed as at most two lines
+//! ([`summary_lines`]) above the progress bar ([`Progress`]), exported as
 //! Prometheus gauges on the gateway's `/metrics` ([`TrainerGauges`]),
-//! drawn as a PNG ([`plot()`]) and summed up at the end ([`summary_table`]).
+//! drawn as a PNG of [`panels`] ([`plot()`]) and summed up at the end ([`summary_table`]).
 //!
 //! The baseline validation (before any update) is a record with `step: 0`
 //! and `weight_version: 0`: only its `val_reward`, `val_rollouts`,
@@ -18,10 +18,10 @@ mod text;
 
 pub use gauges::TrainerGauges;
 pub use log::{MetricsLog, read_records};
-pub use plot::{Labels, plot};
+pub use plot::{Labels, Panel, panels, plot};
 pub use progress::Progress;
 pub use record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord, TrainerStats};
-pub use text::{per_rollout, summary_line, summary_table};
+pub use text::{per_rollout, summary_lines, summary_table};
 
 use std::path::PathBuf;
 

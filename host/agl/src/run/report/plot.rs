@@ -1,4 +1,5 @@
-//! `metrics.png`: reward (train mean and validation) and loss over steps.
+//! `training.png`: a chart per thing the run measured ([`panels`]): reward,
+//! tool use, turns per rollout, gradient norm, entropy, trainer-vs-engine gap.
 //!
 //! Text needs a TrueType font, which plotters' `ab_glyph` backend takes as
 //! bytes: the first of a few usual system fonts (Debian's `fonts-dejavu-core`
@@ -14,7 +15,7 @@ use plotters::style::FontStyle;
 
 use super::{ReportError, StepRecord};
 
-const SIZE: (u32, u32) = (1000, 800);
+const SIZE: (u32, u32) = (1200, 1000);
 const FONT: &str = "sans-serif";
 const FONT_CANDIDATES: [&str; 5] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -92,6 +93,13 @@ fn find_font() -> Option<(PathBuf, Vec<u8>)> {
 
 type Points = Vec<(f64, f64)>;
 
+/// One chart of the plot: a title and its named series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub title: &'static str,
+    pub lines: Vec<(&'static str, Points, RGBColor)>,
+}
+
 fn series(records: &[StepRecord], value: impl Fn(&StepRecord) -> Option<f64>) -> Points {
     records
         .iter()
@@ -100,30 +108,89 @@ fn series(records: &[StepRecord], value: impl Fn(&StepRecord) -> Option<f64>) ->
         .collect()
 }
 
-fn draw(records: &[StepRecord], path: &Path, text: bool) -> Result<(), String> {
-    let train_reward = series(records, |r| r.reward_mean.filter(|_| !r.is_baseline()));
-    let val_reward = series(records, |r| r.val_reward);
-    let loss = series(records, |r| r.loss.filter(|_| !r.is_baseline()));
-    let last_step = records.iter().map(|r| r.step).max().unwrap_or(0).max(1) as f64;
+/// The panels the run's records fill, in drawing order: reward, tool use,
+/// turns per rollout, gradient norm, entropy and the trainer-vs-engine gap.
+/// A series without a point is left out, and a panel without a series (a
+/// harness that reports no tool use, entropy not computed): no empty or
+/// constant-by-construction chart. (The loss is not drawn: with one
+/// optimizer step per batch it is ~0 by construction.)
+pub fn panels(records: &[StepRecord]) -> Vec<Panel> {
+    let train = |f: &dyn Fn(&StepRecord) -> Option<f64>| {
+        series(records, |r| f(r).filter(|_| !r.is_baseline()))
+    };
+    let per_rollout = |n: fn(&StepRecord) -> usize| {
+        train(&|r| (r.rollouts > 0).then(|| n(r) as f64 / r.rollouts as f64))
+    };
+    let uses_tools = records
+        .iter()
+        .any(|r| r.tool_use.is_some_and(|t| t > 0.0) || r.val_tool_use.is_some_and(|t| t > 0.0));
+    let all = vec![
+        Panel {
+            title: "reward",
+            lines: vec![
+                ("train (mean)", train(&|r| r.reward_mean), BLUE),
+                ("validation", series(records, |r| r.val_reward), RED),
+            ],
+        },
+        Panel {
+            title: "tool use (share of rollouts)",
+            lines: if uses_tools {
+                vec![
+                    ("train", train(&|r| r.tool_use), BLUE),
+                    ("validation", series(records, |r| r.val_tool_use), RED),
+                ]
+            } else {
+                Vec::new()
+            },
+        },
+        Panel {
+            title: "per rollout",
+            lines: vec![
+                ("model calls", train(&|r| r.calls_per_rollout), BLUE),
+                ("samples", per_rollout(|r| r.samples), GREEN),
+                ("chain breaks", per_rollout(|r| r.breaks.values().sum()), RED),
+            ],
+        },
+        Panel {
+            title: "gradient norm (before clipping)",
+            lines: vec![("grad norm", train(&|r| r.grad_norm), BLACK)],
+        },
+        Panel {
+            title: "entropy (nats per token)",
+            lines: vec![("entropy", train(&|r| r.entropy), MAGENTA)],
+        },
+        Panel {
+            title: "trainer vs engine",
+            lines: vec![
+                ("KL(engine || trainer)", train(&|r| r.engine_kl), BLUE),
+                ("TIS-truncated share", train(&|r| r.tis_truncated_fraction), RED),
+            ],
+        },
+    ];
+    all.into_iter()
+        .map(|mut p| {
+            p.lines.retain(|(_, points, _)| !points.is_empty());
+            p
+        })
+        .filter(|p| !p.lines.is_empty())
+        .collect()
+}
 
+fn draw(records: &[StepRecord], path: &Path, text: bool) -> Result<(), String> {
+    let panels = panels(records);
+    let last_step = records.iter().map(|r| r.step).max().unwrap_or(0).max(1) as f64;
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let panels = root.split_evenly((2, 1));
-    panel(
-        &panels[0],
-        text.then_some("reward"),
-        last_step,
-        &[
-            ("train (mean)", &train_reward, BLUE),
-            ("validation", &val_reward, RED),
-        ],
-    )?;
-    panel(
-        &panels[1],
-        text.then_some("loss"),
-        last_step,
-        &[("loss", &loss, BLACK)],
-    )?;
+    let rows = panels.len().div_ceil(2).max(1);
+    let areas = root.split_evenly((rows, 2));
+    for (panel_def, area) in panels.iter().zip(&areas) {
+        let lines: Vec<(&str, &Points, RGBColor)> = panel_def
+            .lines
+            .iter()
+            .map(|(name, points, color)| (*name, points, *color))
+            .collect();
+        panel(area, text.then_some(panel_def.title), last_step, &lines)?;
+    }
     root.present().map_err(|e| e.to_string())
 }
 
@@ -211,7 +278,7 @@ mod tests {
             .map(|step| StepRecord {
                 step,
                 reward_mean: Some(step as f64 / 4.0),
-                loss: Some(1.0 / (step + 1) as f64),
+                grad_norm: Some(1.0 / (step + 1) as f64),
                 val_reward: (step % 2 == 0).then_some(0.5),
                 ..StepRecord::default()
             })

@@ -24,18 +24,25 @@ impl TrainerStats for StepRecord {
     }
 
     fn set_step_stats(&mut self, s: &StepStats) {
+        self.tokens = s.trainable_tokens;
+        self.samples = s.samples;
+        self.micro_batches = s.micro_batches;
+        self.skipped_samples = s.skipped_samples;
+        if s.skipped_samples >= s.samples {
+            // Nothing ran (every group scored alike): no loss, gradient or
+            // token statistics to report, not zeros.
+            return;
+        }
         self.loss = finite(s.loss);
         self.clip_fraction = finite(s.clip_fraction);
         self.tis_truncated_fraction = finite(s.tis_truncated_fraction);
         self.approx_kl = finite(s.approx_kl);
+        self.engine_kl = finite(s.engine_kl);
         self.ref_kl = s.ref_kl.and_then(finite);
         self.entropy = finite(s.entropy);
         self.grad_norm = finite(s.grad_norm);
         self.lr = finite(s.lr);
         self.padding_waste = finite(s.padding_waste);
-        self.tokens = s.trainable_tokens;
-        self.samples = s.samples;
-        self.micro_batches = s.micro_batches;
     }
 }
 

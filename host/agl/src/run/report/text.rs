@@ -14,24 +14,37 @@ pub fn per_rollout(samples: usize, rollouts: usize) -> String {
     }
 }
 
-/// One line per step, fields always in the same order, e.g.
-/// `step 3/20 v3 | reward 0.420 | val 0.550 | 32 rollouts 41 samples (1.28/rollout) 3.1k tok
-/// | breaks retok 1 tmpl 0 other 2 | excl sys 1 noreward 0 | drain 0.4s
-/// | step 38.2s (wait 20.1 train 17.5) | loss 0.0123 grad 3.10 ent 1.52`.
-/// (With one optimizer step per batch the loss is ~0 by construction: the
-/// ratio is 1 and GRPO advantages are zero-mean; the gradient norm shows
-/// how hard the update pushed.)
-/// `val` appears on validation steps only; plugin failures, stale drops and
-/// carried groups only when non-zero. Step 0 is the baseline line.
-pub fn summary_line(r: &StepRecord) -> String {
+/// Two lines per step: what happened, then how (fields always in the same
+/// order), e.g.
+/// `step 3/8 v3 | reward 0.625 | val 0.950 tool 100% | tool 84% | 1.84 calls 1.00 samples
+/// per rollout | breaks retok 0 tmpl 0 other 0 | 32 rollouts 4.3k tok | 38.2s`
+/// `    wait 20.1s train 17.5s drain 0.4s | 24 trained (8 zero-advantage skipped) | grad 3.61
+/// ent 1.52 | engine kl 3.2e-5 tis 0% | excl sys 1 noreward 0`.
+/// `val` appears on validation steps only; the tool-use rates once `tools`
+/// (the harness has reported using a tool in this run); plugin failures,
+/// stale drops and carried groups only when non-zero. Step 0 is the one
+/// baseline line. (The loss is in `metrics.jsonl` but not here: with one
+/// optimizer step per batch it is ~0 by construction.)
+pub fn summary_lines(r: &StepRecord, tools: bool) -> String {
+    let val = |s: &mut String| {
+        if let Some(v) = r.val_reward {
+            let _ = write!(s, " | val {v:.3}");
+            if let Some(t) = r.val_tool_use.filter(|_| tools) {
+                let _ = write!(s, " tool {}", percent(t));
+            }
+        }
+    };
     if r.is_baseline() {
-        return format!(
-            "baseline v{} | val {} ({} rollouts) | {:.1}s",
-            r.weight_version,
-            opt(r.val_reward, 3),
+        let mut s = format!("baseline v{}", r.weight_version);
+        val(&mut s);
+        let _ = write!(
+            s,
+            " ({} rollouts, {} calls/rollout) | {:.1}s",
             r.val_rollouts,
+            opt(r.val_calls_per_rollout, 2),
             r.elapsed_s
         );
+        return s;
     }
     let mut s = format!(
         "step {}/{} v{} | reward {}",
@@ -40,22 +53,21 @@ pub fn summary_line(r: &StepRecord) -> String {
         r.weight_version,
         opt(r.reward_mean, 3)
     );
-    if let Some(v) = r.val_reward {
-        let _ = write!(s, " | val {v:.3}");
+    val(&mut s);
+    if let Some(t) = r.tool_use.filter(|_| tools) {
+        let _ = write!(s, " | tool {}", percent(t));
     }
     let _ = write!(
         s,
-        " | {} rollouts {} samples ({}/rollout) {} tok | breaks {} | excl sys {} noreward {}",
-        r.rollouts,
-        r.samples,
+        " | {} calls {} samples per rollout | breaks {} | {} rollouts {} tok",
+        opt(r.calls_per_rollout, 2),
         per_rollout(r.samples, r.rollouts),
-        si(r.tokens as f64),
         breaks(
             &r.breaks,
             &[("retok", BREAK_RETOKENIZE), ("tmpl", BREAK_TEMPLATE)]
         ),
-        r.excluded_system,
-        r.excluded_no_reward,
+        r.rollouts,
+        si(r.tokens as f64),
     );
     for (label, n) in [
         ("plugin failures", r.plugin_failures),
@@ -68,16 +80,38 @@ pub fn summary_line(r: &StepRecord) -> String {
     }
     let _ = write!(
         s,
-        " | drain {:.1}s | step {:.1}s (wait {:.1} train {:.1}) | loss {} grad {} ent {}",
-        r.drain_s,
+        " | {:.1}s\n    wait {:.1}s train {:.1}s drain {:.1}s | {} trained ({} zero-advantage skipped) \
+         | grad {} ent {} | engine kl {} tis {} | excl sys {} noreward {}",
         r.step_s,
         r.wait_s,
         r.train_s,
-        opt(r.loss, 4),
+        r.drain_s,
+        r.samples - r.skipped_samples.min(r.samples),
+        r.skipped_samples,
         opt(r.grad_norm, 2),
-        opt(r.entropy, 2)
+        opt(r.entropy, 2),
+        sci(r.engine_kl),
+        r.tis_truncated_fraction.map_or("-".into(), percent),
+        r.excluded_system,
+        r.excluded_no_reward,
     );
     s
+}
+
+/// `3.2e-5`, `-` when absent.
+fn sci(v: Option<f64>) -> String {
+    v.filter(|v| v.is_finite())
+        .map_or("-".into(), |v| format!("{v:.1e}"))
+}
+
+/// `84%`, `0.4%`.
+fn percent(x: f64) -> String {
+    let p = 100.0 * x;
+    if p != 0.0 && p.abs() < 10.0 {
+        format!("{p:.1}%")
+    } else {
+        format!("{p:.0}%")
+    }
 }
 
 /// The end-of-run table, computed from all records of the run (including
@@ -93,7 +127,8 @@ pub fn summary_table(records: &[StepRecord]) -> String {
         .iter()
         .filter_map(|r| r.val_reward.map(|v| (v, r.step)))
         .filter(|(v, _)| v.is_finite())
-        .max_by(|a, b| a.0.total_cmp(&b.0));
+        // The first step that reached the best value.
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
     let rewards: Vec<f64> = train.iter().filter_map(|r| r.reward_mean).collect();
     let total = |f: fn(&StepRecord) -> usize| train.iter().map(|r| f(r)).sum::<usize>();
     let mut all_breaks: BTreeMap<String, usize> = BTreeMap::new();
@@ -136,6 +171,37 @@ pub fn summary_table(records: &[StepRecord]) -> String {
             opt(rewards.last().copied(), 3)
         ),
     );
+    let calls: Vec<f64> = train.iter().filter_map(|r| r.calls_per_rollout).collect();
+    row(
+        "calls per rollout",
+        format!(
+            "first {} -> last {} (samples per rollout {})",
+            opt(calls.first().copied(), 2),
+            opt(calls.last().copied(), 2),
+            per_rollout(total(|r| r.samples), total(|r| r.rollouts))
+        ),
+    );
+    let used = |t: Option<f64>| t.is_some_and(|t| t > 0.0);
+    if records
+        .iter()
+        .any(|r| used(r.tool_use) || used(r.val_tool_use))
+    {
+        let tool: Vec<f64> = train.iter().filter_map(|r| r.tool_use).collect();
+        let pct = |t: Option<&f64>| t.map_or("-".into(), |t| percent(*t));
+        row(
+            "tool use",
+            format!(
+                "train first {} -> last {}, val baseline {} -> final {}",
+                pct(tool.first()),
+                pct(tool.last()),
+                pct(records
+                    .iter()
+                    .find(|r| r.is_baseline())
+                    .and_then(|r| r.val_tool_use.as_ref())),
+                pct(train.iter().rev().find_map(|r| r.val_tool_use.as_ref()))
+            ),
+        );
+    }
     row(
         "trained on",
         format!(
@@ -225,7 +291,7 @@ fn si(n: f64) -> String {
 }
 
 /// `42.0s`, `12m 05s`, `3h 02m`.
-fn duration(secs: f64) -> String {
+pub(super) fn duration(secs: f64) -> String {
     let whole = secs.max(0.0).round() as u64;
     match whole {
         s if s < 60 => format!("{secs:.1}s"),
