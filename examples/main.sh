@@ -33,7 +33,7 @@ deploy/setup.sh
 . deploy/env.sh
 cargo build --release -p agl
 agl="${CARGO_TARGET_DIR:-target}/release/agl"
-model=$("$agl" model fetch smollm2)
+model=$("$agl" --log warn model fetch smollm2)
 out="agl-runs/$name-$(date +%Y%m%d-%H%M%S)"
 "$agl" --config examples/calc/agl.toml \
     -o "model.path=$model" -o "run.out_dir=$PWD/$out" \

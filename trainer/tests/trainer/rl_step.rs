@@ -475,7 +475,10 @@ fn zero_advantage_samples_are_skipped_and_the_gradient_is_the_same() {
             }
         }
     }
-    assert!(batch.samples[0].ref_logprobs.is_some(), "sample 0 keeps its KL term");
+    assert!(
+        batch.samples[0].ref_logprobs.is_some(),
+        "sample 0 keeps its KL term"
+    );
     assert!(skippable > 0);
 
     // Every sample through forward and backward.
@@ -494,11 +497,22 @@ fn zero_advantage_samples_are_skipped_and_the_gradient_is_the_same() {
     let mut opt = RlOptimizer::new(&model, AdamWConfig::default(), schedule).unwrap();
     let stats = train_step(&model, &mut opt, &batch, &c).unwrap();
     let (diff, scale) = max_grad_diff(&grads(&model), &expected);
-    println!("skipped {} of {}: grad diff {diff:.2e} (max {scale:.2e})", stats.skipped_samples, stats.samples);
+    println!(
+        "skipped {} of {}: grad diff {diff:.2e} (max {scale:.2e})",
+        stats.skipped_samples, stats.samples
+    );
     assert_eq!(stats.skipped_samples, skippable);
     assert_eq!(stats.samples, batch.samples.len());
-    assert_eq!(stats.trainable_tokens, all.trainable_tokens, "counts every sample");
+    assert_eq!(
+        stats.trainable_tokens, all.trainable_tokens,
+        "counts every sample"
+    );
     assert!(scale > 0.0 && diff < 1e-6, "{diff}");
-    assert!((stats.loss - all.loss).abs() < 1e-6, "{} vs {}", stats.loss, all.loss);
+    assert!(
+        (stats.loss - all.loss).abs() < 1e-6,
+        "{} vs {}",
+        stats.loss,
+        all.loss
+    );
     assert!(stats.engine_kl.is_finite() && stats.engine_kl >= 0.0);
 }

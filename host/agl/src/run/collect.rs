@@ -43,7 +43,11 @@ impl Turns {
                 .iter()
                 .filter(|c| c.choice.is_none_or(|ch| ch.index == 0))
                 .count(),
-            tool_calls: rollout.events.iter().filter(|e| e.kind == TOOL_CALL).count(),
+            tool_calls: rollout
+                .events
+                .iter()
+                .filter(|e| e.kind == TOOL_CALL)
+                .count(),
         }
     }
 }
@@ -180,6 +184,57 @@ fn to_trainer(s: Sample) -> rl::Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rollout(choices: &[Option<(u32, u32)>], events: &[&str]) -> Rollout {
+        let calls: Vec<serde_json::Value> = choices
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut call = serde_json::json!({
+                    "index": i, "api": "chat_completions", "request": {}, "response": {},
+                    "prompt_ids": [1], "response_ids": [2], "response_logprobs": [-0.5],
+                });
+                if let Some((index, count)) = c {
+                    call["choice"] = serde_json::json!({"index": index, "count": count});
+                }
+                call
+            })
+            .collect();
+        let events: Vec<serde_json::Value> = events
+            .iter()
+            .map(|k| serde_json::json!({"kind": k, "payload": {"name": "calculator"}}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "id": "r", "status": "succeeded", "calls": calls, "events": events,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn turns_count_requests_and_the_harness_tool_calls() {
+        // A request with 3 choices counts once; the next call is its own.
+        let r = rollout(
+            &[Some((0, 3)), Some((1, 3)), Some((2, 3)), None],
+            &["tool_call", "reward", "tool_call"],
+        );
+        assert_eq!(
+            Turns::of(&r),
+            Turns {
+                calls: 2,
+                tool_calls: 2
+            }
+        );
+        let mut tally = TurnTally::default();
+        assert_eq!((tally.calls_per_rollout(), tally.tool_use()), (None, None));
+        tally.add(Turns::of(&r));
+        tally.add(Turns::of(&rollout(&[None], &["reward"])));
+        assert_eq!(tally.calls_per_rollout(), Some(1.5));
+        assert_eq!(
+            tally.tool_use(),
+            Some(0.5),
+            "one of two rollouts used a tool"
+        );
+    }
 
     #[test]
     fn system_failures_and_cancellations_are_not_scored() {

@@ -12,7 +12,9 @@ use agl::run::report::{StepRecord, panels, read_records};
 use agl_testengine::{EngineRequest, Reply};
 use serde_json::Value;
 
-use crate::coding_clis::{agent_logs, agl, decode, jsonl, policy_engine, run_args, text};
+use crate::coding_clis::{
+    agent_logs, agl, decode, exported, policy_engine, run_args, samples_of, text,
+};
 use crate::support::{repo_root, tiny_model};
 
 /// SmolLM2-135M-Instruct's chat template (no tools section).
@@ -33,10 +35,18 @@ fn calc_policy(seen: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineReque
         // The question asked last (the worked example comes first).
         let at = p.rfind("What is ").expect("a question in the prompt");
         let rest = &p[at + "What is ".len()..];
-        let question = rest.split('?').next().unwrap_or_default().trim().to_string();
+        let question = rest
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
         // `RESULT 67 * 25 = 1675`: the value after the `=`.
         let result = rest.find("RESULT ").map(|i| {
-            let after = rest[i..].split("= ").nth(1).expect("RESULT <expr> = <value>");
+            let after = rest[i..]
+                .split("= ")
+                .nth(1)
+                .expect("RESULT <expr> = <value>");
             let digits: String = after.chars().take_while(|c| c.is_ascii_digit()).collect();
             digits.parse::<i64>().expect("a RESULT value")
         });
@@ -101,7 +111,10 @@ async fn the_calc_example_runs_its_tool_loop_as_one_sample_per_rollout() {
     // is in the run folder's agl.log).
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(!stderr.contains("INFO"), "INFO logs on the terminal:\n{stderr}");
+    assert!(
+        !stderr.contains("INFO"),
+        "INFO logs on the terminal:\n{stderr}"
+    );
     let agl_log = std::fs::read_to_string(dir.join("out/agl.log")).unwrap();
     assert!(agl_log.contains("gateway listening"), "{agl_log}");
     let before_summary: Vec<&str> = stdout
@@ -109,40 +122,30 @@ async fn the_calc_example_runs_its_tool_loop_as_one_sample_per_rollout() {
         .take_while(|l| !l.starts_with("plot:"))
         .collect();
     assert_eq!(before_summary.len(), 1 + 1 + 2 * 2, "{stdout}");
-    assert!(before_summary[0].starts_with("agl run: gateway http://"), "{stdout}");
-    assert!(before_summary[1].starts_with("baseline v0 | val"), "{stdout}");
-    assert!(before_summary[2].starts_with("step 1/2 v1 | reward"), "{stdout}");
-    assert!(stdout.contains("run summary") && stdout.contains("tool use"), "{stdout}");
+    assert!(
+        before_summary[0].starts_with("agl run: gateway http://"),
+        "{stdout}"
+    );
+    assert!(
+        before_summary[1].starts_with("baseline v0 | val"),
+        "{stdout}"
+    );
+    assert!(
+        before_summary[2].starts_with("step 1/2 v1 | reward"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("run summary") && stdout.contains("tool use"),
+        "{stdout}"
+    );
 
-    let db = dir.join("out/agl.db").display().to_string();
-    let export = agl(
-        dir,
-        &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),
+    let rollouts = exported(dir);
+    assert_eq!(
+        rollouts.len(),
+        2 * 8 + 2 * 4,
+        "2 steps of 8, 2 validations of 4\n{log}"
     );
-    assert!(export.status.success(), "{}", text(&export));
-    let rollouts = jsonl(&std::fs::read_to_string(dir.join("rollouts.jsonl")).unwrap());
-    assert_eq!(rollouts.len(), 2 * 8 + 2 * 4, "2 steps of 8, 2 validations of 4\n{log}");
-    let plugin = |name: &str| {
-        repo_root()
-            .join(format!("build/plugins/{name}.wasm"))
-            .display()
-            .to_string()
-    };
-    let test = agl(
-        dir,
-        &[
-            "plugin",
-            "test",
-            "--plugin",
-            &plugin("trajectory"),
-            "--rollouts",
-            "rollouts.jsonl",
-            "--json",
-        ]
-        .map(String::from),
-    );
-    assert!(test.status.success(), "{}", text(&test));
-    let samples = jsonl(&String::from_utf8_lossy(&test.stdout));
+    let samples = samples_of(dir, "trajectory");
 
     // Per step: (rollouts, model calls, rollouts that used the tool).
     let mut by_step: HashMap<u64, (usize, usize, usize)> = HashMap::new();
@@ -177,20 +180,31 @@ async fn the_calc_example_runs_its_tool_loop_as_one_sample_per_rollout() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|s| (s["start"].as_u64().unwrap() as usize, s["end"].as_u64().unwrap() as usize))
+            .map(|s| {
+                (
+                    s["start"].as_u64().unwrap() as usize,
+                    s["end"].as_u64().unwrap() as usize,
+                )
+            })
             .collect();
         let piece = |a: usize, b: usize| decode(&tok, &Value::Array(ids[a..b].to_vec()));
         let trained: String = spans.iter().map(|&(a, b)| piece(a, b)).collect();
-        let sampled: String = calls.iter().map(|c| decode(&tok, &c["response_ids"])).collect();
+        let sampled: String = calls
+            .iter()
+            .map(|c| decode(&tok, &c["response_ids"]))
+            .collect();
         assert_eq!(trained, sampled, "{id}");
-        assert!(!trained.contains("RESULT"), "{id}: a tool result trained: {trained}");
+        assert!(
+            !trained.contains("RESULT"),
+            "{id}: a tool result trained: {trained}"
+        );
         if tools > 0 {
             let masked = piece(spans[0].1, spans[1].0);
-            let value = events.iter().find(|e| e["kind"] == "tool_call").unwrap()["payload"]
-                ["output"]
-                .as_str()
-                .unwrap()
-                .to_string();
+            let value =
+                events.iter().find(|e| e["kind"] == "tool_call").unwrap()["payload"]["output"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
             assert!(
                 masked.contains("RESULT ") && masked.contains(&format!("= {value}")),
                 "{id}: the masked context is the tool result: {masked:?}"
@@ -208,9 +222,16 @@ async fn the_calc_example_runs_its_tool_loop_as_one_sample_per_rollout() {
         assert_eq!(rec.rollouts, n, "step {step}");
         assert_eq!(rec.samples, n, "step {step}: one sample per rollout");
         assert_eq!(rec.breaks.values().sum::<usize>(), 0, "step {step}");
-        assert_eq!(rec.calls_per_rollout, Some(calls as f64 / n as f64), "step {step}");
+        assert_eq!(
+            rec.calls_per_rollout,
+            Some(calls as f64 / n as f64),
+            "step {step}"
+        );
         assert_eq!(rec.tool_use, Some(tools as f64 / n as f64), "step {step}");
-        assert!(tools > 0 && tools < n, "step {step}: {tools} of {n} used the tool");
+        assert!(
+            tools > 0 && tools < n,
+            "step {step}: {tools} of {n} used the tool"
+        );
     }
     let last = records.iter().find(|r| r.step == 2).unwrap();
     assert_eq!(last.val_rollouts, 4);
@@ -227,8 +248,17 @@ async fn the_calc_example_runs_its_tool_loop_as_one_sample_per_rollout() {
         );
     }
     let titles: Vec<&str> = drawn.iter().map(|p| p.title).collect();
-    for want in ["reward", "tool use", "per rollout", "gradient norm", "trainer vs engine"] {
-        assert!(titles.iter().any(|t| t.starts_with(want)), "{want} missing: {titles:?}");
+    for want in [
+        "reward",
+        "tool use",
+        "per rollout",
+        "gradient norm",
+        "trainer vs engine",
+    ] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(want)),
+            "{want} missing: {titles:?}"
+        );
     }
     assert!(dir.join("out/training.png").exists());
 }

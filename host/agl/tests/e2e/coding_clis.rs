@@ -114,6 +114,46 @@ pub(crate) fn agl(dir: &Path, args: &[String]) -> Output {
         .unwrap()
 }
 
+/// `agl rollouts export` of the run in `dir/out` to `dir/rollouts.jsonl`:
+/// its rollout JSONL lines.
+pub(crate) fn exported(dir: &Path) -> Vec<Value> {
+    let db = dir.join("out/agl.db").display().to_string();
+    let export = agl(
+        dir,
+        &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),
+    );
+    assert!(export.status.success(), "{}", text(&export));
+    jsonl(&std::fs::read_to_string(dir.join("rollouts.jsonl")).unwrap())
+}
+
+/// `agl plugin test --json` of `dir/rollouts.jsonl` ([`exported`]) with the
+/// built-in `adapter` and the `reported` reward: the sample lines.
+pub(crate) fn samples_of(dir: &Path, adapter: &str) -> Vec<Value> {
+    let plugin = |name: &str| {
+        repo_root()
+            .join(format!("build/plugins/{name}.wasm"))
+            .display()
+            .to_string()
+    };
+    let test = agl(
+        dir,
+        &[
+            "plugin",
+            "test",
+            "--plugin",
+            &plugin(adapter),
+            "--reward",
+            &plugin("reported"),
+            "--rollouts",
+            "rollouts.jsonl",
+            "--json",
+        ]
+        .map(String::from),
+    );
+    assert!(test.status.success(), "{}", text(&test));
+    jsonl(&String::from_utf8_lossy(&test.stdout))
+}
+
 pub(crate) fn decode(tok: &agl_tokenizer::Tokenizer, ids: &Value) -> String {
     let ids: Vec<u32> = ids
         .as_array()
@@ -146,7 +186,12 @@ pub(crate) async fn policy_engine(
 /// `agl --config examples/EXAMPLE/agl.toml -o ... run`: the example's own
 /// config with the model, engine, data and output folders pointed at the
 /// test's, short controller timings, and `extra` overrides.
-pub(crate) fn run_args(example: &str, dir: &Path, engine: &TestEngine, extra: &[String]) -> Vec<String> {
+pub(crate) fn run_args(
+    example: &str,
+    dir: &Path,
+    engine: &TestEngine,
+    extra: &[String],
+) -> Vec<String> {
     let config = repo_root().join(format!("examples/{example}/agl.toml"));
     let at = |p: &str| dir.join(p).display().to_string();
     let mut args: Vec<String> = vec!["--config".into(), config.display().to_string()];
@@ -208,13 +253,7 @@ async fn example_trains_two_steps(h: &'static Harness) {
         );
     }
 
-    let db = dir.join("out/agl.db").display().to_string();
-    let export = agl(
-        dir,
-        &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),
-    );
-    assert!(export.status.success(), "{}", text(&export));
-    let rollouts = jsonl(&std::fs::read_to_string(dir.join("rollouts.jsonl")).unwrap());
+    let rollouts = exported(dir);
     assert_eq!(rollouts.len(), 4, "{log}");
     let mut versions = BTreeSet::new();
     for r in &rollouts {
@@ -243,29 +282,7 @@ async fn example_trains_two_steps(h: &'static Harness) {
     // The update after step 1 is version 1 for every call of step 2.
     assert_eq!(versions, BTreeSet::from([0, 1]), "{log}");
 
-    let plugin = |name: &str| {
-        repo_root()
-            .join(format!("build/plugins/{name}.wasm"))
-            .display()
-            .to_string()
-    };
-    let test = agl(
-        dir,
-        &[
-            "plugin",
-            "test",
-            "--plugin",
-            &plugin(h.adapter),
-            "--reward",
-            &plugin("reported"),
-            "--rollouts",
-            "rollouts.jsonl",
-            "--json",
-        ]
-        .map(String::from),
-    );
-    assert!(test.status.success(), "{}", text(&test));
-    let samples = jsonl(&String::from_utf8_lossy(&test.stdout));
+    let samples = samples_of(dir, h.adapter);
     for r in &rollouts {
         let id = r["id"].as_str().unwrap();
         // The agent's calls (those offered its shell tool): one chain.
@@ -434,36 +451,8 @@ async fn a_claude_code_sub_agent_is_a_second_sample_of_the_same_rollout() {
     let run = agl(dir, &args);
     let log = format!("{}\n{}", text(&run), agent_logs(&dir.join("logs")));
     assert!(run.status.success(), "agl run failed:\n{log}");
-    let db = dir.join("out/agl.db").display().to_string();
-    let export = agl(
-        dir,
-        &["rollouts", "export", "--db", &db, "--out", "rollouts.jsonl"].map(String::from),
-    );
-    assert!(export.status.success(), "{}", text(&export));
-    let rollouts = jsonl(&std::fs::read_to_string(dir.join("rollouts.jsonl")).unwrap());
-    let plugin = |name: &str| {
-        repo_root()
-            .join(format!("build/plugins/{name}.wasm"))
-            .display()
-            .to_string()
-    };
-    let test = agl(
-        dir,
-        &[
-            "plugin",
-            "test",
-            "--plugin",
-            &plugin("claude-code"),
-            "--reward",
-            &plugin("reported"),
-            "--rollouts",
-            "rollouts.jsonl",
-            "--json",
-        ]
-        .map(String::from),
-    );
-    assert!(test.status.success(), "{}", text(&test));
-    let samples = jsonl(&String::from_utf8_lossy(&test.stdout));
+    let rollouts = exported(dir);
+    let samples = samples_of(dir, "claude-code");
     for r in &rollouts {
         let id = r["id"].as_str().unwrap();
         let mine: Vec<&Value> = samples.iter().filter(|s| s["rollout_id"] == id).collect();

@@ -1,5 +1,5 @@
 //! `agl run` reporting: the metrics log on disk (round trip, resume
-//! truncation, torn lines), the summary line and table, the PNG plot and the
+//! truncation, torn lines), the step lines and summary table, the PNG plot and the
 //! trainer gauges on a real gateway's `/metrics`.
 
 use std::collections::BTreeMap;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use agl::run::report::{
     BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, Labels, MetricsLog, StepRecord, TrainerGauges,
-    plot, read_records, summary_line, summary_table,
+    panels, plot, read_records, summary_lines, summary_table,
 };
 use agl_gateway::Gateway;
 use agl_gateway::GatewayConfig;
@@ -19,7 +19,11 @@ use agl_store::Store;
 /// (dyadic fractions: serde_json without `float_roundtrip` may misread the
 /// last bit of others, e.g. `0.12` as `0.12000000000000001`).
 fn run_records(steps: u64) -> Vec<StepRecord> {
-    let mut out = vec![StepRecord::baseline(steps, 4.5, Some(0.25), 16)];
+    let mut out = vec![StepRecord {
+        val_tool_use: Some(0.5),
+        val_calls_per_rollout: Some(1.0),
+        ..StepRecord::baseline(steps, 4.5, Some(0.25), 16)
+    }];
     for step in 1..=steps {
         let s = step as usize;
         out.push(StepRecord {
@@ -53,6 +57,12 @@ fn run_records(steps: u64) -> Vec<StepRecord> {
             lr: Some(1e-6),
             padding_waste: Some(step as f64 / 64.0),
             micro_batches: 3,
+            skipped_samples: s,
+            engine_kl: Some(1.5e-4),
+            calls_per_rollout: Some(1.0 + step as f64 / 4.0),
+            tool_use: Some(step as f64 / 8.0),
+            val_tool_use: (step % 2 == 0).then_some(0.5),
+            val_calls_per_rollout: (step % 2 == 0).then_some(2.0),
             mean_staleness: 0.5,
             ..StepRecord::default()
         });
@@ -145,19 +155,19 @@ fn a_corrupt_line_before_the_last_is_an_error() {
 }
 
 #[test]
-fn summary_line_shows_the_step_numbers() {
+fn summary_lines_show_the_step_numbers_in_two_lines() {
     let records = run_records(4);
     let r = &records[2];
-    let line = summary_line(r);
-    assert!(!line.contains('\n'));
+    let lines = summary_lines(r, true);
+    assert_eq!(lines.lines().count(), 2, "{lines}");
     let expected = [
         format!("step {}/{} v{}", r.step, r.total_steps, r.weight_version),
         format!("reward {:.3}", r.reward_mean.unwrap()),
-        format!("val {:.3}", r.val_reward.unwrap()),
+        format!("val {:.3} tool 50%", r.val_reward.unwrap()),
+        "| tool 25% |".to_string(),
         format!(
-            "{} rollouts {} samples ({:.2}/rollout) 2.0k tok",
-            r.rollouts,
-            r.samples,
+            "{:.2} calls {:.2} samples per rollout",
+            r.calls_per_rollout.unwrap(),
             r.samples as f64 / r.rollouts as f64
         ),
         format!(
@@ -166,30 +176,79 @@ fn summary_line_shows_the_step_numbers() {
             r.breaks_of(BREAK_TEMPLATE),
             r.breaks_of(BREAK_OTHER)
         ),
+        format!("{} rollouts 2.0k tok", r.rollouts),
+        format!("plugin failures {}", r.plugin_failures),
+        format!(
+            "wait {:.1}s train {:.1}s drain {:.1}s",
+            r.wait_s, r.train_s, r.drain_s
+        ),
+        format!(
+            "{} trained ({} zero-advantage skipped)",
+            r.samples - r.skipped_samples,
+            r.skipped_samples
+        ),
+        "grad 2.00".to_string(),
+        "engine kl 1.5e-4".to_string(),
         format!(
             "excl sys {} noreward {}",
             r.excluded_system, r.excluded_no_reward
         ),
-        format!("plugin failures {}", r.plugin_failures),
-        format!("drain {:.1}s", r.drain_s),
-        format!(
-            "step {:.1}s (wait {:.1} train {:.1})",
-            r.step_s, r.wait_s, r.train_s
-        ),
-        format!("loss {:.4}", r.loss.unwrap()),
     ];
     for part in expected {
-        assert!(line.contains(&part), "{part:?} missing in {line:?}");
+        assert!(lines.contains(&part), "{part:?} missing in {lines:?}");
     }
-    // Odd steps have no validation; quiet counters stay out of the line.
-    let odd = summary_line(&records[3]);
+    // Odd steps have no validation; quiet counters stay out of the line;
+    // a harness that never reported a tool use gets no tool column.
+    let odd = summary_lines(&records[3], true);
     assert!(!odd.contains("val ") && !odd.contains("plugin"), "{odd}");
     assert!(odd.contains("reward 0.375"), "{odd}");
+    let no_tools = summary_lines(r, false);
+    assert!(!no_tools.contains("tool"), "{no_tools}");
 
-    let base = summary_line(&records[0]);
+    let base = summary_lines(&records[0], true);
+    assert_eq!(
+        base,
+        "baseline v0 | val 0.250 tool 50% (16 rollouts, 1.00 calls/rollout) | 4.5s"
+    );
+}
+
+#[test]
+fn the_plot_draws_a_panel_per_measured_figure_and_none_empty() {
+    let records = run_records(4);
+    let drawn = panels(&records);
+    let titles: Vec<&str> = drawn.iter().map(|p| p.title).collect();
+    assert_eq!(
+        titles,
+        [
+            "reward",
+            "tool use (share of rollouts)",
+            "per rollout",
+            "gradient norm (before clipping)",
+            "trainer vs engine"
+        ],
+        "entropy is None in these records: no panel"
+    );
+    for p in &drawn {
+        for (name, points, _) in &p.lines {
+            assert!(!points.is_empty(), "{}: {name} is empty", p.title);
+        }
+    }
+    // The loss is not drawn (~0 by construction with one step per batch).
+    assert!(!titles.iter().any(|t| t.contains("loss")));
+    // A harness without tools: no tool panel.
+    let plain: Vec<StepRecord> = records
+        .iter()
+        .cloned()
+        .map(|r| StepRecord {
+            tool_use: Some(0.0),
+            val_tool_use: None,
+            ..r
+        })
+        .collect();
     assert!(
-        base.starts_with("baseline v0 | val 0.250 (16 rollouts)"),
-        "{base}"
+        !panels(&plain)
+            .iter()
+            .any(|p| p.title.starts_with("tool use"))
     );
 }
 

@@ -148,7 +148,11 @@ pub fn panels(records: &[StepRecord]) -> Vec<Panel> {
             lines: vec![
                 ("model calls", train(&|r| r.calls_per_rollout), BLUE),
                 ("samples", per_rollout(|r| r.samples), GREEN),
-                ("chain breaks", per_rollout(|r| r.breaks.values().sum()), RED),
+                (
+                    "chain breaks",
+                    per_rollout(|r| r.breaks.values().sum()),
+                    RED,
+                ),
             ],
         },
         Panel {
@@ -163,7 +167,11 @@ pub fn panels(records: &[StepRecord]) -> Vec<Panel> {
             title: "trainer vs engine",
             lines: vec![
                 ("KL(engine || trainer)", train(&|r| r.engine_kl), BLUE),
-                ("TIS-truncated share", train(&|r| r.tis_truncated_fraction), RED),
+                (
+                    "TIS-truncated share",
+                    train(&|r| r.tis_truncated_fraction),
+                    RED,
+                ),
             ],
         },
     ];
@@ -241,7 +249,7 @@ fn panel(
     if title.is_some() {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(legend_corner(lines, last_step))
             .label_font((FONT, 14))
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
@@ -249,6 +257,24 @@ fn panel(
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// The right-hand corner the curves leave free: upper when the points in
+/// the right third of the chart lie mostly in its lower half, else lower.
+fn legend_corner(lines: &[(&str, &Points, RGBColor)], last_step: f64) -> SeriesLabelPosition {
+    let all = || lines.iter().flat_map(|(_, p, _)| p.iter());
+    let y = y_range(all().map(|(_, v)| *v));
+    let mid = (y.start + y.end) / 2.0;
+    let right: Vec<f64> = all()
+        .filter(|(x, _)| *x >= last_step * 2.0 / 3.0)
+        .map(|(_, v)| *v)
+        .collect();
+    let low = right.iter().filter(|v| **v < mid).count();
+    if 2 * low > right.len() {
+        SeriesLabelPosition::UpperRight
+    } else {
+        SeriesLabelPosition::LowerRight
+    }
 }
 
 /// The values' range with a margin; a fixed range when there is no spread.
@@ -286,6 +312,15 @@ mod tests {
         draw(&records, &path, false).unwrap();
         let png = std::fs::read(&path).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    }
+
+    #[test]
+    fn the_legend_goes_where_the_curves_are_not() {
+        let rising: Points = vec![(1.0, 0.1), (2.0, 0.5), (3.0, 0.9)];
+        let falling: Points = vec![(1.0, 0.9), (2.0, 0.5), (3.0, 0.1)];
+        let at = |p: &Points| legend_corner(&[("x", p, BLUE)], 3.0);
+        assert!(matches!(at(&rising), SeriesLabelPosition::LowerRight));
+        assert!(matches!(at(&falling), SeriesLabelPosition::UpperRight));
     }
 
     #[test]

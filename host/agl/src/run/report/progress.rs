@@ -107,7 +107,10 @@ impl Progress {
         {
             self.tools_seen.store(true, Ordering::Relaxed);
         }
-        self.println(&summary_lines(record, self.tools_seen.load(Ordering::Relaxed)));
+        self.println(&summary_lines(
+            record,
+            self.tools_seen.load(Ordering::Relaxed),
+        ));
         if record.is_baseline() {
             return;
         }

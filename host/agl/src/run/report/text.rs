@@ -1,4 +1,4 @@
-//! The text a user reads: one line per step and a table at the end.
+//! The text a user reads: two lines per step and a table at the end.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
