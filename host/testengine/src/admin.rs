@@ -47,6 +47,10 @@ pub struct AdminState {
     adapters: Mutex<BTreeMap<String, String>>,
     /// Fail the next N weight or adapter loads (as a load error).
     fail_loads: AtomicU32,
+    /// Hold answers from the next weight version on (set by a test).
+    hold_on_reload: AtomicBool,
+    /// While true, generation requests wait (recorded, not answered).
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 impl Default for AdminState {
@@ -57,6 +61,8 @@ impl Default for AdminState {
             paused: AtomicBool::new(false),
             adapters: Mutex::default(),
             fail_loads: AtomicU32::new(0),
+            hold_on_reload: AtomicBool::new(false),
+            held: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -100,6 +106,28 @@ impl AdminState {
             .weight_version
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = v.to_string();
+        // Before the reload answers: no call on the new version is served
+        // until the test releases the engine.
+        if self.hold_on_reload.swap(false, Ordering::SeqCst) {
+            self.held.send_replace(true);
+        }
+    }
+
+    /// From the next weight version the engine takes, every generation
+    /// request waits until [`AdminState::release`]: a test can act between
+    /// two steps of a run, whatever the speed of its agents.
+    pub fn hold_after_next_reload(&self) {
+        self.hold_on_reload.store(true, Ordering::SeqCst);
+    }
+
+    pub fn release(&self) {
+        self.held.send_replace(false);
+    }
+
+    /// Waits while the engine is held.
+    pub(crate) async fn wait_released(&self) {
+        let mut rx = self.held.subscribe();
+        let _ = rx.wait_for(|held| !held).await;
     }
 }
 

@@ -60,6 +60,7 @@ async fn not_found(req: Request) -> VllmError {
 }
 
 async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Response {
+    state.admin.wait_released().await;
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, state.body_limit).await {
         Ok(bytes) => bytes,

@@ -421,7 +421,7 @@ async fn swap_a_reward_in(reward: &str) {
     let plugins = repo_root().join("build/plugins");
     let wasm = plugins.join(format!("{reward}.wasm"));
     // Compiled into the component cache first (a Python component takes
-    // seconds to compile), so the swap lands before step 2 is collected.
+    // seconds to compile).
     let inspect = Command::new(AGL)
         .arg("--config")
         .arg(&config)
@@ -431,6 +431,9 @@ async fn swap_a_reward_in(reward: &str) {
         .unwrap();
     assert!(inspect.status.success(), "{inspect:?}");
     let out = setup.out("swap");
+    // Step 2's calls wait at the engine until the swap is done: the agents
+    // are faster than a component load, so without this the swap races them.
+    setup.engine.state().admin.hold_after_next_reload();
     let mut child = setup.spawn(&config, false);
     let gateway = run_gateway_url(&mut child);
     let t = Instant::now();
@@ -467,6 +470,7 @@ async fn swap_a_reward_in(reward: &str) {
         "{}",
         String::from_utf8_lossy(&good.stdout)
     );
+    setup.engine.state().admin.release();
     let log = finish(child);
 
     let hash = blake3_hex(&wasm);
@@ -498,8 +502,9 @@ async fn swap_a_reward_in(reward: &str) {
             assert!(!swapped, "a step after the swap scored by {by:?}: {r}");
         }
     }
-    // The swap returned before step 2 was trained, so steps 3 and 4
-    // collected every rollout after it.
+    // The swap returned before any call of step 2 was answered, so steps
+    // 2 to 4 collected every rollout after it.
+    assert_eq!(scored_by(&records[2]), [reward], "{log}");
     assert_eq!(scored_by(&records[3]), [reward], "{log}");
     assert_eq!(scored_by(&records[4]), [reward], "{log}");
 }

@@ -73,13 +73,15 @@ fn calc_policy(seen: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineReque
 fn data(dir: &Path, train: usize, val: usize) {
     let rows = std::fs::read_to_string(repo_root().join("examples/calc/data.jsonl")).unwrap();
     let rows: Vec<&str> = rows.lines().collect();
-    let of = |split: &str, n: usize| {
+    let of = |split: &str, n: usize| -> Vec<String> {
+        let tag = format!("\"split\": \"{split}\"");
         rows.iter()
-            .filter(move |l| l.contains(&format!("\"split\": \"{split}\"")))
+            .filter(|l| l.contains(&tag))
             .take(n)
             .map(|l| format!("{l}\n"))
+            .collect()
     };
-    let text: String = of("train", train).chain(of("val", val)).collect();
+    let text: String = [of("train", train), of("val", val)].concat().concat();
     std::fs::write(dir.join("data.jsonl"), text).unwrap();
 }
 

@@ -260,7 +260,8 @@ fn panel(
 }
 
 /// The right-hand corner the curves leave free: upper when the points in
-/// the right third of the chart lie mostly in its lower half, else lower.
+/// the right third of the chart lie, on average, in its lower half, else
+/// lower.
 fn legend_corner(lines: &[(&str, &Points, RGBColor)], last_step: f64) -> SeriesLabelPosition {
     let all = || lines.iter().flat_map(|(_, p, _)| p.iter());
     let y = y_range(all().map(|(_, v)| *v));
@@ -269,8 +270,8 @@ fn legend_corner(lines: &[(&str, &Points, RGBColor)], last_step: f64) -> SeriesL
         .filter(|(x, _)| *x >= last_step * 2.0 / 3.0)
         .map(|(_, v)| *v)
         .collect();
-    let low = right.iter().filter(|v| **v < mid).count();
-    if 2 * low > right.len() {
+    let mean = right.iter().sum::<f64>() / right.len().max(1) as f64;
+    if !right.is_empty() && mean < mid {
         SeriesLabelPosition::UpperRight
     } else {
         SeriesLabelPosition::LowerRight
