@@ -178,17 +178,7 @@ async fn the_calc_example_runs_its_tool_loop_as_one_sample_per_rollout() {
         let sample = &mine[0]["sample"];
         assert!(sample["break_before"].is_null(), "{id}: {sample}");
         let ids = sample["response_ids"].as_array().unwrap();
-        let spans: Vec<(usize, usize)> = sample["trainable"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                (
-                    s["start"].as_u64().unwrap() as usize,
-                    s["end"].as_u64().unwrap() as usize,
-                )
-            })
-            .collect();
+        let spans = crate::conversation::spans(sample);
         let piece = |a: usize, b: usize| decode(&tok, &Value::Array(ids[a..b].to_vec()));
         let trained: String = spans.iter().map(|&(a, b)| piece(a, b)).collect();
         let sampled: String = calls

@@ -138,7 +138,8 @@ fn samples(env: &Env, rollout: &Rollout) -> Vec<Value> {
         .collect()
 }
 
-fn spans(sample: &Value) -> Vec<(usize, usize)> {
+/// A `--json` sample line's trainable spans as (start, end).
+pub(crate) fn spans(sample: &Value) -> Vec<(usize, usize)> {
     sample["trainable"]
         .as_array()
         .unwrap()
