@@ -241,11 +241,8 @@ async fn setup(engine_ms: u64, durability: Durability) -> Setup {
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     store
         .register_engine(
-            "e1",
-            &engine.base_url(),
-            "served-model",
-            agl_store::Render::Engine,
-            Default::default(),
+            &agl_store::RegisterEngine::new("e1", &engine.base_url(), "served-model")
+                .with_render(agl_store::Render::Engine),
         )
         .await
         .expect("register engine");

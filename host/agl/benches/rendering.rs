@@ -53,11 +53,13 @@ async fn gateway(engine: &TestEngine, render: Render, dir: &Path) -> (String, St
     };
     let mut gw = Gateway::new(store.clone(), config);
     if render == Render::Gateway {
-        gw = gw.with_renderer(renderer(dir));
+        gw = gw.with_policy(renderer(dir));
     }
     tokio::spawn(gw.serve(listener, std::future::pending()));
     store
-        .register_engine("e1", &engine.base_url(), "m", render, Default::default())
+        .register_engine(
+            &agl_store::RegisterEngine::new("e1", &engine.base_url(), "m").with_render(render),
+        )
         .await
         .expect("engine");
     (format!("http://{addr}"), store)

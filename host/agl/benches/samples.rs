@@ -267,7 +267,7 @@ async fn embedded(dir: &Path, render: Render, ids: &[String]) -> Embedded {
     };
     let mut gateway = Gateway::new(store.clone(), config);
     if render == Render::Gateway {
-        gateway = gateway.with_renderer(agl::run::policy::renderer(dir).expect("renderer"));
+        gateway = gateway.with_policy(agl::assembly::renderer(dir).expect("renderer"));
     }
     let engine = agl_trainer::engine::EngineConfig {
         max_seqs: 4,
@@ -276,7 +276,7 @@ async fn embedded(dir: &Path, render: Render, ids: &[String]) -> Embedded {
     };
     let server = agl_inference::InferenceServer::load(dir, "policy", tch::Kind::Float, engine)
         .expect("load SmolLM2");
-    agl::run::policy::embed(&gateway, &store, "embedded", &server, render)
+    agl::policy::embed(&gateway, &store, "embedded", &server, render)
         .await
         .expect("embed");
     tokio::spawn(gateway.serve(listener, std::future::pending()));

@@ -4,9 +4,15 @@
 //! the plugin scaffold and builder. The subsystems are their own crates (see
 //! ARCHITECTURE.md).
 
+pub mod assembly;
 pub mod config;
+pub mod link;
 pub mod logfile;
 pub mod plugin_build;
+pub mod plugins;
+pub mod policy;
 pub mod run;
 pub mod runtime;
 pub mod scaffold;
+pub mod trainer;
+pub mod viewer;

@@ -24,9 +24,9 @@ struct Args {
     #[arg(short = 'o', long = "set", value_name = "KEY=VALUE", global = true)]
     overrides: Vec<String>,
     /// Log filter (tracing env-filter syntax), e.g. `debug` or `agl=trace`
-    /// (default `info`). `agl run` writes its log to `agl.log` in the run
-    /// folder and shows only warnings in the terminal, unless this or `-v`
-    /// is given.
+    /// (default `info`). `agl run` and `agl train` write their log to
+    /// `agl.log` in the run folder and show only warnings in the terminal,
+    /// unless this or `-v` is given.
     #[arg(long, global = true, env = "AGL_LOG")]
     log: Option<String>,
     /// Show the log in the terminal (`agl run` keeps it to its run folder's
@@ -55,6 +55,9 @@ enum Command {
     /// Train the policy on a harness: gateway, engine, controller, plugins
     /// and trainer in one process.
     Run(cli::run::RunArgs),
+    /// Train against a running gateway (`agl serve`): the trainer alone,
+    /// with the agents run by `agl controller`.
+    Train(cli::train::TrainArgs),
     /// Fetch known models and import GGUF files as Hugging Face folders.
     #[command(subcommand)]
     Model(cli::model::ModelCommand),
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
             Command::Rollouts(cmd) => cli::rollouts::run(cmd),
             Command::Model(cmd) => cli::model::run(cmd),
             Command::Run(args) => cli::run::run(args, config),
+            Command::Train(args) => cli::train::run(args, config),
         });
     match result {
         Ok(code) => code,
@@ -93,7 +97,7 @@ fn init_logging(args: &Args) {
 
     let asked = args.log.clone().unwrap_or_else(|| "info".into());
     let filter = || EnvFilter::try_new(&asked).unwrap_or_else(|_| EnvFilter::new("info"));
-    let run = matches!(args.command, Command::Run(_));
+    let run = matches!(args.command, Command::Run(_) | Command::Train(_));
     let terminal = if run && args.log.is_none() && !args.verbose {
         EnvFilter::new("warn")
     } else {

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
-use super::client::{ClientError, GatewayClient};
 use super::runner::{AttemptOutcome, ExecKey, Verdict};
+use agl_client::{ClientError, GatewayClient};
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::{FailureKind, RolloutStatus};
 

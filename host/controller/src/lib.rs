@@ -11,7 +11,6 @@
 //! field); system failures are retried up to `max_system_retries` and must
 //! never be scored.
 
-mod client;
 mod config;
 mod env;
 mod finish;
@@ -31,7 +30,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-pub use client::{ClientError, GatewayClient};
+pub use agl_client::{ClientError, GatewayClient};
 pub use config::{CommandSpec, ControllerConfig, RunnerKind};
 pub use env::{SYSTEM_FAILURE_EXIT_CODE, agent_env};
 pub use k8s::K8sRunner;

@@ -11,11 +11,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::ControllerConfig;
-use super::client::{ClientError, GatewayClient};
 use super::env::agent_env;
 use super::finish::finish;
 use super::recover::EXECUTION;
 use super::runner::{AttemptOutcome, Ending, ExecKey, LaunchSpec, Runner};
+use agl_client::{ClientError, GatewayClient};
 use agl_wire::api::{RolloutView, StatusPatch};
 use agl_wire::rollout::RolloutStatus;
 

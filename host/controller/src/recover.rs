@@ -7,9 +7,9 @@ use std::collections::HashSet;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::client::{ClientError, GatewayClient};
 use super::finish::finish;
 use super::runner::{AttemptOutcome, Ending, ExecKey, Recovered, Runner};
+use agl_client::{ClientError, GatewayClient};
 use agl_wire::rollout::{FailureKind, RolloutStatus};
 
 /// The `execution` event kind: what a runner recorded at launch.

@@ -51,6 +51,15 @@ impl Renderer {
         })
     }
 
+    /// The policy of a Hugging Face model folder: its `tokenizer.json`,
+    /// chat template and end-of-turn ids.
+    pub fn from_folder(dir: &std::path::Path) -> Result<Renderer, ConversationError> {
+        let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))
+            .map_err(|e| ConversationError::Render(e.to_string()))?;
+        let eos = tokenizer.eos_ids(dir);
+        Renderer::new(Arc::new(tokenizer), &eos)
+    }
+
     pub fn family(&self) -> Family {
         self.family
     }

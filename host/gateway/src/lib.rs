@@ -16,11 +16,13 @@ mod extract;
 mod local;
 mod metrics;
 mod plugins;
+mod policies;
 mod proxy;
 mod proxy_admin;
 mod rollouts;
 mod server;
 mod viewer;
+mod weights;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -68,14 +70,11 @@ pub struct AppState {
     pub plugins: Option<SharedPluginAdmin>,
     /// Hosts a gateway with auth off answers to (see `local.rs`).
     pub local_hosts: Arc<local::LocalHosts>,
-    /// The policy's template and tokenizer, for engines that render on the
-    /// gateway (see [`Gateway::with_renderer`]).
-    pub renderer: Option<Arc<Renderer>>,
+    /// The policies engines that render on the gateway render with (see
+    /// [`Gateway::with_policy`]).
+    pub policies: Arc<policies::Policies>,
     /// Token-exact continuation state per rollout attempt.
     pub chains: proxy::ChainIndex,
-    /// The policy engine's context (prompt + answer) in tokens, when known
-    /// (see [`Gateway::with_context_len`]).
-    pub context_len: Option<usize>,
     /// What the viewer reads besides the store.
     pub viewer: viewer::ViewerSources,
 }
@@ -125,9 +124,8 @@ impl Gateway {
                 extra_metrics: None,
                 plugins: None,
                 local_hosts: Arc::new(local::LocalHosts::new(config.public_base_url.as_deref())),
-                renderer: None,
+                policies: Arc::default(),
                 chains: proxy::ChainIndex::default(),
-                context_len: None,
                 viewer: viewer::ViewerSources::default(),
                 config: Arc::new(config),
             },
@@ -141,19 +139,11 @@ impl Gateway {
         self
     }
 
-    /// Renders chat calls for engines registered with `render =
-    /// "gateway"` with the policy's `renderer`. Call before
-    /// [`Gateway::router`].
-    pub fn with_renderer(mut self, renderer: Renderer) -> Gateway {
-        self.state.renderer = Some(Arc::new(renderer));
-        self
-    }
-
-    /// The policy's context in tokens: a gateway-rendered prompt that
-    /// leaves no room is refused with the API's context-length error, and
-    /// `max_tokens` is clamped to the room left (`gateway.clamp_max_tokens`).
-    pub fn with_context_len(mut self, tokens: usize) -> Gateway {
-        self.state.context_len = Some(tokens);
+    /// The gateway's own policy (template and tokenizer): what engines
+    /// registered with `render = "gateway"` and no `policy` folder of their
+    /// own render with. Call before [`Gateway::router`].
+    pub fn with_policy(mut self, renderer: Renderer) -> Gateway {
+        self.state.policies = Arc::new(policies::Policies::with_own(renderer));
         self
     }
 
@@ -202,6 +192,8 @@ impl Gateway {
             )
             .route("/v1/rollouts/{id}/cancel", post(rollouts::cancel))
             .route("/v1/rollouts/{id}/retry", post(rollouts::retry))
+            .route("/v1/rollouts/{id}/export", get(rollouts::export))
+            .route("/v1/weights", get(weights::latest).post(weights::record))
             .route("/v1/engines", post(engines::register).get(engines::list))
             .route("/v1/engines/{name}", delete(engines::remove))
             .route("/v1/proxy/pause", post(proxy_admin::pause))

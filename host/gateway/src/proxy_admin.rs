@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use agl_wire::api::DrainRequest;
 use axum::extract::State;
 use axum::response::Json;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -37,15 +37,9 @@ pub async fn state(State(st): State<AppState>) -> Json<Value> {
     Json(state_json(&st))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DrainBody {
-    timeout_ms: u64,
-}
-
 pub async fn drain(
     State(st): State<AppState>,
-    ApiJson(body): ApiJson<DrainBody>,
+    ApiJson(body): ApiJson<DrainRequest>,
 ) -> Result<Json<Value>, ApiError> {
     if body.timeout_ms > MAX_DRAIN_MS {
         return Err(ApiError::bad_request(format!(

@@ -9,7 +9,7 @@ use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use agl_store::{RolloutFilter, RolloutRecord};
 use agl_wire::api::{CreateRollouts, ListRollouts, RolloutList, RolloutView, StatusPatch};
-use agl_wire::rollout::{Mode, RolloutStatus};
+use agl_wire::rollout::{Mode, Rollout, RolloutStatus};
 use agl_wire::urls;
 
 /// Page size when the caller names none.
@@ -137,6 +137,15 @@ pub async fn cancel(
     st.retries.forget(&id);
     st.chains.forget(&id);
     Ok(Json(st.view(rec)))
+}
+
+/// The rollout as the trainer takes it (the rollout JSONL shape): its
+/// current attempt's calls, numbered, and its events.
+pub async fn export(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Rollout>, ApiError> {
+    Ok(Json(st.store.export_rollout(&id).await?))
 }
 
 pub async fn retry(

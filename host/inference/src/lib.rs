@@ -21,6 +21,10 @@
 //! blocks by default, see `agl_conversation::family`) become `tool_calls`
 //! while `token_ids` stay exactly the sampled ids.
 //!
+//! `POST /load_weights` and `GET /weight_info` (`weights.rs`) take new
+//! weights from a folder, as vLLM's and SGLang's RL routes do (`agl train`
+//! publishes through them, `[engine] kind = "agl"`).
+//!
 //! The router serves over HTTP (`agl engine serve`) or in-process: `agl run`
 //! registers it with the gateway as engine `embedded://NAME`, dispatched
 //! without an HTTP hop.
@@ -31,6 +35,7 @@ mod constrain;
 mod options;
 mod stream;
 mod text;
+mod weights;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -132,7 +137,7 @@ impl InferenceServer {
         let model = Model::load(dir, kind, tch::Device::cuda_if_available())
             .with_context(|| format!("loading the model in {}", dir.display()))?;
         let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
-        let eos = eos_ids(dir, &tokenizer);
+        let eos = tokenizer.eos_ids(dir);
         let engine = EngineHandle::spawn(model, config)?;
         Ok(Self::new(engine, Arc::new(tokenizer), model_name, eos))
     }
@@ -161,45 +166,11 @@ impl InferenceServer {
             .route("/v1/chat/completions", post(chat_route))
             .route("/v1/completions", post(completions_route))
             .route("/v1/models", get(models))
+            .route("/load_weights", post(weights::load))
+            .route("/weight_info", get(weights::info))
             .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
             .with_state(self.clone())
     }
-}
-
-/// `eos_token_id` of generation_config.json / config.json (int or list),
-/// plus the tokenizer config's `eos_token`: the ids that end the model's turn.
-pub fn eos_ids(dir: &Path, tokenizer: &Tokenizer) -> Vec<u32> {
-    let read = |file: &str| -> Value {
-        std::fs::read_to_string(dir.join(file))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null)
-    };
-    let mut ids = Vec::new();
-    for file in ["generation_config.json", "config.json"] {
-        match read(file).get("eos_token_id") {
-            Some(Value::Number(n)) => ids.extend(n.as_u64()),
-            Some(Value::Array(list)) => ids.extend(list.iter().filter_map(Value::as_u64)),
-            _ => {}
-        }
-    }
-    let mut ids: Vec<u32> = ids
-        .into_iter()
-        .filter_map(|n| u32::try_from(n).ok())
-        .collect();
-    let token = read("tokenizer_config.json")
-        .get("eos_token")
-        .and_then(|t| t.as_str().or_else(|| t.get("content")?.as_str()))
-        .map(str::to_owned);
-    if let Some(token) = token
-        && let Ok(found) = tokenizer.encode(&token, false)
-        && found.len() == 1
-    {
-        ids.push(found[0]);
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
 }
 
 /// One request being answered.

@@ -39,7 +39,9 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
-pub use agl_wire::api::{Engine, EngineApi, EventRecord, NewRollout, Render, StatusPatch};
+pub use agl_wire::api::{
+    Engine, EngineApi, EventRecord, NewRollout, RegisterEngine, Render, StatusPatch,
+};
 pub use agl_wire::record::MODEL_REQUEST;
 pub use agl_wire::rollout::Mode;
 pub use config::StoreConfig;
@@ -280,18 +282,11 @@ impl Store {
             .await
     }
 
-    pub async fn register_engine(
-        &self,
-        name: &str,
-        base_url: &str,
-        model: &str,
-        render: Render,
-        api: EngineApi,
-    ) -> Result<Engine, StoreError> {
-        let (n, u, m) = (name.to_string(), base_url.to_string(), model.to_string());
-        let out = self
-            .write(move |c| writes::register_engine(c, &n, &u, &m, render, api))
-            .await;
+    /// Registers (or replaces) engine `e.name`, its `base_url` stored as
+    /// given.
+    pub async fn register_engine(&self, e: &RegisterEngine) -> Result<Engine, StoreError> {
+        let e = e.clone();
+        let out = self.write(move |c| writes::register_engine(c, &e)).await;
         self.inner.engines.invalidate(None);
         out
     }

@@ -110,6 +110,11 @@ pub fn engine(row: &Row) -> rusqlite::Result<Engine> {
         created_ms: u64_col(row, "created_ms")?,
         render: Render::parse(&row.get::<_, String>("render")?).ok_or_else(|| bad("render"))?,
         api: EngineApi::parse(&row.get::<_, String>("api")?).ok_or_else(|| bad("api"))?,
+        policy: row.get("policy")?,
+        context_len: row
+            .get::<_, Option<i64>>("context_len")?
+            .map(|n| u64::try_from(n).map_err(|_| bad("context_len")))
+            .transpose()?,
     })
 }
 

@@ -78,6 +78,12 @@ ALTER TABLE engines ADD COLUMN render TEXT NOT NULL DEFAULT 'engine'
 ALTER TABLE engines ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'
     CHECK (api IN ('openai', 'sglang'));
 "#,
+    // 5: the policy folder a gateway-rendering engine renders with, and the
+    // engine's context length (`agl_wire::api::Engine`).
+    r#"
+ALTER TABLE engines ADD COLUMN policy TEXT;
+ALTER TABLE engines ADD COLUMN context_len INTEGER CHECK (context_len > 0);
+"#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -55,9 +55,4 @@ pub struct RolloutPage {
     pub next_cursor: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WeightVersion {
-    pub version: u64,
-    pub created_ms: u64,
-    pub meta: JsonText,
-}
+pub use agl_wire::api::WeightVersion;

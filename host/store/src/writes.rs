@@ -9,7 +9,7 @@ use super::StoreError;
 use super::rows::{self, now_ms, to_i64};
 use super::state::{Step, transition};
 use super::types::{RolloutRecord, WeightVersion};
-use agl_wire::api::{Engine, EngineApi, NewRollout, Render, StatusPatch};
+use agl_wire::api::{Engine, NewRollout, RegisterEngine, StatusPatch};
 use agl_wire::rollout::{FailureKind, JsonText, RolloutStatus};
 
 /// A fresh id that no other process or restart will produce (time, pid, and a
@@ -215,31 +215,29 @@ pub fn supersede(conn: &Connection, old: u64, new: u64) -> Result<(), StoreError
 }
 
 /// Registers an engine, replacing the address and model of one with that name.
-pub fn register_engine(
-    conn: &Connection,
-    name: &str,
-    base_url: &str,
-    model: &str,
-    render: Render,
-    api: EngineApi,
-) -> Result<Engine, StoreError> {
+/// Registers (or replaces) `e`; its `base_url` as it is to be stored.
+pub fn register_engine(conn: &Connection, e: &RegisterEngine) -> Result<Engine, StoreError> {
+    let context_len = e.context_len.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
     conn.prepare_cached(
-        "INSERT INTO engines (name, base_url, model, created_ms, render, api)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        "INSERT INTO engines (name, base_url, model, created_ms, render, api, policy, context_len)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
          ON CONFLICT (name) DO UPDATE SET base_url = excluded.base_url, model = excluded.model,
-             render = excluded.render, api = excluded.api",
+             render = excluded.render, api = excluded.api, policy = excluded.policy,
+             context_len = excluded.context_len",
     )?
     .execute(params![
-        name,
-        base_url,
-        model,
+        e.name,
+        e.base_url,
+        e.model,
         now_ms(),
-        render.as_str(),
-        api.as_str()
+        e.render.as_str(),
+        e.api.as_str(),
+        e.policy,
+        context_len
     ])?;
     Ok(conn
         .prepare_cached("SELECT * FROM engines WHERE name = ?1")?
-        .query_row(params![name], rows::engine)?)
+        .query_row(params![e.name], rows::engine)?)
 }
 
 pub fn remove_engine(conn: &Connection, name: &str) -> Result<(), StoreError> {

@@ -518,31 +518,25 @@ async fn engines_and_weight_versions() {
     let (_d, store) = open();
     store
         .register_engine(
-            "b",
-            "http://b:8000/v1",
-            "m",
-            agl_store::Render::Engine,
-            Default::default(),
+            &agl_store::RegisterEngine::new("b", "http://b:8000/v1", "m")
+                .with_render(agl_store::Render::Engine),
         )
         .await
         .expect("register b");
     store
         .register_engine(
-            "a",
-            "http://a:8000/v1",
-            "m",
-            agl_store::Render::Engine,
-            Default::default(),
+            &agl_store::RegisterEngine::new("a", "http://a:8000/v1", "m")
+                .with_render(agl_store::Render::Engine),
         )
         .await
         .expect("register a");
     let moved = store
         .register_engine(
-            "a",
-            "http://a2:8000/v1",
-            "m2",
-            agl_store::Render::Gateway,
-            agl_store::EngineApi::Sglang,
+            &agl_store::RegisterEngine::new("a", "http://a2:8000/v1", "m2")
+                .with_render(agl_store::Render::Gateway)
+                .with_api(agl_store::EngineApi::Sglang)
+                .with_policy("/models/p")
+                .with_context_len(8192),
         )
         .await
         .expect("re-register a");
@@ -553,7 +547,15 @@ async fn engines_and_weight_versions() {
         (listed[0].render, listed[0].api),
         (agl_store::Render::Gateway, agl_store::EngineApi::Sglang)
     );
+    assert_eq!(
+        (listed[0].policy.as_deref(), listed[0].context_len),
+        (Some("/models/p"), Some(8192))
+    );
     assert_eq!(listed[1].api, agl_store::EngineApi::Openai);
+    assert_eq!(
+        (listed[1].policy.as_deref(), listed[1].context_len),
+        (None, None)
+    );
     let names: Vec<_> = store
         .list_engines()
         .await

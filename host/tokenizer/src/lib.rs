@@ -41,6 +41,43 @@ impl Tokenizer {
         Ok(Self { inner, template })
     }
 
+    /// `eos_token_id` of generation_config.json / config.json (int or list)
+    /// in the model folder `dir`, plus the tokenizer config's `eos_token`:
+    /// the ids that end the model's turn.
+    pub fn eos_ids(&self, dir: &Path) -> Vec<u32> {
+        let read = |file: &str| -> Value {
+            std::fs::read_to_string(dir.join(file))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or(Value::Null)
+        };
+        let mut ids = Vec::new();
+        for file in ["generation_config.json", "config.json"] {
+            match read(file).get("eos_token_id") {
+                Some(Value::Number(n)) => ids.extend(n.as_u64()),
+                Some(Value::Array(list)) => ids.extend(list.iter().filter_map(Value::as_u64)),
+                _ => {}
+            }
+        }
+        let mut ids: Vec<u32> = ids
+            .into_iter()
+            .filter_map(|n| u32::try_from(n).ok())
+            .collect();
+        let token = read("tokenizer_config.json")
+            .get("eos_token")
+            .and_then(|t| t.as_str().or_else(|| t.get("content")?.as_str()))
+            .map(str::to_owned);
+        if let Some(token) = token
+            && let Ok(found) = self.encode(&token, false)
+            && found.len() == 1
+        {
+            ids.push(found[0]);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
     /// The tokenizer as `tokenizer.json` text (what llguidance reads token
     /// bytes from).
     pub fn to_json(&self) -> Result<String, TokenizerError> {

@@ -214,6 +214,50 @@ pub struct RegisterEngine {
     pub render: Render,
     #[serde(default)]
     pub api: EngineApi,
+    /// `render = "gateway"`: the policy folder (tokenizer.json and its chat
+    /// template, on the gateway's machine) the gateway renders with; none =
+    /// the gateway's own policy (`[model]` of its config).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// The engine's context (prompt + answer) in tokens; none = what the
+    /// engine's `/v1/models` reports as `max_model_len`, when it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_len: Option<u64>,
+}
+
+impl RegisterEngine {
+    /// A registration with the defaults: the engine renders, no policy.
+    pub fn new(name: &str, base_url: &str, model: &str) -> RegisterEngine {
+        RegisterEngine {
+            name: name.into(),
+            base_url: base_url.into(),
+            model: model.into(),
+            render: Render::default(),
+            api: EngineApi::default(),
+            policy: None,
+            context_len: None,
+        }
+    }
+
+    pub fn with_render(mut self, render: Render) -> RegisterEngine {
+        self.render = render;
+        self
+    }
+
+    pub fn with_api(mut self, api: EngineApi) -> RegisterEngine {
+        self.api = api;
+        self
+    }
+
+    pub fn with_policy(mut self, folder: impl Into<String>) -> RegisterEngine {
+        self.policy = Some(folder.into());
+        self
+    }
+
+    pub fn with_context_len(mut self, tokens: u64) -> RegisterEngine {
+        self.context_len = Some(tokens);
+        self
+    }
 }
 
 /// Who renders a chat call's prompt for an engine.
@@ -291,6 +335,28 @@ pub struct Engine {
     pub render: Render,
     #[serde(default)]
     pub api: EngineApi,
+    /// See [`RegisterEngine::policy`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// The context in tokens, when known (registered or reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_len: Option<u64>,
+}
+
+impl Engine {
+    /// The registration that gives this engine again (with `model` moved,
+    /// e.g. to a new LoRA adapter).
+    pub fn registration(&self, model: &str) -> RegisterEngine {
+        RegisterEngine {
+            name: self.name.clone(),
+            base_url: self.base_url.clone(),
+            model: model.into(),
+            render: self.render,
+            api: self.api,
+            policy: self.policy.clone(),
+            context_len: self.context_len,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -491,4 +557,35 @@ mod sample_view_tests {
             ]
         );
     }
+}
+
+/// A published weight version: calls recorded from its creation on carry it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightVersion {
+    pub version: u64,
+    pub created_ms: u64,
+    pub meta: JsonText,
+}
+
+/// `POST /v1/weights`: record that the engine now serves `version` (the
+/// store refuses a version twice: 409).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordWeightVersion {
+    pub version: u64,
+    #[serde(default)]
+    pub meta: JsonText,
+}
+
+/// `GET /v1/weights`: the newest published version, if any.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LatestWeights {
+    pub latest: Option<WeightVersion>,
+}
+
+/// `POST /v1/proxy/drain`: wait up to `timeout_ms` for in-flight calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    pub timeout_ms: u64,
 }

@@ -4,7 +4,8 @@
 `none` scores 1.0; `calls` scores the number of calls; `loop` spins forever; `memory` allocates without end;
 `raise` raises; `wrong-type` returns a string; `exit` calls sys.exit;
 `fs`, `net`, `env`, `clock` report what the guest sees of the filesystem,
-network, environment and clocks as the error (the sandbox gives nothing).
+network (a connect to the input's `target`), environment and clocks as the
+error (the sandbox gives nothing).
 """
 
 import os
@@ -15,7 +16,7 @@ import time
 from agl_plugin import config, input_value, reward
 
 
-def probe(fault):
+def probe(fault, row):
     if fault == "fs":
         try:
             with open("/etc/passwd") as f:
@@ -24,8 +25,9 @@ def probe(fault):
             return f"fs denied: {type(e).__name__}"
     if fault == "net":
         try:
-            socket.create_connection(("127.0.0.1", 80), timeout=1)
-            return "net: connected"
+            host, port = row.get("target", "127.0.0.1:1").rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=1)
+            return "net leaked: connected"
         except Exception as e:  # noqa: BLE001 - any failure is a denial
             return f"net denied: {type(e).__name__}"
     if fault == "env":
@@ -55,7 +57,7 @@ def score(rollout):
         return "high"
     if fault == "exit":
         sys.exit(3)
-    seen = probe(fault)
+    seen = probe(fault, row if isinstance(row, dict) else {})
     if seen is not None:
         raise RuntimeError(seen)
     return 1.0

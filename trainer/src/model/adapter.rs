@@ -20,6 +20,8 @@ pub struct Adapter {
     vs: VarStore,
     /// Dropout on while the trainer's forward runs with gradients.
     training: Arc<AtomicBool>,
+    /// Set while the base alone answers (see [`Model::without_adapter`]).
+    off: Arc<AtomicBool>,
 }
 
 impl Model {
@@ -37,6 +39,7 @@ impl Model {
         vs.set_kind(self.kind);
         let root = vs.root();
         let training = Arc::new(AtomicBool::new(false));
+        let off = Arc::new(AtomicBool::new(false));
         let r = config.rank;
         for (i, layer) in self.layers.iter_mut().enumerate() {
             for (module, linear) in layer.linears_mut() {
@@ -62,19 +65,39 @@ impl Model {
                     },
                 );
                 let b = (&path / "lora_B").var("weight", &[out, r], Init::Const(0.0));
-                linear.attach(LoraPair::new(a, b, config, training.clone()));
+                linear.attach(LoraPair::new(a, b, config, (training.clone(), off.clone())));
             }
         }
         self.adapter = Some(Adapter {
             config: config.clone(),
             vs,
             training,
+            off,
         });
         Ok(())
     }
 
     pub fn lora_config(&self) -> Option<&LoraConfig> {
         self.adapter.as_ref().map(|a| &a.config)
+    }
+
+    /// Runs `f` with the adapter left out: the frozen base answers (the KL
+    /// reference of a LoRA run, at no extra weight memory). Without an
+    /// adapter, `f` runs on the model as it is.
+    pub fn without_adapter<T>(&self, f: impl FnOnce(&Model) -> T) -> T {
+        let Some(a) = &self.adapter else {
+            return f(self);
+        };
+        a.off.store(true, Ordering::Relaxed);
+        // Back on even when `f` panics.
+        struct On<'a>(&'a AtomicBool);
+        impl Drop for On<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Relaxed);
+            }
+        }
+        let _on = On(&a.off);
+        f(self)
     }
 
     /// Dropout on the adapter's input: on for the trainer's forward with

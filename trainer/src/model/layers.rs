@@ -37,8 +37,8 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let y = x.linear(&self.weight, self.bias.as_ref());
         match &self.lora {
-            Some(lora) => y + lora.delta(x),
-            None => y,
+            Some(lora) if lora.active() => y + lora.delta(x),
+            _ => y,
         }
     }
 

@@ -178,6 +178,8 @@ pub struct LoraPair {
     dropout: f64,
     /// Set while the trainer's forward runs with gradients (dropout on).
     training: Arc<AtomicBool>,
+    /// Set while the base alone answers (the KL reference).
+    off: Arc<AtomicBool>,
 }
 
 impl LoraPair {
@@ -185,7 +187,7 @@ impl LoraPair {
         a: Tensor,
         b: Tensor,
         config: &LoraConfig,
-        training: Arc<AtomicBool>,
+        (training, off): (Arc<AtomicBool>, Arc<AtomicBool>),
     ) -> LoraPair {
         LoraPair {
             a,
@@ -193,7 +195,13 @@ impl LoraPair {
             scale: config.scale(),
             dropout: config.dropout,
             training,
+            off,
         }
+    }
+
+    /// Whether the adapter adds its delta (not while the base alone answers).
+    pub(crate) fn active(&self) -> bool {
+        !self.off.load(Ordering::Relaxed)
     }
 
     /// `scale * B A x`.

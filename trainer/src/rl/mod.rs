@@ -39,7 +39,7 @@ pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapsh
 pub use schedule_sim::{SimConfig, SimResult, simulate};
 pub use step::{
     LrDecay, LrSchedule, RlOptimizer, StepConfig, StepStats, accumulate_gradients, evaluate,
-    score_old_logprobs, train_step,
+    score_old_logprobs, score_ref_logprobs, train_step,
 };
 
 #[derive(Debug, thiserror::Error)]

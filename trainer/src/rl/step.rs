@@ -21,7 +21,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::RlError;
 use super::adamw::{AdamW, AdamWConfig, AdamWError};
-use super::batch::UpdateBatch;
+use super::batch::{TrainSample, UpdateBatch};
 use super::loss::{LossConfig, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack_ffd};
 use crate::autocast::with_bf16_autocast;
@@ -245,6 +245,26 @@ pub fn score_old_logprobs(
     batch: &mut UpdateBatch,
     cfg: &StepConfig,
 ) -> Result<(), RlError> {
+    score_logprobs(model, batch, cfg, |s, lp| s.old_logprobs = Some(lp))
+}
+
+/// Stores `reference`'s logprobs as every sample's `ref_logprobs` (the KL
+/// term's reference, `kl_coef`).
+pub fn score_ref_logprobs(
+    reference: &Model,
+    batch: &mut UpdateBatch,
+    cfg: &StepConfig,
+) -> Result<(), RlError> {
+    score_logprobs(reference, batch, cfg, |s, lp| s.ref_logprobs = Some(lp))
+}
+
+/// `model`'s logprobs of each sample's response tokens, handed to `set`.
+fn score_logprobs(
+    model: &Model,
+    batch: &mut UpdateBatch,
+    cfg: &StepConfig,
+    set: impl Fn(&mut TrainSample, Vec<f32>),
+) -> Result<(), RlError> {
     let packing = pack_ffd(&lengths(batch), cfg.token_budget);
     tch::no_grad(|| {
         for mb in &packing.micro_batches {
@@ -256,7 +276,7 @@ pub fn score_old_logprobs(
                 let n = s.len() - s.prompt_len;
                 let start = (s.prompt_len - 1) as i64;
                 let row = lp.get(row as i64).narrow(0, start, n as i64);
-                s.old_logprobs = Some(Vec::<f32>::try_from(row)?);
+                set(s, Vec::<f32>::try_from(row)?);
             }
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! The model, engine and RL step on CUDA against the same weights on CPU.
-//! Every test prints "skipped: no CUDA device" and passes on a machine
-//! without a GPU (CI); on a GPU machine run with `--nocapture` to see the
+//! Every test is `#[ignore]`d, so a machine without a GPU (CI) reports them
+//! skipped, not passed; `deploy/gpu-check.sh` runs them (`--ignored`) on a
+//! GPU machine, where a missing device fails them. `--nocapture` shows the
 //! measured differences.
 
 use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
@@ -16,13 +17,13 @@ use agl_trainer::rl::{
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
 
-fn cuda() -> Option<Device> {
-    if tch::Cuda::is_available() {
-        Some(Device::Cuda(0))
-    } else {
-        eprintln!("skipped: no CUDA device");
-        None
-    }
+/// The device the tests run on: asked for (`--ignored`) without one, they fail.
+fn cuda() -> Device {
+    assert!(
+        tch::Cuda::is_available(),
+        "no CUDA device (a CPU torch, or libtorch_cuda not linked)"
+    );
+    Device::Cuda(0)
 }
 
 /// A GQA model (4 heads over 2 kv heads) on CPU.
@@ -39,8 +40,9 @@ fn copy_to(src: &Model, kind: Kind, device: Device) -> Model {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: deploy/gpu-check.sh runs it"]
 fn forward_on_cuda_matches_cpu_and_the_cache() {
-    let Some(gpu) = cuda() else { return };
+    let gpu = cuda();
     let cpu = cpu_model(1);
     let model = copy_to(&cpu, Kind::Float, gpu);
     let tokens = random_tokens(2, 24, 300);
@@ -103,8 +105,9 @@ fn greedy_all(engine: &EngineHandle, prompts: &[Vec<u32>]) -> Vec<Finished> {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: deploy/gpu-check.sh runs it"]
 fn engine_on_cuda_matches_the_cpu_engine() {
-    let Some(gpu) = cuda() else { return };
+    let gpu = cuda();
     let cpu = cpu_model(2);
     let config = EngineConfig {
         max_seqs: 4,
@@ -198,8 +201,9 @@ fn one_step(model: &Model, bf16_autocast: bool) -> (StepStats, Vec<(String, Tens
 }
 
 #[test]
+#[ignore = "needs a CUDA device: deploy/gpu-check.sh runs it"]
 fn rl_step_on_cuda_matches_cpu() {
-    let Some(gpu) = cuda() else { return };
+    let gpu = cuda();
     let cpu = cpu_model(4);
     let gpu_model = copy_to(&cpu, Kind::Float, gpu);
     let bf16_model = copy_to(&cpu, Kind::Float, gpu);
@@ -236,8 +240,9 @@ fn rl_step_on_cuda_matches_cpu() {
 /// `StepConfig::bf16_autocast` runs the forward under `with_bf16_autocast`;
 /// plain `tch::autocast` would compute in CUDA autocast's default, f16.
 #[test]
+#[ignore = "needs a CUDA device: deploy/gpu-check.sh runs it"]
 fn bf16_autocast_computes_in_bf16() {
-    let Some(gpu) = cuda() else { return };
+    let gpu = cuda();
     let model = copy_to(&cpu_model(6), Kind::Float, gpu);
     let tokens = random_tokens(1, 8, 300).to_device(gpu);
     let logits = with_bf16_autocast(true, || model.forward(&tokens, None).unwrap());
@@ -246,8 +251,9 @@ fn bf16_autocast_computes_in_bf16() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: deploy/gpu-check.sh runs it"]
 fn weights_saved_on_cuda_reload_on_cpu() {
-    let Some(gpu) = cuda() else { return };
+    let gpu = cuda();
     let cpu = cpu_model(5);
     let model = copy_to(&cpu, Kind::Float, gpu);
     let dir = tempfile::tempdir().unwrap();

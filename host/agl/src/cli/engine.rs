@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agl_inference::InferenceServer;
 use agl_trainer::engine::EngineConfig;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
@@ -66,8 +65,9 @@ async fn serve(args: EngineServeArgs) -> anyhow::Result<()> {
         max_len: args.max_len,
         weight_version: 0,
     };
-    let server =
-        InferenceServer::load(&args.model, &name, kind, config)?.with_max_n(args.max_n as usize);
+    let server = agl::assembly::engine_server(&args.model, &name, kind, config)
+        .await?
+        .with_max_n(args.max_n as usize);
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

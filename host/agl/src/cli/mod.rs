@@ -8,6 +8,7 @@ mod render;
 pub mod rollouts;
 pub mod run;
 pub mod serve;
+pub mod train;
 
 use anyhow::Context;
 

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Subcommand;
 
+use agl::assembly;
 use agl::config::Config;
-use agl::run::plugins::{load_plugin, plugin_host};
+use agl::plugins::plugin_host;
 use agl::scaffold::python::Kind;
 use agl_plugin_host::World;
 use agl_tokenizer::Tokenizer;
@@ -233,11 +234,12 @@ async fn test(opts: TestOptions, config: &Config) -> anyhow::Result<ExitCode> {
     let rollouts = agl_wire::rollout::read_jsonl(&opts.rollouts)?;
     let mut adapter = None;
     if let Some(path) = &opts.adapter {
-        adapter = Some(load_plugin(config, path, World::SampleAdapter, tokenizer.clone()).await?);
+        adapter =
+            Some(assembly::plugin(config, path, World::SampleAdapter, tokenizer.clone()).await?);
     }
     let mut reward = None;
     if let Some(path) = &opts.reward {
-        reward = Some(load_plugin(config, path, World::Reward, tokenizer.clone()).await?);
+        reward = Some(assembly::plugin(config, path, World::Reward, tokenizer.clone()).await?);
     }
     let style = Style::for_stdout(opts.full);
     let mut out = std::io::stdout().lock();

@@ -6,11 +6,10 @@ use std::collections::BTreeMap;
 
 use agl_trainer::rl::{self, Outcome};
 
-use super::plugins::{Plugins, describe};
-use agl_plugin_host::Plugin;
-use agl_store::Store;
+use crate::link::Link;
+use crate::plugins::{Plugins, describe, score};
 use agl_wire::api::{LoadedPlugin, PluginRole};
-use agl_wire::record::{REWARD, RewardEvent, TOOL_CALL};
+use agl_wire::record::TOOL_CALL;
 use agl_wire::rollout::{FailureKind, Rollout, RolloutStatus, Sample};
 
 /// One finished rollout as the trainer sees it, plus what the report counts.
@@ -89,12 +88,12 @@ pub fn outcome(status: RolloutStatus, failure: Option<FailureKind>) -> Outcome {
 
 /// Reads rollout `id` from the store and runs the plugins over it. Plugin
 /// errors exclude the rollout (logged), they never stop the run.
-pub async fn collect(store: &Store, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
-    let rec = store.get_rollout(id).await?;
+pub async fn collect(link: &Link, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
+    let rec = link.state(id).await?;
     let mut out = Collected {
         rollout: rl::ScoredRollout {
-            id: rec.id.clone(),
-            group_id: rec.group_id.clone(),
+            id: id.to_owned(),
+            group_id: rec.group_id,
             reward: None,
             outcome: outcome(rec.status, rec.failure),
             samples: Vec::new(),
@@ -107,7 +106,7 @@ pub async fn collect(store: &Store, plugins: &Plugins, id: &str) -> anyhow::Resu
     if out.rollout.outcome == Outcome::SystemFailure {
         return Ok(out);
     }
-    let exported = store.export_rollout(id).await?;
+    let exported = link.export(id).await?;
     out.turns = Turns::of(&exported);
     // One snapshot for the whole rollout: a swap landing meanwhile applies
     // from the next rollout on.
@@ -142,27 +141,6 @@ pub async fn collect(store: &Store, plugins: &Plugins, id: &str) -> anyhow::Resu
         out.rollout.samples.clear();
     }
     Ok(out)
-}
-
-/// The reward plugin's score; without a reward plugin, the harness's own
-/// last `reward` event.
-pub async fn score(reward: Option<&Plugin>, rollout: &Rollout) -> anyhow::Result<Option<f64>> {
-    match reward {
-        Some(p) => Ok(p.reward(rollout).await?),
-        None => reported_reward(rollout),
-    }
-}
-
-/// The harness's own reward: the last `reward` event of the attempt, read
-/// by the one contract ([`RewardEvent::read`], the SDK's `last_reward` reads
-/// the same). No event = no reward; a malformed last event is an error.
-pub fn reported_reward(rollout: &Rollout) -> anyhow::Result<Option<f64>> {
-    let Some(event) = rollout.events.iter().rev().find(|e| e.kind == REWARD) else {
-        return Ok(None);
-    };
-    RewardEvent::read(event.payload.as_str())
-        .map(Some)
-        .map_err(|e| anyhow::anyhow!("rollout {}: {e}", rollout.id))
 }
 
 fn to_trainer(s: Sample) -> rl::Sample {

@@ -12,16 +12,16 @@ use serde_json::json;
 use agl_trainer::checkpoint::CheckpointMeta;
 use agl_trainer::rl::{self, GroupScheduler, Outcome, build_update};
 
-use super::collect::{Collected, TurnTally, Turns, collect, score};
-use super::config::{RunConfig, TrainConfig};
+use super::collect::{Collected, TurnTally, Turns, collect};
 use super::data::{Cursor, Dataset};
-use super::plugins::Plugins;
-use super::policy::Policy;
 use super::report::{MetricsLog, Progress, StepRecord, TrainerGauges, TrainerStats};
-use super::worker::Trainer;
-use agl_gateway::ProxyControl;
-use agl_store::{Mode, NewRollout, Store};
-use agl_wire::rollout::{FailureKind, JsonText, RolloutStatus};
+use crate::config::{RunConfig, TrainConfig};
+use crate::link::Link;
+use crate::plugins::{Plugins, score};
+use crate::policy::Policy;
+use crate::trainer::Trainer;
+use agl_wire::api::NewRollout;
+use agl_wire::rollout::{FailureKind, JsonText, Mode, RolloutStatus};
 
 const POLL: Duration = Duration::from_millis(200);
 
@@ -48,13 +48,15 @@ pub struct HostState {
     groups: Vec<Tracked>,
 }
 
-pub struct Driver {
+/// What the loop works with.
+pub struct Parts {
     pub cfg: RunConfig,
     pub train: TrainConfig,
+    /// The gateway's training temperature (what the trainer scores at).
     pub temperature: f64,
     pub max_system_retries: u32,
-    pub store: Store,
-    pub control: Arc<ProxyControl>,
+    /// The gateway side: its store and proxy, in this process or not.
+    pub link: Arc<Link>,
     pub policy: Policy,
     pub trainer: Trainer,
     pub plugins: Arc<Plugins>,
@@ -62,38 +64,62 @@ pub struct Driver {
     pub metrics: MetricsLog,
     pub gauges: Arc<TrainerGauges>,
     pub progress: Progress,
-    pub started: Instant,
-    /// Updates done.
+}
+
+/// Where the loop starts: fresh, or a checkpoint's step, version and state.
+#[derive(Default)]
+pub struct Start {
     pub step: u64,
-    /// The weight version the engine serves: +1 per applied update, and
-    /// never reused (a resumed run continues after the newest recorded one).
     pub version: u64,
     pub state: HostState,
+}
+
+pub struct Driver {
+    cfg: RunConfig,
+    train: TrainConfig,
+    temperature: f64,
+    max_system_retries: u32,
+    link: Arc<Link>,
+    policy: Policy,
+    trainer: Trainer,
+    plugins: Arc<Plugins>,
+    data: Dataset,
+    metrics: MetricsLog,
+    gauges: Arc<TrainerGauges>,
+    progress: Progress,
+    started: Instant,
+    /// Updates done.
+    step: u64,
+    /// The weight version the engine serves: +1 per applied update, and
+    /// never reused (a resumed run continues after the newest recorded one).
+    version: u64,
+    state: HostState,
     sched: GroupScheduler<DoneGroup>,
     tracked: BTreeMap<String, Tracked>,
     carried: Vec<Vec<rl::ScoredRollout>>,
 }
 
 impl Driver {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        cfg: RunConfig,
-        train: TrainConfig,
-        temperature: f64,
-        max_system_retries: u32,
-        store: Store,
-        control: Arc<ProxyControl>,
-        policy: Policy,
-        trainer: Trainer,
-        plugins: Arc<Plugins>,
-        data: Dataset,
-        metrics: MetricsLog,
-        gauges: Arc<TrainerGauges>,
-        progress: Progress,
-        step: u64,
-        version: u64,
-        state: HostState,
-    ) -> anyhow::Result<Driver> {
+    pub fn new(parts: Parts, start: Start) -> anyhow::Result<Driver> {
+        let Parts {
+            cfg,
+            train,
+            temperature,
+            max_system_retries,
+            link,
+            policy,
+            trainer,
+            plugins,
+            data,
+            metrics,
+            gauges,
+            progress,
+        } = parts;
+        let Start {
+            step,
+            version,
+            state,
+        } = start;
         let mut sched = GroupScheduler::new(cfg.schedule())?;
         let mut tracked = BTreeMap::new();
         for g in &state.groups {
@@ -115,8 +141,7 @@ impl Driver {
             train,
             temperature,
             max_system_retries,
-            store,
-            control,
+            link,
             policy,
             trainer,
             plugins,
@@ -132,6 +157,16 @@ impl Driver {
             tracked,
             carried: Vec::new(),
         })
+    }
+
+    /// Updates done.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Clears the progress bar (the run's end).
+    pub fn finish_progress(&self) {
+        self.progress.finish();
     }
 
     /// Runs until `cfg.steps` updates are done or `stop` is set.
@@ -212,8 +247,7 @@ impl Driver {
             })
             .collect();
         // Idempotent: a resumed run re-creates the same ids and adopts them.
-        let created = self.store.create_rollouts(batch).await?;
-        let rollouts: Vec<String> = created.into_iter().map(|r| r.id).collect();
+        let rollouts = self.link.create(batch).await?;
         self.progress.rollouts_launched(rollouts.len() as u64);
         self.sched.launched(key.clone(), self.version)?;
         self.tracked.insert(
@@ -238,7 +272,7 @@ impl Driver {
             }
             let mut rollouts = Vec::with_capacity(g.rollouts.len());
             for id in &g.rollouts {
-                let c = collect(&self.store, &self.plugins, id).await?;
+                let c = collect(&self.link, &self.plugins, id).await?;
                 self.progress
                     .rollout_finished(c.rollout.outcome != Outcome::SystemFailure);
                 rollouts.push(c);
@@ -256,7 +290,7 @@ impl Driver {
     /// Whether every rollout ended and will not be retried.
     async fn all_final(&self, ids: &[String]) -> anyhow::Result<bool> {
         for id in ids {
-            let rec = self.store.get_rollout(id).await?;
+            let rec = self.link.state(id).await?;
             let retried = rec.status == RolloutStatus::Failed
                 && rec.failure == Some(FailureKind::System)
                 && rec.attempt <= self.max_system_retries;
@@ -334,14 +368,14 @@ impl Driver {
         let t = Instant::now();
         self.step += 1;
         self.version += 1;
-        self.control.pause();
+        self.link.pause().await?;
         let stuck = self
-            .control
+            .link
             .drain(Duration::from_secs(self.cfg.drain_timeout_secs))
-            .await;
-        if !stuck.is_empty() {
+            .await?;
+        if stuck > 0 {
             tracing::warn!(
-                calls = stuck.len(),
+                calls = stuck,
                 "drain timed out; updating with calls in flight"
             );
         }
@@ -354,7 +388,7 @@ impl Driver {
                     "trained": true,
                     "paused": true,
                     "drain_s": drained_s,
-                    "in_flight_after_drain": stuck.len(),
+                    "in_flight_after_drain": stuck,
                     "update_s": t.elapsed().as_secs_f64() - drained_s,
                 });
                 self.publish_version(&meta).await
@@ -372,7 +406,7 @@ impl Driver {
                 self.version - 1
             )));
         }
-        self.control.resume();
+        self.link.resume().await?;
         recorded?;
         record.drain_s = t.elapsed().as_secs_f64();
         record.step = self.step;
@@ -402,10 +436,7 @@ impl Driver {
     /// Records the engine's new weight version: calls recorded from now on
     /// carry it. The store refuses a version twice.
     async fn publish_version(&self, meta: &serde_json::Value) -> anyhow::Result<()> {
-        self.store
-            .record_weight_version(self.version, JsonText::from(meta))
-            .await?;
-        Ok(())
+        self.link.record_version(self.version, meta).await
     }
 
     /// Runs the val rows once (the gateway samples them at the val
@@ -437,13 +468,7 @@ impl Driver {
                 config: JsonText::default(),
             });
         }
-        let ids: Vec<String> = self
-            .store
-            .create_rollouts(batch)
-            .await?
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
+        let ids = self.link.create(batch).await?;
         while !self.all_final(&ids).await? {
             if *stop.borrow() {
                 return Ok(Validation::default());
@@ -453,11 +478,11 @@ impl Driver {
         let mut rewards = Vec::new();
         let mut turns = TurnTally::default();
         for id in &ids {
-            let rec = self.store.get_rollout(id).await?;
+            let rec = self.link.state(id).await?;
             if super::collect::outcome(rec.status, rec.failure) == Outcome::SystemFailure {
                 continue;
             }
-            let exported = self.store.export_rollout(id).await?;
+            let exported = self.link.export(id).await?;
             match score(self.plugins.reward().as_ref(), &exported).await {
                 Ok(Some(r)) => {
                     rewards.push(r);
@@ -513,7 +538,7 @@ impl Driver {
 
     async fn cancel(&self, ids: &[String]) {
         for id in ids {
-            if let Err(e) = self.store.cancel(id).await {
+            if let Err(e) = self.link.cancel(id).await {
                 tracing::debug!(rollout = %id, error = %e, "not cancelled");
             }
         }

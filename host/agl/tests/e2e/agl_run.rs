@@ -234,6 +234,10 @@ async fn call_versions(out: &Path) -> BTreeMap<String, Vec<u64>> {
 async fn two_sync_steps_train_reload_and_version_every_call() {
     let setup = Setup::new().await;
     let config = setup.config("sync", "steps = 2\nmode = \"sync\"");
+    // A KL term to the reference (the initial weights, frozen).
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace("token_budget = 4096", "token_budget = 4096\nkl_coef = 0.1");
+    std::fs::write(&config, text).unwrap();
     let log = finish(setup.spawn(&config, false));
     let out = setup.out("sync");
 
@@ -264,7 +268,20 @@ async fn two_sync_steps_train_reload_and_version_every_call() {
             "reward variance gives a gradient: {r}"
         );
         assert!(r["drain_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["ref_kl"].as_f64().is_some_and(|k| k >= 0.0), "{r}");
     }
+    // The reference is the initial weights: step 1 trains them (KL 0),
+    // step 2 has moved away from them.
+    assert!(
+        records[1]["ref_kl"].as_f64().unwrap() < 1e-6,
+        "{}",
+        records[1]
+    );
+    assert!(
+        records[2]["ref_kl"].as_f64().unwrap() > 0.0,
+        "{}",
+        records[2]
+    );
     assert!(records[0]["val_reward"].is_number(), "{}", records[0]);
     assert!(records[2]["val_reward"].is_number(), "{}", records[2]);
 

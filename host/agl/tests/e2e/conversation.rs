@@ -73,9 +73,13 @@ async fn start_with(
         admin_key: Some("admin-key".into()),
         ..GatewayConfig::default()
     };
-    let gateway = Gateway::new(store.clone(), config).with_renderer(renderer);
+    let gateway = Gateway::new(store.clone(), config).with_policy(renderer);
     store
-        .register_engine("e1", &engine.base_url(), "m", Render::Gateway, api)
+        .register_engine(
+            &agl_store::RegisterEngine::new("e1", &engine.base_url(), "m")
+                .with_render(Render::Gateway)
+                .with_api(api),
+        )
         .await
         .unwrap();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
@@ -214,7 +218,7 @@ async fn six_tool_turns_are_one_sample(env: Env, what: &str) {
 async fn a_six_turn_tool_conversation_under_smollm2s_template_is_one_sample() {
     let model = crate::engine_server::smollm2_dir();
     let tokenizer = Arc::new(Tokenizer::from_file(&model.join("tokenizer.json")).unwrap());
-    let renderer = agl::run::policy::renderer(&model)
+    let renderer = agl::assembly::renderer(&model)
         .unwrap()
         .with_family(Family {
             tools: ToolFormat::Hermes,

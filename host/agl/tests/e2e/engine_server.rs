@@ -7,7 +7,7 @@ use crate::process::python;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agl::run::policy::embed;
+use agl::policy::embed;
 use agl_gateway::Gateway;
 use agl_gateway::GatewayConfig;
 use agl_inference::InferenceServer;
@@ -112,7 +112,7 @@ pub(crate) async fn start_configured(
     edit(&mut config);
     let mut gateway = Gateway::new(store.clone(), config);
     if render == Render::Gateway {
-        gateway = gateway.with_renderer(agl::run::policy::renderer(model_dir).unwrap());
+        gateway = gateway.with_policy(agl::assembly::renderer(model_dir).unwrap());
     }
     embed(&gateway, &store, "embedded", &server(model_dir), render)
         .await

@@ -19,6 +19,7 @@ const TORCH_FREE: &[&str] = &[
     "agl-store",
     "agl-gateway",
     "agl-plugin-host",
+    "agl-client",
     "agl-controller",
     "agl-models",
     "agl-testengine",
@@ -203,5 +204,107 @@ fn no_cycle_through_workspace_crates() {
     let mut done = BTreeSet::new();
     for id in &g.members {
         visit(&g, id, &mut Vec::new(), &mut done);
+    }
+}
+
+/// The top-level modules of `host/agl/src` (a file or a folder) and the
+/// other top-level modules each names through `crate::`.
+fn module_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let src = repo_root().join("host/agl/src");
+    let mut modules: BTreeMap<String, Vec<std::path::PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(&src).expect("src").flatten() {
+        let path = entry.path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        // The binary's own modules (`main.rs`, `cli/`) sit on top of all.
+        if name == "main" || name == "cli" || name == "lib" {
+            continue;
+        }
+        let files = if path.is_dir() {
+            rust_files(&path)
+        } else {
+            vec![path]
+        };
+        modules.insert(name, files);
+    }
+    let names: BTreeSet<String> = modules.keys().cloned().collect();
+    modules
+        .into_iter()
+        .map(|(name, files)| {
+            let mut uses = BTreeSet::new();
+            for file in files {
+                let text = std::fs::read_to_string(&file).expect("read");
+                for (at, _) in text.match_indices("crate::") {
+                    let rest = &text[at + "crate::".len()..];
+                    let used: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if used != name && names.contains(&used) {
+                        uses.insert(used);
+                    }
+                }
+            }
+            (name, uses)
+        })
+        .collect()
+}
+
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// No circle of imports between `host/agl`'s modules: the config knows no
+/// other module, the assembly and the parts it builds know nothing of the
+/// training loop, and only the loop (`run`) knows them all.
+#[test]
+fn host_agl_modules_import_in_one_direction() {
+    let imports = module_imports();
+    for expected in [
+        "assembly", "config", "link", "plugins", "policy", "run", "trainer", "viewer",
+    ] {
+        assert!(
+            imports.contains_key(expected),
+            "module {expected}: {imports:?}"
+        );
+    }
+    fn visit<'a>(
+        g: &'a BTreeMap<String, BTreeSet<String>>,
+        m: &'a str,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) {
+        if let Some(at) = path.iter().position(|p| *p == m) {
+            panic!("module circle: {} -> {m}", path[at..].join(" -> "));
+        }
+        if done.contains(m) {
+            return;
+        }
+        path.push(m);
+        for dep in &g[m] {
+            visit(g, dep, path, done);
+        }
+        path.pop();
+        done.insert(m);
+    }
+    let mut done = BTreeSet::new();
+    for m in imports.keys() {
+        visit(&imports, m, &mut Vec::new(), &mut done);
+    }
+    assert!(
+        imports["config"].is_empty(),
+        "config: {:?}",
+        imports["config"]
+    );
+    for part in ["assembly", "plugins", "policy", "viewer", "trainer", "link"] {
+        assert!(!imports[part].contains("run"), "{part} imports run");
     }
 }

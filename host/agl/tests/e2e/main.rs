@@ -7,6 +7,7 @@ mod cli;
 mod coding_clis;
 mod controller_cli;
 mod conversation;
+mod docs;
 mod durability;
 mod engine_choices;
 mod engine_server;
@@ -23,6 +24,8 @@ mod python_plugins;
 mod run_report;
 mod scaffold;
 mod serve_cli;
+mod serve_rendering;
 #[allow(dead_code)] // each module uses a subset
 mod support;
+mod three_processes;
 mod viewer;

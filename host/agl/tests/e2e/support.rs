@@ -32,20 +32,39 @@ impl Drop for Served {
 /// Starts `agl serve --db DB` on a free port with admin key [`ADMIN`] and
 /// waits until it listens.
 pub fn spawn_serve(db: &Path) -> Served {
-    let mut child = Command::new(AGL)
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .env("AGL_ADMIN_KEY", ADMIN)
+    spawn_serve_with(db, None)
+}
+
+/// [`spawn_serve`] with `--config CONFIG`.
+pub fn spawn_serve_with(db: &Path, config: Option<&Path>) -> Served {
+    let mut cmd = Command::new(AGL);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let (child, port) = spawn_listening(cmd.env("AGL_ADMIN_KEY", ADMIN));
+    Served {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+/// Spawns `cmd` (an `agl` server) and waits for the port its "listening"
+/// log line names; its stderr is drained after that.
+pub fn spawn_listening(cmd: &mut Command) -> (Child, u16) {
+    let mut child = cmd
         .env_remove("AGL_CONFIG")
+        .env_remove("AGL_LOG")
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn agl serve");
+        .expect("spawn agl");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let port = loop {
         let line = lines
             .next()
-            .expect("agl serve exited before listening")
+            .expect("agl exited before listening")
             .expect("read stderr");
         if let Some(p) = port_from(&line) {
             break p;
@@ -53,10 +72,7 @@ pub fn spawn_serve(db: &Path) -> Served {
     };
     // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Served {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    }
+    (child, port)
 }
 
 /// A 2-layer llama with random weights over the test engine's byte ids

@@ -44,11 +44,8 @@ impl Stack {
         let store = Store::open(dir.path().join("agl.db")).expect("store");
         store
             .register_engine(
-                "e1",
-                &engine.base_url(),
-                "served-model",
-                agl_store::Render::Engine,
-                Default::default(),
+                &agl_store::RegisterEngine::new("e1", &engine.base_url(), "served-model")
+                    .with_render(agl_store::Render::Engine),
             )
             .await
             .expect("engine");

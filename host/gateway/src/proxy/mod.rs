@@ -225,16 +225,7 @@ async fn handle(
     }
     let renders = own_render || api == ApiKind::ChatCompletions;
     let rendered = if renders && engine.render == Render::Gateway {
-        let renderer = st.renderer.clone().ok_or_else(|| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                format!(
-                    "engine `{}` renders on the gateway, but this gateway has no policy tokenizer",
-                    engine.name
-                ),
-            )
-        })?;
+        let renderer = st.policies.for_engine(&engine).await?;
         Some(
             RenderedCall::prepare(
                 renderer,
@@ -267,7 +258,8 @@ async fn handle(
     // is that API's context-length error (a streamed Responses call gets it
     // as the `response.failed` event Codex reads).
     let mut room = None;
-    if let (Some(r), Some(context)) = (&rendered, st.context_len) {
+    let context_len = engine.context_len.and_then(|n| usize::try_from(n).ok());
+    if let (Some(r), Some(context)) = (&rendered, context_len) {
         let prompt = r.prompt_ids.len();
         if prompt >= context {
             let e = ApiError::context_length(prompt, context);

@@ -68,11 +68,16 @@ pub async fn count_tokens(
     body: Result<ApiBody, ApiError>,
 ) -> Response {
     let counted = async {
-        engine_for(&st, &id, attempt, &headers).await?;
+        let engine = engine_for(&st, &id, attempt, &headers).await?;
         let body = body?.0;
-        let renderer = st.renderer.clone().ok_or_else(|| {
-            ApiError::unavailable("this gateway has no policy tokenizer to count with")
-        })?;
+        if engine.render != agl_store::Render::Gateway {
+            return Err(ApiError::bad_request(format!(
+                "counting tokens needs the gateway's rendering; engine `{}` is registered \
+                 with render = \"engine\"",
+                engine.name
+            )));
+        }
+        let renderer = st.policies.for_engine(&engine).await?;
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
         let conv =

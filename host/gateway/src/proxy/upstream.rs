@@ -88,6 +88,11 @@ fn backoff(try_no: u32) -> Duration {
 }
 
 impl Upstream {
+    /// The pooled HTTP client (also what asks an engine about itself).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     /// Serves `embedded://{name}` with `router` (which routes `/v1/...`).
     pub fn register_embedded(&self, name: &str, router: Router) {
         if let Ok(mut map) = self.embedded.write() {
@@ -167,6 +172,8 @@ mod tests {
             created_ms: 0,
             render: Default::default(),
             api: Default::default(),
+            policy: None,
+            context_len: None,
         }
     }
 

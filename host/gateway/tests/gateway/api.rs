@@ -326,6 +326,47 @@ async fn engines_register_list_remove() {
     assert_eq!(body["base_url"], "http://127.0.0.1:9/v1");
 }
 
+/// What `agl train` calls besides rollouts and the proxy: a rollout's
+/// export, and the weight versions it publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weight_versions_and_exports_over_the_api() {
+    let srv = start(with_key("adm")).await;
+    let (s, latest) = srv.call(Method::GET, "/v1/weights", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(latest["latest"], Value::Null);
+    for version in [0, 1] {
+        let body = json!({"version": version, "meta": {"step": version}});
+        let (s, rec) = srv.call(Method::POST, "/v1/weights", Some(body)).await;
+        assert_eq!(s, StatusCode::OK, "{rec}");
+        assert_eq!(rec["version"], version);
+    }
+    let (_, latest) = srv.call(Method::GET, "/v1/weights", None).await;
+    assert_eq!(latest["latest"]["version"], 1);
+    assert_eq!(latest["latest"]["meta"], json!({"step": 1}));
+    // A version is published once.
+    let (s, body) = srv
+        .call(Method::POST, "/v1/weights", Some(json!({"version": 1})))
+        .await;
+    error_type(s, &body, StatusCode::CONFLICT);
+
+    let new = json!({"rollouts": [{"rollout_id": "x1", "group_id": "g", "input": {"q": 2}}]});
+    let (s, _) = srv.call(Method::POST, "/v1/rollouts", Some(new)).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, exported) = srv.call(Method::GET, "/v1/rollouts/x1/export", None).await;
+    assert_eq!(s, StatusCode::OK, "{exported}");
+    let rollout: agl_wire::rollout::Rollout =
+        serde_json::from_value(exported.clone()).expect("the rollout JSONL shape");
+    assert_eq!(
+        (rollout.id.as_str(), rollout.group_id.as_str()),
+        ("x1", "g")
+    );
+    assert_eq!(exported["input"], json!({"q": 2}));
+    let (s, body) = srv
+        .call(Method::GET, "/v1/rollouts/nope/export", None)
+        .await;
+    error_type(s, &body, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_routes_need_a_hosting_run_and_the_admin() {
     let srv = start(with_key("adm")).await;
@@ -432,6 +473,9 @@ async fn auth_matrix() {
         (Method::GET, "/v1/rollouts", None),
         (Method::POST, "/v1/proxy/pause", None),
         (Method::GET, "/v1/engines", None),
+        (Method::GET, "/v1/rollouts/mine/export", None),
+        (Method::GET, "/v1/weights", None),
+        (Method::POST, "/v1/weights", Some(json!({"version": 7}))),
     ] {
         let (s, b) = srv.call_as(t, method, path, body).await;
         assert_eq!(

@@ -65,11 +65,8 @@ async fn start(reply: Reply) -> Env {
     let engine_url = engine.base_url();
     store
         .register_engine(
-            "e1",
-            &engine_url,
-            "served-model",
-            agl_store::Render::Engine,
-            Default::default(),
+            &agl_store::RegisterEngine::new("e1", &engine_url, "served-model")
+                .with_render(agl_store::Render::Engine),
         )
         .await
         .expect("engine");

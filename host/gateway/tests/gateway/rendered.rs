@@ -225,7 +225,7 @@ async fn restart(env: &crate::support::Local, dir: &Path) -> std::net::SocketAdd
             ..GatewayConfig::default()
         },
     )
-    .with_renderer(renderer(dir));
+    .with_policy(renderer(dir));
     tokio::spawn(restarted.serve(listener, std::future::pending()));
     addr
 }

@@ -2,7 +2,8 @@
 //! token-in APIs (the mocks follow vLLM 0.33's completions and SGLang
 //! 0.5's `/generate`): `top_logprobs` alternatives (vLLM `logprobs: k`,
 //! SGLang `top_logprobs_num` with their text) answered as chat entries, and
-//! a JSON `response_format` sent as the engine's own constraint (vLLM
+//! a JSON `response_format` (and the Responses API's `text.format`) sent
+//! as the engine's own constraint (vLLM
 //! `structured_outputs.json`, SGLang `sampling_params.json_schema`), the
 //! call recorded `constrained`.
 
@@ -63,8 +64,26 @@ async fn alternatives_and_constraints_reach_the_engine(api: EngineApi) {
                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}),
     )
     .await;
+    // The Responses API's `text.format`: constrained the same way; plain
+    // text is not.
+    let responses = url.replace("/chat/completions", "/responses");
+    let format = json!({"type": "json_schema", "name": "x", "schema": schema, "strict": true});
+    chat(
+        &responses,
+        json!({"input": "hi", "text": {"format": format}}),
+    )
+    .await;
+    chat(
+        &responses,
+        json!({"input": "hi", "text": {"format": {"type": "text"}}}),
+    )
+    .await;
     let sent = env.engine.requests();
     let (first, second) = (sent[0].body.clone().unwrap(), sent[1].body.clone().unwrap());
+    assert_eq!(
+        [&sent[2].body, &sent[3].body].map(|b| constraint_of(b.as_ref().unwrap(), api)),
+        [Some(schema.clone()), None]
+    );
     match api {
         EngineApi::Openai => {
             assert_eq!(first["logprobs"], 3, "{first}");
@@ -83,7 +102,17 @@ async fn alternatives_and_constraints_reach_the_engine(api: EngineApi) {
     }
     let rollout = env.store.export_rollout("r1").await.expect("export");
     let constrained: Vec<bool> = rollout.calls.iter().map(|c| c.constrained).collect();
-    assert_eq!(constrained, [false, true]);
+    assert_eq!(constrained, [false, true, true, false]);
+}
+
+/// The JSON schema `body` asks the engine of `api` to sample under.
+fn constraint_of(body: &Value, api: EngineApi) -> Option<Value> {
+    match api {
+        EngineApi::Openai => body["structured_outputs"].get("json").cloned(),
+        EngineApi::Sglang => body["sampling_params"]["json_schema"]
+            .as_str()
+            .map(|s| serde_json::from_str(s).unwrap()),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,19 +65,18 @@ pub async fn start_local_sized(
     };
     let mut gateway = Gateway::new(store.clone(), config);
     if let Some(r) = renderer {
-        gateway = gateway.with_renderer(r);
-    }
-    if let Some(n) = context_len {
-        gateway = gateway.with_context_len(n);
+        gateway = gateway.with_policy(r);
     }
     let auth = gateway.state().auth.clone();
     let control = gateway.control();
     let metrics = gateway.state().metrics.clone();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
-    store
-        .register_engine("e1", &engine.base_url(), "served-model", render, api)
-        .await
-        .expect("engine");
+    // The context is the engine's: given at registration.
+    let mut registration = agl_store::RegisterEngine::new("e1", &engine.base_url(), "served-model")
+        .with_render(render)
+        .with_api(api);
+    registration.context_len = context_len.map(|n| n as u64);
+    store.register_engine(&registration).await.expect("engine");
     Local {
         base: format!("http://{addr}"),
         store,

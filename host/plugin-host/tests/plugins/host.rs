@@ -149,8 +149,19 @@ async fn filesystem_is_denied() {
 
 #[tokio::test]
 async fn network_is_denied() {
-    let err = provoke("net").await;
-    assert!(guest_message(&err).starts_with("net denied"), "{err}");
+    // A listening socket: a guest the sandbox let out would connect.
+    let (listener, target) = listening();
+    let plugin = load(&host(), faulty_spec("faulty", "none")).await;
+    let input = json!({"fault": "net", "target": target});
+    let err = plugin
+        .build_samples(&rollout_with(Some(input)))
+        .await
+        .expect_err("the connect should be denied");
+    assert!(
+        guest_message(&err).starts_with(&format!("net denied: connect {target}")),
+        "{err}"
+    );
+    assert_unreached(&listener);
 }
 
 #[tokio::test]

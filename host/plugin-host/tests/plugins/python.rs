@@ -98,9 +98,14 @@ async fn a_python_reward_of_the_wrong_type_fails_the_call() {
 async fn python_sees_no_files_network_environment_or_clock() {
     let host = host();
     let plugin = load(&host, python_spec("faulty-py")).await;
+    // A listening socket: a guest the sandbox let out would connect.
+    let (listener, target) = listening();
+    let input = json!({"fault": "net", "target": target});
+    let err = plugin.reward(&rollout_with(Some(input))).await.unwrap_err();
+    assert!(guest_message(&err).contains("net denied"), "{err}");
+    assert_unreached(&listener);
     for (fault, seen) in [
         ("fs", "fs denied: FileNotFoundError"),
-        ("net", "net denied"),
         ("env", "env: {}"),
         ("clock", "clock: time=0.0 monotonic=0.0"),
     ] {

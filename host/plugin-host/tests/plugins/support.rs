@@ -10,7 +10,7 @@ use agl_plugin_host::{
 };
 use agl_tokenizer::Tokenizer;
 use agl_wire::rollout::{Rollout, Sample, Span};
-use serde_json::json;
+pub use serde_json::json;
 
 pub fn wasm(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -75,6 +75,28 @@ pub async fn load(host: &PluginHost, spec: PluginSpec) -> Plugin {
 /// A two-call rollout; `fault`, if given, overrides the plugin's config for
 /// this call only.
 pub fn rollout(fault: Option<&str>) -> Rollout {
+    rollout_with(fault.map(|f| json!({"fault": f})))
+}
+
+/// A listening socket on a free port (nonblocking) and its address: a
+/// guest the sandbox let out would connect to it.
+pub fn listening() -> (std::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("addr").to_string();
+    (listener, addr)
+}
+
+/// No connection reached `listener`.
+pub fn assert_unreached(listener: &std::net::TcpListener) {
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the guest reached the host's listener: {other:?}"),
+    }
+}
+
+/// The two-call rollout with `input` as its input.
+pub fn rollout_with(input: Option<serde_json::Value>) -> Rollout {
     let call = |index: u32, prompt: Vec<u32>, response: Vec<u32>| {
         let logprobs: Vec<f32> = response.iter().map(|_| -0.5).collect();
         json!({
@@ -93,7 +115,7 @@ pub fn rollout(fault: Option<&str>) -> Rollout {
         &json!({
             "id": "r1",
             "group_id": "g1",
-            "input": fault.map(|f| json!({"fault": f})),
+            "input": input,
             "status": "succeeded",
             "calls": [call(0, vec![1, 2, 3], vec![4, 5]), call(1, vec![1, 2, 3, 4, 5, 6], vec![7])],
         })

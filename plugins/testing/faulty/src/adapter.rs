@@ -54,7 +54,9 @@ impl Guest for Faulty {
             "malformed" => Ok(rollout.calls.iter().map(span_past_end).collect()),
             "error" => Err("faulty plugin: deliberate error".to_string()),
             "fs" => faults::probe_fs().map(|leak| vec![leaked(&rollout, leak)]),
-            "net" => faults::probe_net().map(|leak| vec![leaked(&rollout, leak)]),
+            "net" => {
+                faults::probe_net(&rollout.input_json).map(|leak| vec![leaked(&rollout, leak)])
+            }
             "env" => Err(faults::env_listing()),
             "clock" => Err(faults::clock_reading()),
             "imports" => Err(probe_imports()),

@@ -76,9 +76,16 @@ pub fn probe_fs() -> Result<String, String> {
     }
 }
 
-pub fn probe_net() -> Result<String, String> {
-    match std::net::TcpStream::connect("127.0.0.1:1") {
-        Err(e) => Err(format!("net denied: connect 127.0.0.1:1: {e}")),
+/// Connects to the input's `target` (the host test's listening socket;
+/// default 127.0.0.1:1): `Err` when denied, `Ok` with the peer when it
+/// got through.
+pub fn probe_net(input_json: &str) -> Result<String, String> {
+    let target = serde_json::from_str::<serde_json::Value>(input_json)
+        .ok()
+        .and_then(|v| v.get("target")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "127.0.0.1:1".to_owned());
+    match std::net::TcpStream::connect(target.as_str()) {
+        Err(e) => Err(format!("net denied: connect {target}: {e}")),
         Ok(stream) => Ok(format!("net leaked: connected {:?}", stream.peer_addr())),
     }
 }

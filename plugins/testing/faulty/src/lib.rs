@@ -10,7 +10,8 @@
 //!   stack in linear memory;
 //! - `malformed`: a trainable span past the end of the response;
 //! - `error`: return Err;
-//! - `fs`, `net`: try /etc/passwd and a TCP connect; Err when denied, else a
+//! - `fs`, `net`: try /etc/passwd and a TCP connect (to the input's
+//!   `target`, default 127.0.0.1:1); Err when denied, else a
 //!   sample whose break detail tells what leaked;
 //! - `env`, `clock`, `imports`: Err describing what the guest sees of its
 //!   environment, its clocks and the host imports;

@@ -41,7 +41,7 @@ impl Guest for FaultyReward {
             "error" => Err("faulty plugin: deliberate error".to_string()),
             // Rewards carry no detail, so a probe reports leak or denial as Err.
             "fs" => Err(faults::probe_fs().unwrap_or_else(|denied| denied)),
-            "net" => Err(faults::probe_net().unwrap_or_else(|denied| denied)),
+            "net" => Err(faults::probe_net(&rollout.input_json).unwrap_or_else(|denied| denied)),
             "env" => Err(faults::env_listing()),
             "clock" => Err(faults::clock_reading()),
             other => Err(format!("unknown fault {other:?}")),

@@ -73,13 +73,18 @@ pub(super) fn structured_outputs(body: &Value) -> Option<(&'static str, Value)> 
     if let Some(given) = body.get("structured_outputs").filter(|v| !v.is_null()) {
         return Some(("structured_outputs", given.clone()));
     }
-    let format = body.get("response_format")?;
+    // Chat's `response_format` holds the schema under `json_schema`; the
+    // Responses API's `text.format` holds it itself.
+    let (field, format, schema) = match body.get("response_format") {
+        Some(f) => ("response_format", f, "/json_schema/schema"),
+        None => ("text.format", body.pointer("/text/format")?, "/schema"),
+    };
     let structured = match format.get("type")?.as_str()? {
         "json_object" => json!({"json_object": true}),
-        "json_schema" => json!({"json": format.pointer("/json_schema/schema")?}),
+        "json_schema" => json!({"json": format.pointer(schema)?}),
         _ => return None,
     };
-    Some(("response_format", structured))
+    Some((field, structured))
 }
 
 /// OpenAI's (and vLLM's default) limit on alternatives per token.

@@ -253,6 +253,10 @@ pub enum EngineKind {
     /// An SGLang server (0.5.23) at `base_url`; new weights through
     /// `update_weights_from_disk` / `load_lora_adapter`.
     Sglang,
+    /// agl's own engine served apart (`agl engine serve`) at `base_url`;
+    /// new weights (LoRA merged) through its `/load_weights` route. What
+    /// `agl train` publishes to when the policy runs on agl's engine.
+    Agl,
     /// Any OpenAI-compatible server at `base_url` that keeps its weights
     /// (evaluation-only runs: nothing is reloaded).
     External,

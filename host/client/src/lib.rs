@@ -1,10 +1,17 @@
-//! The controller's view of the gateway's management API, over HTTP with
-//! the admin key: the same code path in-process (`agl run`) and remote.
+//! The gateway's management API over HTTP with the admin key: what the
+//! controller calls (claim, finish, retry rollouts; post events) and what
+//! `agl train` calls (create, watch, export and cancel rollouts; pause,
+//! drain and resume the proxy; record weight versions; register the
+//! engine). The same code path in-process (`agl run`) and remote.
 
 use std::time::Duration;
 
-use agl_wire::api::{AppendEvent, EventList, EventRecord, RolloutList, RolloutView, StatusPatch};
-use agl_wire::rollout::{JsonText, RolloutStatus};
+use agl_wire::api::{
+    AppendEvent, CreateRollouts, DrainRequest, Engine, EventList, EventRecord, LatestWeights,
+    NewRollout, RecordWeightVersion, RegisterEngine, RolloutList, RolloutView, StatusPatch,
+    WeightVersion,
+};
+use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
 use agl_wire::urls::{self, encode_segment as urlencode};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
@@ -42,6 +49,11 @@ impl GatewayClient {
             base: base.trim_end_matches('/').to_string(),
             admin_key,
         })
+    }
+
+    /// The gateway's root URL.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     /// The URL an agent posts its events to, on this client's gateway
@@ -189,6 +201,86 @@ impl GatewayClient {
                 _ => return Ok(out),
             }
         }
+    }
+}
+
+impl GatewayClient {
+    /// Creates `rollouts` (an id that exists returns the existing rollout).
+    pub async fn create(&self, rollouts: Vec<NewRollout>) -> Result<Vec<RolloutView>, ClientError> {
+        let body = CreateRollouts { rollouts };
+        let page: RolloutList =
+            Self::parse(self.call(Method::POST, "/v1/rollouts", Some(&body)).await?)?;
+        Ok(page.rollouts)
+    }
+
+    pub async fn cancel(&self, id: &str) -> Result<RolloutView, ClientError> {
+        let path = format!("/v1/rollouts/{}/cancel", urlencode(id));
+        Self::parse(self.call(Method::POST, &path, NONE).await?)
+    }
+
+    /// The rollout as the trainer takes it (rollout JSONL shape).
+    pub async fn export(&self, id: &str) -> Result<Rollout, ClientError> {
+        let path = format!("/v1/rollouts/{}/export", urlencode(id));
+        Self::parse(self.call(Method::GET, &path, NONE).await?)
+    }
+
+    pub async fn latest_weights(&self) -> Result<Option<WeightVersion>, ClientError> {
+        let latest: LatestWeights =
+            Self::parse(self.call(Method::GET, "/v1/weights", NONE).await?)?;
+        Ok(latest.latest)
+    }
+
+    /// Records that the engine serves `version`; a version twice is a
+    /// [`ClientError::Conflict`].
+    pub async fn record_weights(
+        &self,
+        version: u64,
+        meta: JsonText,
+    ) -> Result<WeightVersion, ClientError> {
+        let body = RecordWeightVersion { version, meta };
+        Self::parse(self.call(Method::POST, "/v1/weights", Some(&body)).await?)
+    }
+
+    pub async fn pause(&self) -> Result<(), ClientError> {
+        self.call(Method::POST, "/v1/proxy/pause", NONE)
+            .await
+            .map(drop)
+    }
+
+    pub async fn resume(&self) -> Result<(), ClientError> {
+        self.call(Method::POST, "/v1/proxy/resume", NONE)
+            .await
+            .map(drop)
+    }
+
+    /// Waits up to `timeout` for the proxy's in-flight calls: how many
+    /// were still in flight at the end.
+    pub async fn drain(&self, timeout: Duration) -> Result<usize, ClientError> {
+        let body = DrainRequest {
+            timeout_ms: timeout.as_millis() as u64,
+        };
+        // The request outlives the drain it asks for.
+        let url = format!("{}/v1/proxy/drain", self.base);
+        let mut req = self
+            .http
+            .post(url)
+            .timeout(timeout + REQUEST_TIMEOUT)
+            .json(&body);
+        if let Some(key) = &self.admin_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(ClientError::Status { status, body });
+        }
+        let v: Value = resp.json().await?;
+        Ok(v["in_flight"].as_array().map_or(0, Vec::len))
+    }
+
+    pub async fn register_engine(&self, engine: &RegisterEngine) -> Result<Engine, ClientError> {
+        Self::parse(self.call(Method::POST, "/v1/engines", Some(engine)).await?)
     }
 }
 

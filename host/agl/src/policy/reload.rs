@@ -11,6 +11,9 @@
 //!   "retract"|"abort"}`, `POST /update_weights_from_disk {"model_path",
 //!   "weight_version", "flush_cache": true}`, `POST /continue_generation`,
 //!   then `GET /model_info` must report the version;
+//! - full weights, agl's engine (`agl engine serve`): `POST /load_weights
+//!   {"path", "weight_version"}` (between engine steps; the gateway is
+//!   drained), then `GET /weight_info` must report the version;
 //! - a LoRA adapter (PEFT folder), loaded under a new name per version
 //!   (vLLM `POST /v1/load_lora_adapter {"lora_name", "lora_path"}`, SGLang
 //!   `POST /load_lora_adapter`), the old one unloaded once the caller has
@@ -25,7 +28,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use super::config::{EngineKind, PauseMode};
+use crate::config::{EngineKind, PauseMode};
 
 /// The engine end of a reload.
 pub struct Reloader {
@@ -107,7 +110,7 @@ impl Reloader {
     /// The weight version the engine reports.
     pub async fn engine_version(&self) -> anyhow::Result<Option<String>> {
         let info = match self.kind {
-            EngineKind::Vllm => self.get("/weight_info").await?,
+            EngineKind::Vllm | EngineKind::Agl => self.get("/weight_info").await?,
             _ => self.get("/model_info").await?,
         };
         Ok(info
@@ -119,11 +122,20 @@ impl Reloader {
     /// Loads the full weights in `dir` as `version`; on success the engine
     /// reports that version.
     pub async fn load_weights(&self, dir: &Path, version: u64) -> anyhow::Result<()> {
+        if self.kind == EngineKind::Agl {
+            // Loaded between engine steps: no pause of its own.
+            self.swap_weights(dir, version).await?;
+            return self.check_version(version).await;
+        }
         self.pause().await.context("pausing the engine")?;
         let loaded = self.swap_weights(dir, version).await;
         let resumed = self.resume().await.context("resuming the engine");
         loaded?;
         resumed?;
+        self.check_version(version).await
+    }
+
+    async fn check_version(&self, version: u64) -> anyhow::Result<()> {
         let reported = self.engine_version().await?;
         anyhow::ensure!(
             reported.as_deref() == Some(version.to_string().as_str()),
@@ -135,6 +147,14 @@ impl Reloader {
     async fn swap_weights(&self, dir: &Path, version: u64) -> anyhow::Result<()> {
         let path = dir.display().to_string();
         match self.kind {
+            EngineKind::Agl => {
+                self.post(
+                    "/load_weights",
+                    json!({"path": path, "weight_version": version.to_string()}),
+                )
+                .await
+                .context("loading the weights")?;
+            }
             EngineKind::Vllm => {
                 self.post(
                     "/collective_rpc",

@@ -16,6 +16,8 @@ use agl_plugin_host::{
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
 use agl_wire::api::{LoadedPlugin, PluginRole};
+use agl_wire::record::{REWARD, RewardEvent};
+use agl_wire::rollout::Rollout;
 
 use crate::config::{Config, plugin_name};
 
@@ -211,4 +213,25 @@ impl PluginAdmin for Plugins {
                 .map_err(|e| ApiError::bad_request(format!("{e:#}; the old plugin keeps serving")))
         })
     }
+}
+
+/// The reward plugin's score; without a reward plugin, the harness's own
+/// last `reward` event.
+pub async fn score(reward: Option<&Plugin>, rollout: &Rollout) -> anyhow::Result<Option<f64>> {
+    match reward {
+        Some(p) => Ok(p.reward(rollout).await?),
+        None => reported_reward(rollout),
+    }
+}
+
+/// The harness's own reward: the last `reward` event of the attempt, read
+/// by the one contract ([`RewardEvent::read`], the SDK's `last_reward` reads
+/// the same). No event = no reward; a malformed last event is an error.
+pub fn reported_reward(rollout: &Rollout) -> anyhow::Result<Option<f64>> {
+    let Some(event) = rollout.events.iter().rev().find(|e| e.kind == REWARD) else {
+        return Ok(None);
+    };
+    RewardEvent::read(event.payload.as_str())
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("rollout {}: {e}", rollout.id))
 }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 
-use super::collect::score;
-use super::plugins::Plugins;
+use crate::plugins::{Plugins, score};
 use agl_gateway::{PluginFuture, SampleViewer};
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;

@@ -11,7 +11,8 @@ use tokio::sync::oneshot;
 use agl_trainer::checkpoint::{self, CheckpointMeta};
 use agl_trainer::model::{LoraConfig, Model};
 use agl_trainer::rl::{
-    AdamWConfig, LrSchedule, RlOptimizer, StepConfig, StepStats, UpdateBatch, train_step,
+    AdamWConfig, LrSchedule, RlOptimizer, StepConfig, StepStats, UpdateBatch, score_ref_logprobs,
+    train_step,
 };
 
 type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
@@ -23,6 +24,9 @@ enum Command {
     Weights(Reply<Vec<(String, Tensor)>>),
     /// A loadable Hugging Face folder of the current weights.
     SaveModel(PathBuf, Reply<()>),
+    /// The weights as served (a LoRA adapter merged) in one safetensors
+    /// file in the folder.
+    SaveServing(PathBuf, Reply<()>),
     /// The LoRA adapter as PEFT writes it.
     SaveAdapter(PathBuf, Reply<()>),
     Checkpoint(PathBuf, CheckpointMeta, usize, Reply<PathBuf>),
@@ -42,6 +46,19 @@ pub struct TrainerSpec {
     pub schedule: LrSchedule,
     /// Train a LoRA adapter on the frozen base.
     pub lora: Option<LoraConfig>,
+    /// Score every sample under a KL reference (`kl_coef != 0`): the
+    /// initial weights, frozen; with LoRA the base without the adapter.
+    pub reference: bool,
+}
+
+/// The KL term's reference model.
+enum Reference {
+    /// A frozen copy of the initial weights (one more copy of the weights
+    /// on the trainer's device, no gradients or optimizer state).
+    Frozen(Box<Model>),
+    /// The policy with its LoRA adapter left out: the frozen base, at no
+    /// extra weight memory.
+    Base,
 }
 
 impl Trainer {
@@ -61,12 +78,24 @@ impl Trainer {
                             model.add_lora(lora)?;
                         }
                         let opt = RlOptimizer::new(&model, spec.adamw, spec.schedule)?;
-                        Ok((model, opt))
+                        let reference = match (spec.reference, &spec.lora) {
+                            (false, _) => None,
+                            (true, Some(_)) => Some(Reference::Base),
+                            (true, None) => {
+                                let frozen = Model::load(&spec.model_dir, spec.kind, spec.device)
+                                    .context("loading the KL reference")?;
+                                frozen.var_store().variables().values().for_each(|t| {
+                                    let _ = t.set_requires_grad(false);
+                                });
+                                Some(Reference::Frozen(Box::new(frozen)))
+                            }
+                        };
+                        Ok((model, opt, reference))
                     });
                 match loaded {
-                    Ok((model, opt)) => {
+                    Ok((model, opt, reference)) => {
                         let _ = ready.send(Ok(()));
-                        serve(model, opt, rx);
+                        serve(model, opt, reference, rx);
                     }
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -98,6 +127,11 @@ impl Trainer {
         self.ask(|r| Command::SaveModel(dir.to_path_buf(), r)).await
     }
 
+    pub async fn save_serving_weights(&self, dir: &Path) -> anyhow::Result<()> {
+        self.ask(|r| Command::SaveServing(dir.to_path_buf(), r))
+            .await
+    }
+
     pub async fn save_adapter(&self, dir: &Path) -> anyhow::Result<()> {
         self.ask(|r| Command::SaveAdapter(dir.to_path_buf(), r))
             .await
@@ -118,11 +152,25 @@ impl Trainer {
     }
 }
 
-fn serve(model: Model, mut opt: RlOptimizer, rx: std_mpsc::Receiver<Command>) {
+fn serve(
+    model: Model,
+    mut opt: RlOptimizer,
+    reference: Option<Reference>,
+    rx: std_mpsc::Receiver<Command>,
+) {
     while let Ok(command) = rx.recv() {
         match command {
-            Command::Train(batch, cfg, reply) => {
-                let out = train_step(&model, &mut opt, &batch, &cfg).map_err(Into::into);
+            Command::Train(mut batch, cfg, reply) => {
+                let scored = match &reference {
+                    None => Ok(()),
+                    Some(Reference::Frozen(r)) => score_ref_logprobs(r, &mut batch, &cfg),
+                    Some(Reference::Base) => {
+                        model.without_adapter(|base| score_ref_logprobs(base, &mut batch, &cfg))
+                    }
+                };
+                let out = scored
+                    .and_then(|()| train_step(&model, &mut opt, &batch, &cfg))
+                    .map_err(Into::into);
                 let _ = reply.send(out);
             }
             Command::Weights(reply) => {
@@ -131,6 +179,9 @@ fn serve(model: Model, mut opt: RlOptimizer, rx: std_mpsc::Receiver<Command>) {
             }
             Command::SaveModel(dir, reply) => {
                 let _ = reply.send(model.save(&dir).map_err(Into::into));
+            }
+            Command::SaveServing(dir, reply) => {
+                let _ = reply.send(save_serving(&model, &dir));
             }
             Command::SaveAdapter(dir, reply) => {
                 let _ = reply.send(model.save_adapter(&dir, "base").map_err(Into::into));
@@ -146,4 +197,17 @@ fn serve(model: Model, mut opt: RlOptimizer, rx: std_mpsc::Receiver<Command>) {
             }
         }
     }
+}
+
+/// `dir/model.safetensors`: every parameter as served, Hugging Face names.
+fn save_serving(model: &Model, dir: &Path) -> anyhow::Result<()> {
+    checkpoint::create_private_dir_all(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let weights = model.serving_weights();
+    let named: Vec<(&str, Tensor)> = weights
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.to_device(Device::Cpu)))
+        .collect();
+    let path = dir.join("model.safetensors");
+    Tensor::write_safetensors(&named, &path).with_context(|| format!("writing {}", path.display()))
 }

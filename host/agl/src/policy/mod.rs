@@ -1,26 +1,30 @@
-//! The engine that serves the policy during `agl run`, and how it gets new
-//! weights: embedded = copied in place into agl's own engine; vLLM or
-//! SGLang = written as a Hugging Face folder (or, training LoRA, a PEFT
-//! adapter folder) and loaded by the server (`reload.rs`); external = kept.
+//! The engine that serves the policy while `agl run` or `agl train` trains
+//! it, and how it gets new weights: embedded = copied in place into agl's
+//! own engine in the gateway's process; vLLM or SGLang = written as a
+//! Hugging Face folder (or, training LoRA, a PEFT adapter folder) and loaded
+//! by the server (`reload.rs`); agl's engine served apart = written as one
+//! safetensors file (LoRA merged) and loaded through its `/load_weights`;
+//! external = kept.
+
+mod reload;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
-use agl_conversation::Renderer;
 use agl_gateway::Gateway;
 use agl_inference::InferenceServer;
 use agl_store::Store;
-use agl_tokenizer::Tokenizer;
 use agl_trainer::engine::EngineConfig as TchEngineConfig;
-use agl_wire::api::{Engine, Render};
+use agl_wire::api::{Engine, RegisterEngine, Render};
 use agl_wire::urls;
-use std::sync::Arc;
 
-use super::config::{EngineKind, PolicyEngineConfig};
-use super::reload::Reloader;
-use super::worker::Trainer;
+use crate::config::{EngineKind, PolicyEngineConfig};
+use crate::link::Link;
+use crate::trainer::Trainer;
+use reload::Reloader;
 
 /// The engine name agl registers in the store.
 pub const ENGINE_NAME: &str = "policy";
@@ -38,26 +42,11 @@ pub async fn embed(
 ) -> anyhow::Result<Engine> {
     gateway.register_embedded(name, server.router());
     let url = format!("embedded://{name}");
-    Ok(store
-        .register_engine(name, &url, server.model_name(), render, Default::default())
-        .await?)
-}
-
-/// The policy's template and tokenizer for gateway-rendered chat calls.
-pub fn renderer(model_dir: &Path) -> anyhow::Result<Renderer> {
-    let tokenizer = Tokenizer::from_file(&model_dir.join("tokenizer.json"))?;
-    let eos = agl_inference::eos_ids(model_dir, &tokenizer);
-    Ok(Renderer::new(Arc::new(tokenizer), &eos)?)
-}
-
-/// [`renderer`] with `[engine]`'s `tool_parser` / `reasoning` applied over
-/// what the template implies.
-pub fn configured_renderer(model_dir: &Path, cfg: &PolicyEngineConfig) -> anyhow::Result<Renderer> {
-    let renderer = renderer(model_dir)?;
-    let mut family = renderer.family();
-    family.tools = cfg.tool_parser.unwrap_or(family.tools);
-    family.reasoning = cfg.reasoning.unwrap_or(family.reasoning);
-    Ok(renderer.with_family(family))
+    let max_len = server.engine().max_len() as u64;
+    let registration = RegisterEngine::new(name, &url, server.model_name())
+        .with_render(render)
+        .with_context_len(max_len);
+    Ok(store.register_engine(&registration).await?)
 }
 
 pub enum Policy {
@@ -78,18 +67,18 @@ pub struct Remote {
     /// Training LoRA: the adapter requests use now.
     adapter: std::sync::Mutex<Option<String>>,
     lora: bool,
-    store: Store,
+    link: Arc<Link>,
 }
 
 impl Policy {
-    /// Starts (embedded) or registers (external) the engine with the gateway.
+    /// Starts (embedded: inside `gateway`, this process's) or registers
+    /// (a server agl does not run) the engine with the gateway `link`
+    /// reaches.
     pub async fn start(
         cfg: &PolicyEngineConfig,
-        model_dir: &Path,
-        kind: tch::Kind,
+        (model_dir, kind): (&Path, tch::Kind),
         out_dir: &Path,
-        gateway: &Gateway,
-        store: &Store,
+        (gateway, link): (Option<&Gateway>, &Arc<Link>),
         lora: bool,
     ) -> anyhow::Result<Policy> {
         let default_name = model_dir
@@ -103,15 +92,19 @@ impl Policy {
                     max_len: cfg.max_len,
                     weight_version: 0,
                 };
-                let dir = model_dir.to_path_buf();
-                let server = tokio::task::spawn_blocking(move || {
-                    InferenceServer::load(&dir, &name, kind, engine_cfg)
-                })
-                .await??;
+                let (Some(gateway), Link::Local { store, .. }) = (gateway, &**link) else {
+                    anyhow::bail!(
+                        "engine.kind = \"embedded\" runs the engine inside the gateway's \
+                         process (`agl run`); apart from it, serve the policy with `agl engine \
+                         serve` and set engine.kind = \"agl\" and engine.base_url"
+                    );
+                };
+                let server =
+                    crate::assembly::engine_server(model_dir, &name, kind, engine_cfg).await?;
                 embed(gateway, store, ENGINE_NAME, &server, cfg.render).await?;
                 Ok(Policy::Embedded(server))
             }
-            EngineKind::Vllm | EngineKind::Sglang | EngineKind::External => {
+            EngineKind::Vllm | EngineKind::Sglang | EngineKind::Agl | EngineKind::External => {
                 let base_url = cfg.base_url.clone().with_context(|| {
                     format!("engine.kind = {:?} needs engine.base_url", cfg.kind)
                 })?;
@@ -119,9 +112,10 @@ impl Policy {
                 // reloads go to the root (the admin routes live there).
                 let openai_base = urls::engine_base_url(&base_url);
                 let root = urls::engine_root_url(&base_url);
-                let registration = store
-                    .register_engine(ENGINE_NAME, &openai_base, &name, cfg.render, cfg.api)
-                    .await?;
+                let registration = RegisterEngine::new(ENGINE_NAME, &openai_base, &name)
+                    .with_render(cfg.render)
+                    .with_api(cfg.api);
+                let registration = link.register_engine(&registration).await?;
                 let http = reqwest::Client::builder()
                     .timeout(Duration::from_secs(600))
                     .build()?;
@@ -138,7 +132,7 @@ impl Policy {
                     base_model: name,
                     adapter: std::sync::Mutex::new(None),
                     lora,
-                    store: store.clone(),
+                    link: link.clone(),
                 })))
             }
         }
@@ -167,9 +161,14 @@ impl Remote {
         let Some(reloader) = &self.reloader else {
             return Ok(());
         };
-        if !self.lora {
+        // agl's engine takes the weights as served (a LoRA adapter merged).
+        if !self.lora || reloader.kind == EngineKind::Agl {
             let dir = self.weights_dir.join(format!("v{version}"));
-            trainer.save_model(&dir).await?;
+            if reloader.kind == EngineKind::Agl {
+                trainer.save_serving_weights(&dir).await?;
+            } else {
+                trainer.save_model(&dir).await?;
+            }
             reloader.load_weights(&dir, version).await?;
             // Keep only the folder the engine now serves.
             prune_except(&self.weights_dir, &dir);
@@ -193,10 +192,9 @@ impl Remote {
             }
         }
         reloader.load_adapter(&name, &dir).await?;
-        let r = &self.registration;
         let model = reloader.adapter_model(&self.base_model, &name);
-        self.store
-            .register_engine(&r.name, &r.base_url, &model, r.render, r.api)
+        self.link
+            .register_engine(&self.registration.registration(&model))
             .await?;
         let previous = self
             .adapter

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod train;
+pub use train::{EngineKind, LoopMode, PauseMode, PolicyEngineConfig, RunConfig, TrainConfig};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config {path}: {source}")]
@@ -36,13 +39,13 @@ pub struct Config {
     pub controller: agl_controller::ControllerConfig,
     /// `agl run`: data, loop shape, validation, checkpoints.
     #[serde(default)]
-    pub run: crate::run::RunConfig,
+    pub run: RunConfig,
     /// `agl run`: the update (estimator, optimizer, loss).
     #[serde(default)]
-    pub train: crate::run::TrainConfig,
+    pub train: TrainConfig,
     /// `agl run`: the engine serving the policy.
     #[serde(default)]
-    pub engine: crate::run::PolicyEngineConfig,
+    pub engine: PolicyEngineConfig,
     /// Each plugin's own table, keyed by the plugin file's stem
     /// (`[plugin.exact-match]` configures `exact-match.wasm`).
     #[serde(default)]
