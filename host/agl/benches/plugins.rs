@@ -72,6 +72,7 @@ fn long_rollout() -> Rollout {
         attempt: 0,
         input: json!({}).into(),
         status: RolloutStatus::Succeeded,
+        failure: None,
         calls,
         events: vec![],
     }

@@ -136,6 +136,7 @@ fn rollout(id: String, calls: Vec<ModelCall>) -> Rollout {
         attempt: 1,
         input: Default::default(),
         status: RolloutStatus::Succeeded,
+        failure: None,
         calls,
         events: Vec::new(),
     }

@@ -205,6 +205,7 @@ impl<'a> Recorder<'a> {
             attempt: 0,
             input: input.into(),
             status: RolloutStatus::Succeeded,
+            failure: None,
             calls: self.calls,
             events,
         }

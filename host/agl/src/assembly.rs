@@ -21,9 +21,9 @@ use crate::config::Config;
 use crate::plugins::Plugins;
 use crate::viewer::Viewer;
 
-/// The store file at `db`, with the configured durability.
+/// The store file at `db`, as `[store]` says (durability, retry budget).
 pub fn store(config: &Config, db: &Path) -> anyhow::Result<Store> {
-    Store::open_with(db, config.store.durability)
+    Store::open_config(db, &config.store)
         .with_context(|| format!("opening the store {}", db.display()))
 }
 

@@ -13,7 +13,7 @@ use agl_client::GatewayClient;
 use agl_gateway::ProxyControl;
 use agl_store::Store;
 use agl_wire::api::{Engine, NewRollout, RegisterEngine};
-use agl_wire::rollout::{FailureKind, JsonText, Rollout, RolloutStatus};
+use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
 
 pub enum Link {
     /// `agl run`: the gateway runs in this process.
@@ -23,15 +23,6 @@ pub enum Link {
     },
     /// `agl train`: a gateway elsewhere (`agl serve`).
     Remote(GatewayClient),
-}
-
-/// Where a rollout stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RolloutState {
-    pub group_id: String,
-    pub status: RolloutStatus,
-    pub failure: Option<FailureKind>,
-    pub attempt: u32,
 }
 
 impl Link {
@@ -48,27 +39,27 @@ impl Link {
         })
     }
 
-    pub async fn state(&self, id: &str) -> anyhow::Result<RolloutState> {
+    /// Where rollout `id` stands.
+    pub async fn status(&self, id: &str) -> anyhow::Result<RolloutStatus> {
         Ok(match self {
-            Link::Local { store, .. } => {
-                let r = store.get_rollout(id).await?;
-                RolloutState {
-                    group_id: r.group_id,
-                    status: r.status,
-                    failure: r.failure,
-                    attempt: r.attempt,
-                }
-            }
-            Link::Remote(c) => {
-                let r = c.get(id).await?;
-                RolloutState {
-                    group_id: r.group_id,
-                    status: r.status,
-                    failure: r.failure,
-                    attempt: r.attempt,
-                }
-            }
+            Link::Local { store, .. } => store.get_rollout(id).await?.status,
+            Link::Remote(c) => c.get(id).await?.status,
         })
+    }
+
+    /// Waits up to `max` for a change of any rollout's state after
+    /// generation `after` (the store's change counter); returns the
+    /// generation now. Pass it back next time: a change between two calls
+    /// is never missed.
+    pub async fn wait_change(&self, after: u64, max: Duration) -> anyhow::Result<u64> {
+        match self {
+            Link::Local { store, .. } => {
+                let mut changes = store.changes();
+                let _ = tokio::time::timeout(max, changes.wait_for(|g| *g != after)).await;
+                Ok(*changes.borrow())
+            }
+            Link::Remote(c) => Ok(c.wait_change(after, max).await?),
+        }
     }
 
     pub async fn export(&self, id: &str) -> anyhow::Result<Rollout> {

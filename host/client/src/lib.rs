@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use agl_wire::api::{
-    AppendEvent, CreateRollouts, DrainRequest, Engine, EventList, EventRecord, LatestWeights,
-    NewRollout, RecordWeightVersion, RegisterEngine, RolloutList, RolloutView, StatusPatch,
-    WeightVersion,
+    AppendEvent, Changes, CreateRollouts, DrainRequest, Engine, EventList, EventRecord,
+    LatestWeights, NewRollout, RecordWeightVersion, RegisterEngine, RolloutList, RolloutView,
+    StatusPatch, WeightVersion,
 };
 use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
 use agl_wire::urls::{self, encode_segment as urlencode};
@@ -277,6 +277,14 @@ impl GatewayClient {
         }
         let v: Value = resp.json().await?;
         Ok(v["in_flight"].as_array().map_or(0, Vec::len))
+    }
+
+    /// Waits up to `wait` for the store's change counter to move from
+    /// `after`; the counter now.
+    pub async fn wait_change(&self, after: u64, wait: Duration) -> Result<u64, ClientError> {
+        let path = format!("/v1/changes?after={after}&wait_ms={}", wait.as_millis());
+        let changes: Changes = Self::parse(self.call(Method::GET, &path, NONE).await?)?;
+        Ok(changes.generation)
     }
 
     pub async fn register_engine(&self, engine: &RegisterEngine) -> Result<Engine, ClientError> {

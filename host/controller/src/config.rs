@@ -39,9 +39,6 @@ pub struct ControllerConfig {
     pub timeout_secs: u64,
     /// Time between SIGTERM and SIGKILL.
     pub kill_grace_secs: u64,
-    /// System failures (crash, timeout, engine unreachable, controller
-    /// restart) re-queue the rollout as a new attempt this many times.
-    pub max_system_retries: u32,
     /// Extra environment variables from the input: `QUESTION = "input.question"`.
     pub env_map: BTreeMap<String, String>,
     /// stdout/stderr go to `<logs_dir>/<rollout>/<attempt>/`; unset = `agl-logs`.
@@ -63,7 +60,6 @@ impl Default for ControllerConfig {
             concurrency: 8,
             timeout_secs: 1800,
             kill_grace_secs: 10,
-            max_system_retries: 2,
             env_map: BTreeMap::new(),
             logs_dir: None,
             poll_interval_ms: 200,

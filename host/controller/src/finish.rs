@@ -1,5 +1,6 @@
-//! Recording how an execution ended: output tails, the failure kind, the
-//! terminal status, and the retry of a system failure.
+//! Recording how an execution ended: output tails, the failure kind and the
+//! terminal status. A system failure's retry is the store's (it re-queues
+//! the rollout in the same transaction while its budget lasts).
 
 use serde_json::json;
 
@@ -14,7 +15,6 @@ pub async fn finish(
     client: &GatewayClient,
     key: &ExecKey,
     outcome: &AttemptOutcome,
-    max_system_retries: u32,
 ) -> Result<(), ClientError> {
     let current = client.get(&key.rollout_id).await?;
     if current.status != RolloutStatus::Running || current.attempt != key.attempt {
@@ -51,21 +51,18 @@ pub async fn finish(
         ignore_conflict(client.append_event(id, attempt, "failure", payload).await)?;
     }
     let moved = client.set_status(id, &patch).await;
-    if ignore_conflict(moved.map(drop))?.is_none() {
+    let Some(now) = ignore_conflict(moved)? else {
         return Ok(());
-    }
+    };
     tracing::info!(
         rollout = id,
         attempt,
         status = ?patch.status,
         failure = ?patch.failure,
         reason = patch.reason.as_deref().unwrap_or(""),
+        requeued_as = (now.attempt > attempt).then_some(now.attempt),
         "rollout finished"
     );
-    let system = patch.failure == Some(FailureKind::System);
-    if system && attempt <= max_system_retries {
-        ignore_conflict(client.retry(id).await.map(drop))?;
-    }
     Ok(())
 }
 

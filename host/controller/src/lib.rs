@@ -8,8 +8,8 @@
 //! `log_dir`), `stdout`/`stderr` (`{"tail": last 4 KiB}`) and, when it
 //! failed, `failure` (`{"kind": "system" | "agent", "reason"}`). The patch
 //! that fails an attempt carries the same kind (the rollout's `failure`
-//! field); system failures are retried up to `max_system_retries` and must
-//! never be scored.
+//! field); the store re-queues a system failure as the next attempt
+//! (`[store] max_system_retries`), and it is never scored.
 
 mod config;
 mod env;
@@ -66,11 +66,10 @@ impl<R: Runner> Controller<R> {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut shutdown = std::pin::pin!(shutdown);
-        let max = self.config.max_system_retries;
         let live = loop {
             tokio::select! {
                 _ = &mut shutdown => return,
-                found = recover::recover(&self.client, &*self.runner, &tx, max) => match found {
+                found = recover::recover(&self.client, &*self.runner, &tx) => match found {
                     Ok(live) => break live,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot recover the controller's state; retrying");

@@ -48,9 +48,8 @@ impl<R: Runner> Reconciler<R> {
 
     fn record(&mut self, update: Ending) {
         let client = self.client.clone();
-        let max = self.config.max_system_retries;
         self.finishing.spawn(async move {
-            match finish(&client, &update.0, &update.1, max).await {
+            match finish(&client, &update.0, &update.1).await {
                 Ok(()) => Ok(()),
                 Err(e) => Err(Box::new((update, e))),
             }
@@ -76,7 +75,7 @@ impl<R: Runner> Reconciler<R> {
         // same rollout can be claimed again.
         while let Some(key) = self.doubtful.last() {
             let outcome = AttemptOutcome::system("claim interrupted");
-            finish(&self.client, key, &outcome, self.config.max_system_retries).await?;
+            finish(&self.client, key, &outcome).await?;
             self.doubtful.pop();
         }
         let free = self.config.concurrency.saturating_sub(self.live.len());

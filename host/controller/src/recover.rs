@@ -10,20 +10,20 @@ use tokio::sync::mpsc;
 use super::finish::finish;
 use super::runner::{AttemptOutcome, Ending, ExecKey, Recovered, Runner};
 use agl_client::{ClientError, GatewayClient};
-use agl_wire::rollout::{FailureKind, RolloutStatus};
+use agl_wire::rollout::RolloutStatus;
 
 /// The `execution` event kind: what a runner recorded at launch.
 pub const EXECUTION: &str = "execution";
 
-/// Adopts, or stops and fails, every `running` rollout; re-queues system
-/// failures whose retry was never made. Returns the adopted executions. A
+/// Adopts, or stops and fails, every `running` rollout (a system failure:
+/// the store re-queues it while its budget lasts). Returns the adopted
+/// executions. A
 /// rollout that cannot be recovered is logged and skipped: one bad row must
 /// not keep the controller from running the rest.
 pub async fn recover<R: Runner>(
     client: &GatewayClient,
     runner: &R,
     updates: &mpsc::UnboundedSender<Ending>,
-    max_system_retries: u32,
 ) -> Result<HashSet<ExecKey>, ClientError> {
     let mut adopted = HashSet::new();
     for r in client.list_all(RolloutStatus::Running).await? {
@@ -31,23 +31,13 @@ pub async fn recover<R: Runner>(
             rollout_id: r.id.clone(),
             attempt: r.attempt,
         };
-        match recover_one(client, runner, updates, max_system_retries, &key).await {
+        match recover_one(client, runner, updates, &key).await {
             Ok(true) => {
                 adopted.insert(key);
             }
             Ok(false) => {}
             Err(e) => {
                 tracing::warn!(rollout = %key.rollout_id, error = %e, "cannot recover this rollout; skipped");
-            }
-        }
-    }
-    for r in client.list_all(RolloutStatus::Failed).await? {
-        if r.failure == Some(FailureKind::System) && r.attempt <= max_system_retries {
-            match client.retry(&r.id).await {
-                Ok(_) | Err(ClientError::Conflict(_)) => {}
-                Err(e) => {
-                    tracing::warn!(rollout = %r.id, error = %e, "cannot re-queue this rollout; skipped");
-                }
             }
         }
     }
@@ -59,7 +49,6 @@ async fn recover_one<R: Runner>(
     client: &GatewayClient,
     runner: &R,
     updates: &mpsc::UnboundedSender<Ending>,
-    max_system_retries: u32,
     key: &ExecKey,
 ) -> Result<bool, ClientError> {
     let events = client.events(&key.rollout_id).await?;
@@ -87,10 +76,10 @@ async fn recover_one<R: Runner>(
         .await;
     match found {
         Recovered::Adopted => return Ok(true),
-        Recovered::Finished(outcome) => finish(client, key, &outcome, max_system_retries).await?,
+        Recovered::Finished(outcome) => finish(client, key, &outcome).await?,
         Recovered::Lost => {
             let outcome = AttemptOutcome::system("controller restarted");
-            finish(client, key, &outcome, max_system_retries).await?;
+            finish(client, key, &outcome).await?;
         }
     }
     Ok(false)

@@ -194,6 +194,7 @@ impl Gateway {
             .route("/v1/rollouts/{id}/retry", post(rollouts::retry))
             .route("/v1/rollouts/{id}/export", get(rollouts::export))
             .route("/v1/weights", get(weights::latest).post(weights::record))
+            .route("/v1/changes", get(rollouts::changes))
             .route("/v1/engines", post(engines::register).get(engines::list))
             .route("/v1/engines/{name}", delete(engines::remove))
             .route("/v1/proxy/pause", post(proxy_admin::pause))

@@ -8,7 +8,9 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use agl_store::{RolloutFilter, RolloutRecord};
-use agl_wire::api::{CreateRollouts, ListRollouts, RolloutList, RolloutView, StatusPatch};
+use agl_wire::api::{
+    Changes, CreateRollouts, ListRollouts, RolloutList, RolloutView, StatusPatch, WaitChanges,
+};
 use agl_wire::rollout::{Mode, Rollout, RolloutStatus};
 use agl_wire::urls;
 
@@ -153,4 +155,26 @@ pub async fn retry(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<RolloutView>, ApiError> {
     Ok(Json(st.view(st.store.retry(&id).await?)))
+}
+
+/// The longest `GET /v1/changes` holds a request.
+const MAX_WAIT_MS: u64 = 60_000;
+
+/// Answers once the store's change counter differs from `after`, or after
+/// `wait_ms`: a trainer elsewhere (`agl train`) waits on rollouts with it
+/// instead of polling each one.
+pub async fn changes(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<WaitChanges>,
+) -> Result<Json<Changes>, ApiError> {
+    if q.wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::bad_request(format!(
+            "wait_ms must be at most {MAX_WAIT_MS}"
+        )));
+    }
+    let mut rx = st.store.changes();
+    let wait = std::time::Duration::from_millis(q.wait_ms);
+    let _ = tokio::time::timeout(wait, rx.wait_for(|g| *g != q.after)).await;
+    let generation = *rx.borrow();
+    Ok(Json(Changes { generation }))
 }

@@ -120,6 +120,7 @@ mod tests {
             attempt: 0,
             input: Default::default(),
             status: RolloutStatus::Succeeded,
+            failure: None,
             calls: (0..calls)
                 .map(|index| ModelCall {
                     index,

@@ -54,6 +54,7 @@ pub fn export_rollout(conn: &Connection, id: &str) -> Result<Rollout, StoreError
         attempt: rec.attempt,
         input: rec.input,
         status: rec.status,
+        failure: rec.failure,
         calls,
         events,
     })

@@ -66,8 +66,16 @@ pub struct Store {
     inner: Arc<Inner>,
 }
 
+/// [`StoreConfig::max_system_retries`]'s default.
+pub const DEFAULT_SYSTEM_RETRIES: u32 = 2;
+
 struct Inner {
     path: PathBuf,
+    /// See [`StoreConfig::max_system_retries`].
+    system_retries: u32,
+    /// Bumped after every committed change of a rollout's state (created,
+    /// patched, retried, cancelled): what [`Store::changes`] watches.
+    changes: tokio::sync::watch::Sender<u64>,
     queue: writer::Queue,
     readers: Mutex<Vec<Connection>>,
     gates: cache::Memo<String, RolloutGate>,
@@ -82,9 +90,20 @@ impl Store {
         Store::open_with(path, Durability::default())
     }
 
-    /// Opens the store at `path`. One process writes a store file at a time
-    /// (the read memos rely on it).
+    /// Opens the store at `path` with `durability` and the default retry
+    /// budget.
     pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Store, StoreError> {
+        let config = StoreConfig {
+            durability,
+            ..StoreConfig::default()
+        };
+        Store::open_config(path, &config)
+    }
+
+    /// Opens the store at `path` as `[store]` says. One process writes a
+    /// store file at a time (the read memos rely on it).
+    pub fn open_config(path: impl AsRef<Path>, config: &StoreConfig) -> Result<Store, StoreError> {
+        let durability = config.durability;
         let path = path.as_ref().to_path_buf();
         let conn = schema::open_writer(&path, durability)?;
         let checkpoints = checkpoint::spawn(&path)?;
@@ -95,6 +114,8 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 path,
+                system_retries: config.max_system_retries,
+                changes: tokio::sync::watch::Sender::new(0),
                 queue,
                 readers: Mutex::new(Vec::new()),
                 gates: Default::default(),
@@ -106,6 +127,16 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// A counter bumped after every committed change of a rollout's state:
+    /// who waits for rollouts to end is woken by it instead of polling.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.inner.changes.send_modify(|n| *n += 1);
     }
 
     /// Queues a write; resolves once it is committed (or has failed).
@@ -157,7 +188,9 @@ impl Store {
         for id in batch.iter().filter_map(|r| r.id.as_deref()) {
             urls::check_rollout_id(id).map_err(StoreError::BadId)?;
         }
-        self.write(move |c| writes::create_rollouts(c, batch)).await
+        let out = self.write(move |c| writes::create_rollouts(c, batch)).await;
+        self.changed();
+        out
     }
 
     pub async fn get_rollout(&self, id: &str) -> Result<RolloutRecord, StoreError> {
@@ -205,10 +238,12 @@ impl Store {
         patch.check().map_err(StoreError::BadPatch)?;
         let (id, patch) = (id.to_string(), patch.clone());
         let key = id.clone();
+        let budget = self.inner.system_retries;
         let out = self
-            .write(move |c| writes::set_status(c, &id, &patch))
+            .write(move |c| writes::set_status(c, &id, &patch, budget))
             .await;
         self.inner.gates.invalidate(Some(&key));
+        self.changed();
         out
     }
 
@@ -218,6 +253,7 @@ impl Store {
         let id = key.clone();
         let out = self.write(move |c| writes::retry(c, &id)).await;
         self.inner.gates.invalidate(Some(&key));
+        self.changed();
         out
     }
 
@@ -226,6 +262,7 @@ impl Store {
         let id = key.clone();
         let out = self.write(move |c| writes::cancel(c, &id)).await;
         self.inner.gates.invalidate(Some(&key));
+        self.changed();
         out
     }
 

@@ -71,10 +71,15 @@ fn illegal(id: &str, from: RolloutStatus, to: RolloutStatus) -> StoreError {
 }
 
 /// Moves the named attempt, which must be the current one, to `to`.
+/// Moves the current attempt to `patch.status`. A system failure of an
+/// attempt within the retry `budget` is re-queued as the next attempt in
+/// the same transaction: a rollout never rests in `failed` while it has
+/// retries left.
 pub fn set_status(
     conn: &Connection,
     id: &str,
     patch: &StatusPatch,
+    budget: u32,
 ) -> Result<RolloutRecord, StoreError> {
     let (attempt, to, reason) = (patch.attempt, patch.status, patch.reason.as_deref());
     let failure = patch.failure.map(FailureKind::as_str);
@@ -111,6 +116,9 @@ pub fn set_status(
         started,
         ended
     ])?;
+    if patch.failure == Some(FailureKind::System) && attempt <= budget {
+        return retry(conn, id);
+    }
     rows::get_rollout(conn, id)
 }
 
@@ -120,6 +128,7 @@ pub fn cancel(conn: &Connection, id: &str) -> Result<RolloutRecord, StoreError> 
         conn,
         id,
         &StatusPatch::to(cur.attempt, RolloutStatus::Cancelled),
+        0,
     )
 }
 

@@ -639,17 +639,82 @@ async fn a_failure_names_its_kind() {
         store.set_status("r", &typed_success).await,
         Err(StoreError::BadPatch(_))
     ));
-    let failed = store
+    // A system failure within the retry budget (2 by default) is the next
+    // attempt, queued, in the same write; the failed attempt keeps its kind.
+    let requeued = store
         .set_status(
             "r",
             &StatusPatch::failed(1, FailureKind::System, "timed out"),
         )
         .await
         .expect("failed");
-    assert_eq!(failed.failure, Some(FailureKind::System));
-    assert_eq!(failed.reason.as_deref(), Some("timed out"));
+    assert_eq!(
+        (requeued.status, requeued.attempt, requeued.failure),
+        (RolloutStatus::Queued, 2, None),
+        "a new attempt has no failure yet"
+    );
+    let conn = rusqlite::Connection::open(store.path()).expect("raw open");
+    let (kind, reason): (String, String) = conn
+        .query_row(
+            "SELECT failure, reason FROM attempts WHERE rollout_id = 'r' AND attempt = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("attempt 1");
+    assert_eq!((kind.as_str(), reason.as_str()), ("system", "timed out"));
+}
+
+/// The retry budget is the store's: with none left (here: none at all) a
+/// system failure rests in `failed`, and a retry is an explicit act.
+#[tokio::test]
+async fn without_a_retry_budget_a_system_failure_stays_failed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = agl_store::StoreConfig {
+        max_system_retries: 0,
+        ..Default::default()
+    };
+    let store = Store::open_config(dir.path().join("agl.db"), &config).expect("open");
+    one(&store, "r").await;
+    store
+        .set_status("r", &StatusPatch::to(1, RolloutStatus::Running))
+        .await
+        .expect("running");
+    let failed = store
+        .set_status(
+            "r",
+            &StatusPatch::failed(1, FailureKind::System, "pod lost"),
+        )
+        .await
+        .expect("failed");
+    assert_eq!(
+        (failed.status, failed.attempt, failed.failure),
+        (RolloutStatus::Failed, 1, Some(FailureKind::System))
+    );
     let retried = store.retry("r").await.expect("retry");
-    assert_eq!(retried.failure, None, "a new attempt has no failure yet");
+    assert_eq!(
+        (retried.status, retried.attempt),
+        (RolloutStatus::Queued, 2)
+    );
+}
+
+/// Every change of a rollout's state wakes who watches the store.
+#[tokio::test]
+async fn rollout_changes_wake_watchers() {
+    let (_d, store) = open();
+    let mut changes = store.changes();
+    let before = *changes.borrow_and_update();
+    one(&store, "w").await;
+    assert!(changes.has_changed().expect("open"), "a create wakes");
+    let after_create = *changes.borrow_and_update();
+    assert!(after_create > before);
+    store
+        .set_status("w", &StatusPatch::to(1, RolloutStatus::Running))
+        .await
+        .expect("running");
+    assert!(changes.has_changed().expect("open"), "a patch wakes");
+    changes.borrow_and_update();
+    store.cancel("w").await.expect("cancel");
+    assert!(changes.has_changed().expect("open"), "a cancel wakes");
 }
 
 /// A store written before failure kinds were a column (schema 1, kind as a
@@ -681,6 +746,8 @@ async fn schema_1_failures_migrate_to_a_failure_kind() {
          ALTER TABLE attempts DROP COLUMN failure;
          ALTER TABLE engines DROP COLUMN render;
          ALTER TABLE engines DROP COLUMN api;
+         ALTER TABLE engines DROP COLUMN policy;
+         ALTER TABLE engines DROP COLUMN context_len;
          PRAGMA user_version = 1;",
     )
     .expect("rewind to schema 1");

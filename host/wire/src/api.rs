@@ -589,3 +589,21 @@ pub struct LatestWeights {
 pub struct DrainRequest {
     pub timeout_ms: u64,
 }
+
+/// `GET /v1/changes?after=&wait_ms=`: waits up to `wait_ms` (at most a
+/// minute) for the store's change counter to move from `after`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitChanges {
+    #[serde(default)]
+    pub after: u64,
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// The store's change counter: bumped after every committed change of a
+/// rollout's state (created, patched, retried, cancelled).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Changes {
+    pub generation: u64,
+}

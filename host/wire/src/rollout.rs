@@ -185,6 +185,10 @@ pub struct Rollout {
     #[serde(default)]
     pub input: JsonText,
     pub status: RolloutStatus,
+    /// Who is to blame, when `status` is `failed` (`system` failures are
+    /// never scored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
     #[serde(default)]
     pub calls: Vec<ModelCall>,
     #[serde(default)]

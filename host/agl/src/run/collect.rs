@@ -86,16 +86,17 @@ pub fn outcome(status: RolloutStatus, failure: Option<FailureKind>) -> Outcome {
     }
 }
 
-/// Reads rollout `id` from the store and runs the plugins over it. Plugin
-/// errors exclude the rollout (logged), they never stop the run.
+/// Reads rollout `id` (one export: how it ended, its calls and events) and
+/// runs the plugins over it. Plugin errors exclude the rollout (logged),
+/// they never stop the run.
 pub async fn collect(link: &Link, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
-    let rec = link.state(id).await?;
+    let exported = link.export(id).await?;
     let mut out = Collected {
         rollout: rl::ScoredRollout {
-            id: id.to_owned(),
-            group_id: rec.group_id,
+            id: exported.id.clone(),
+            group_id: exported.group_id.clone(),
             reward: None,
-            outcome: outcome(rec.status, rec.failure),
+            outcome: outcome(exported.status, exported.failure),
             samples: Vec::new(),
         },
         breaks: BTreeMap::new(),
@@ -106,7 +107,6 @@ pub async fn collect(link: &Link, plugins: &Plugins, id: &str) -> anyhow::Result
     if out.rollout.outcome == Outcome::SystemFailure {
         return Ok(out);
     }
-    let exported = link.export(id).await?;
     out.turns = Turns::of(&exported);
     // One snapshot for the whole rollout: a swap landing meanwhile applies
     // from the next rollout on.

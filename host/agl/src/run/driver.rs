@@ -21,9 +21,11 @@ use crate::plugins::{Plugins, score};
 use crate::policy::Policy;
 use crate::trainer::Trainer;
 use agl_wire::api::NewRollout;
-use agl_wire::rollout::{FailureKind, JsonText, Mode, RolloutStatus};
+use agl_wire::rollout::{JsonText, Mode};
 
-const POLL: Duration = Duration::from_millis(200);
+/// The longest the loop sleeps between two looks at its rollouts: it is
+/// woken by the store's change counter sooner (`Link::wait_change`).
+const WAKE: Duration = Duration::from_secs(1);
 
 /// A group's rollouts once all of them ended.
 pub struct DoneGroup {
@@ -54,7 +56,6 @@ pub struct Parts {
     pub train: TrainConfig,
     /// The gateway's training temperature (what the trainer scores at).
     pub temperature: f64,
-    pub max_system_retries: u32,
     /// The gateway side: its store and proxy, in this process or not.
     pub link: Arc<Link>,
     pub policy: Policy,
@@ -78,7 +79,6 @@ pub struct Driver {
     cfg: RunConfig,
     train: TrainConfig,
     temperature: f64,
-    max_system_retries: u32,
     link: Arc<Link>,
     policy: Policy,
     trainer: Trainer,
@@ -97,6 +97,8 @@ pub struct Driver {
     sched: GroupScheduler<DoneGroup>,
     tracked: BTreeMap<String, Tracked>,
     carried: Vec<Vec<rl::ScoredRollout>>,
+    /// The store's change counter when the loop last looked.
+    seen: u64,
 }
 
 impl Driver {
@@ -105,7 +107,6 @@ impl Driver {
             cfg,
             train,
             temperature,
-            max_system_retries,
             link,
             policy,
             trainer,
@@ -140,7 +141,6 @@ impl Driver {
             cfg,
             train,
             temperature,
-            max_system_retries,
             link,
             policy,
             trainer,
@@ -156,6 +156,7 @@ impl Driver {
             sched,
             tracked,
             carried: Vec::new(),
+            seen: 0,
         })
     }
 
@@ -228,7 +229,7 @@ impl Driver {
             if let Some(update) = self.sched.next_update(self.version) {
                 return Ok(Some(update));
             }
-            tokio::time::sleep(POLL).await;
+            self.seen = self.link.wait_change(self.seen, WAKE).await?;
         }
     }
 
@@ -290,15 +291,9 @@ impl Driver {
     /// Whether every rollout ended and will not be retried.
     async fn all_final(&self, ids: &[String]) -> anyhow::Result<bool> {
         for id in ids {
-            let rec = self.link.state(id).await?;
-            let retried = rec.status == RolloutStatus::Failed
-                && rec.failure == Some(FailureKind::System)
-                && rec.attempt <= self.max_system_retries;
-            let ended = matches!(
-                rec.status,
-                RolloutStatus::Succeeded | RolloutStatus::Failed | RolloutStatus::Cancelled
-            );
-            if !ended || retried {
+            // The store re-queues a system failure while its retry budget
+            // lasts: an ended rollout has ended for good.
+            if !self.link.status(id).await?.is_terminal() {
                 return Ok(false);
             }
         }
@@ -473,16 +468,16 @@ impl Driver {
             if *stop.borrow() {
                 return Ok(Validation::default());
             }
-            tokio::time::sleep(POLL).await;
+            self.seen = self.link.wait_change(self.seen, WAKE).await?;
         }
         let mut rewards = Vec::new();
         let mut turns = TurnTally::default();
         for id in &ids {
-            let rec = self.link.state(id).await?;
-            if super::collect::outcome(rec.status, rec.failure) == Outcome::SystemFailure {
+            let exported = self.link.export(id).await?;
+            if super::collect::outcome(exported.status, exported.failure) == Outcome::SystemFailure
+            {
                 continue;
             }
-            let exported = self.link.export(id).await?;
             match score(self.plugins.reward().as_ref(), &exported).await {
                 Ok(Some(r)) => {
                     rewards.push(r);

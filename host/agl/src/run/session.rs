@@ -195,7 +195,6 @@ impl Session<'_> {
                 cfg: cfg.clone(),
                 train: config.train.clone(),
                 temperature: config.gateway.train_temperature,
-                max_system_retries: config.controller.max_system_retries,
                 link: self.link,
                 policy,
                 trainer,

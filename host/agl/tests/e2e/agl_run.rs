@@ -103,13 +103,14 @@ adapter = "{adapter}"
 {reward}
 [gateway]
 listen = "127.0.0.1:0"
+[store]
+max_system_retries = 2
 [controller]
 workdir = "{repo}"
 command = ["{python}", "examples/calc/agent.py"]
 concurrency = 6
 timeout_secs = 60
 kill_grace_secs = 1
-max_system_retries = 2
 poll_interval_ms = 50
 shutdown_wait_secs = 2
 logs_dir = "{out}-logs"

@@ -208,7 +208,7 @@ pub(crate) fn run_args(
         "controller.kill_grace_secs=1".into(),
         "controller.poll_interval_ms=50".into(),
         "controller.shutdown_wait_secs=2".into(),
-        "controller.max_system_retries=0".into(),
+        "store.max_system_retries=0".into(),
         "gateway.listen=\"127.0.0.1:0\"".into(),
     ];
     for set in sets.iter().chain(extra) {

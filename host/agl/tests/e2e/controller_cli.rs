@@ -23,7 +23,10 @@ fn port_from(line: &str) -> Option<u16> {
 }
 
 fn serve(dir: &std::path::Path) -> (Child, String) {
+    // The store's retry budget is in the config.
     let mut child = Command::new(AGL)
+        .arg("--config")
+        .arg(dir.join("agl.toml"))
         .args(["serve", "--listen", "127.0.0.1:0", "--db"])
         .arg(dir.join("agl.db"))
         .env("AGL_ADMIN_KEY", KEY)
@@ -78,8 +81,9 @@ async fn a_killed_controller_restarts_and_every_rollout_converges() {
     std::fs::write(
         dir.path().join("agl.toml"),
         format!(
-            "[controller]\nrunner = \"local\"\nconcurrency = 4\ntimeout_secs = 60\n\
-             kill_grace_secs = 1\nmax_system_retries = 3\npoll_interval_ms = 50\n\
+            "[store]\nmax_system_retries = 3\n\
+             [controller]\nrunner = \"local\"\nconcurrency = 4\ntimeout_secs = 60\n\
+             kill_grace_secs = 1\npoll_interval_ms = 50\n\
              logs_dir = \"logs\"\n\
              command = 'echo \"$AGL_ROLLOUT_ID $AGL_ATTEMPT $$\" >> {}; sleep 0.4'\n",
             runs.display()

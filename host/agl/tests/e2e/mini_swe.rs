@@ -107,13 +107,14 @@ adapter = "{plugins}/mini-swe.wasm"
 reward = "{plugins}/reported.wasm"
 [gateway]
 listen = "127.0.0.1:0"
+[store]
+max_system_retries = 1
 [controller]
 workdir = "{repo}"
 command = ["{python}", "examples/mini-swe/run_rollout.py"]
 concurrency = 6
 timeout_secs = 240
 kill_grace_secs = 1
-max_system_retries = 1
 poll_interval_ms = 50
 shutdown_wait_secs = 2
 logs_dir = "{logs}"

@@ -29,7 +29,6 @@ fn config(relist_secs: u64) -> ControllerConfig {
         runner: RunnerKind::K8s,
         concurrency: 8,
         timeout_secs: 900,
-        max_system_retries: 1,
         poll_interval_ms: 50,
         shutdown_wait_secs: 1,
         kube: KubeConfig {
@@ -172,7 +171,7 @@ async fn assert_agent_env(stack: &Stack, job: &Value, id: &str, attempt: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_are_launched_once_and_their_ends_recorded() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 1).await;
     let ids = stack
         .create(["ok", "exit-3", "deadline", "oom"].map(|id| {
             (
@@ -268,7 +267,7 @@ async fn jobs_are_launched_once_and_their_ends_recorded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancelling_a_rollout_deletes_its_job() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 1).await;
     stack
         .create([("victim".to_string(), json!({"task": "t"}))])
         .await;
@@ -310,7 +309,7 @@ async fn cancelling_a_rollout_deletes_its_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_controller_adopts_the_running_job() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 1).await;
     stack
         .create([("long".to_string(), json!({"task": "t"}))])
         .await;
@@ -363,7 +362,7 @@ async fn a_restarted_controller_adopts_the_running_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_graceful_stop_leaves_jobs_for_the_next_controller() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 1).await;
     stack
         .create([("steady".to_string(), json!({"task": "t"}))])
         .await;
@@ -398,7 +397,7 @@ async fn a_graceful_stop_leaves_jobs_for_the_next_controller() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_created_just_before_a_crash_is_adopted() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 1).await;
     stack
         .create([("early".to_string(), json!({"task": "t"}))])
         .await;

@@ -19,7 +19,6 @@ fn config(stack: &Stack, command: CommandSpec) -> ControllerConfig {
         concurrency: 4,
         timeout_secs: 60,
         kill_grace_secs: 1,
-        max_system_retries: 0,
         poll_interval_ms: 50,
         shutdown_wait_secs: 5,
         ..ControllerConfig::default()
@@ -58,7 +57,7 @@ fn answer(value: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calc_agent_runs_through_the_gateway_and_reports_its_reward() {
-    let stack = Stack::start(calc_script).await;
+    let stack = Stack::start(calc_script, 0).await;
     let data = std::fs::read_to_string(repo_root().join("examples/calc/data.jsonl")).unwrap();
     let mut rows: Vec<Value> = data
         .lines()
@@ -133,7 +132,7 @@ fn original_answer(row: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_rollouts_at_concurrency_16_each_run_exactly_once() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 2).await;
     let log = stack.dir.path().join("runs.log");
     let ids = stack
         .create((0..200).map(|i| {
@@ -151,7 +150,6 @@ async fn two_hundred_rollouts_at_concurrency_16_each_run_exactly_once() {
     );
     let mut cfg = config(&stack, sh(&script));
     cfg.concurrency = 16;
-    cfg.max_system_retries = 2;
     cfg.env_map = BTreeMap::from([("QUESTION".to_string(), "input.question".to_string())]);
     let ctl = stack.spawn_controller(cfg);
     stack.wait_terminal(&ids, Duration::from_secs(180)).await;
@@ -214,7 +212,7 @@ async fn two_hundred_rollouts_at_concurrency_16_each_run_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hanging_agent_is_killed_at_its_timeout_with_its_whole_group() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 0).await;
     let ids = stack.create([("hang".to_string(), json!({}))]).await;
     let pids = stack.dir.path().join("pids");
     // Both ignore SIGTERM, so only the SIGKILL after the grace period ends them.
@@ -259,7 +257,7 @@ async fn a_hanging_agent_is_killed_at_its_timeout_with_its_whole_group() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_crash_is_a_system_failure_retried_as_a_new_attempt() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 1).await;
     let ids = stack
         .create([
             ("crash".to_string(), json!({})),
@@ -278,8 +276,7 @@ async fn a_crash_is_a_system_failure_retried_as_a_new_attempt() {
         "-c".into(),
         script.into(),
     ]);
-    let mut cfg = config(&stack, command);
-    cfg.max_system_retries = 1;
+    let cfg = config(&stack, command);
     let ctl = stack.spawn_controller(cfg);
     stack
         .wait_for(
@@ -342,7 +339,7 @@ async fn a_crash_is_a_system_failure_retried_as_a_new_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancelling_a_running_rollout_kills_its_process_group() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 0).await;
     let ids = stack.create([("victim".to_string(), json!({}))]).await;
     let pids = stack.dir.path().join("pids");
     let script = format!(
@@ -379,7 +376,7 @@ fn unreadable(text: &str) -> agl_wire::rollout::JsonText {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_stored_rows_do_not_keep_the_controller_from_the_rest() {
-    let stack = Stack::start(|_| Reply::text("unused")).await;
+    let stack = Stack::start(|_| Reply::text("unused"), 0).await;
     let mut ids = stack
         .create([
             ("ok1".to_string(), json!({})),

@@ -36,12 +36,21 @@ impl RunningController {
 }
 
 impl Stack {
-    pub async fn start(script: impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static) -> Stack {
+    /// The stack; its store re-queues a system failure while the attempt
+    /// is at most `retries` (`[store] max_system_retries`).
+    pub async fn start(
+        script: impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static,
+        retries: u32,
+    ) -> Stack {
         let engine = TestEngine::start(TestEngineConfig::default().with_script(script))
             .await
             .expect("engine");
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(dir.path().join("agl.db")).expect("store");
+        let config = agl_store::StoreConfig {
+            max_system_retries: retries,
+            ..Default::default()
+        };
+        let store = Store::open_config(dir.path().join("agl.db"), &config).expect("store");
         store
             .register_engine(
                 &agl_store::RegisterEngine::new("e1", &engine.base_url(), "served-model")

@@ -383,7 +383,8 @@ async fn an_old_attempts_token_is_refused_on_the_new_attempt() {
         )
         .await
         .expect("fail");
-    env.store.retry("r1").await.expect("retry");
+    // Within the retry budget: the store re-queued it as attempt 2.
+    assert_eq!(env.store.get_rollout("r1").await.expect("get").attempt, 2);
     env.store
         .set_status("r1", &StatusPatch::to(2, RolloutStatus::Running))
         .await
