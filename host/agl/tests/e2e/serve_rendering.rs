@@ -34,7 +34,7 @@ impl Drop for EngineServe {
 fn engine_serve(model: &Path) -> EngineServe {
     let mut cmd = Command::new(AGL);
     cmd.args(["engine", "serve", "--listen", "127.0.0.1:0"])
-        .args(["--served-model-name", "smollm2", "--model"])
+        .args(["--served-model-name", "smollm2", "--max-len", "2048", "--model"])
         .arg(model);
     let (child, port) = spawn_listening(&mut cmd);
     EngineServe(child, format!("http://127.0.0.1:{port}"))
@@ -147,7 +147,7 @@ async fn agl_serve_renders_for_the_sdks_and_the_coding_clis() {
     let config = dir.path().join("agl.toml");
     // Answers capped short: this is about serving, not about the answers.
     let toml = format!(
-        "[model]\npath = {:?}\n[gateway]\nmax_tokens = 96\n",
+        "[model]\npath = {:?}\n[gateway]\nmax_tokens = 256\n",
         model.display().to_string()
     );
     std::fs::write(&config, toml).expect("config");
@@ -168,7 +168,7 @@ async fn agl_serve_renders_for_the_sdks_and_the_coding_clis() {
     // The gateway's own policy (none named), the context the engine reports.
     assert_eq!(registered["render"], "gateway");
     assert_eq!(registered["policy"], Value::Null);
-    assert_eq!(registered["context_len"], 8192, "{registered}");
+    assert_eq!(registered["context_len"], 2048, "{registered}");
 
     // The anthropic SDK: create, then streamed, then counted.
     let view = admin.running("msg").await;
@@ -222,7 +222,7 @@ async fn agl_serve_renders_for_the_sdks_and_the_coding_clis() {
     let work = dir.path().join("claude");
     std::fs::create_dir_all(work.join(".home")).expect("home");
     let mut cmd = Command::new(node_cli("claude"));
-    cmd.args(["-p", "Say hello.", "--system-prompt", "You are terse."])
+    cmd.args(["-p", "Say only: hi", "--system-prompt", "Answer in one word."])
         .args(["--bare", "--tools", "Bash", "--max-turns", "1"])
         .current_dir(&work)
         .env("HOME", work.join(".home"))
@@ -246,7 +246,7 @@ async fn agl_serve_renders_for_the_sdks_and_the_coding_clis() {
     let work = dir.path().join("codex");
     let home = work.join(".codex");
     std::fs::create_dir_all(&home).expect("home");
-    std::fs::write(home.join("instructions.md"), "You are terse.").expect("instructions");
+    std::fs::write(home.join("instructions.md"), "Answer in one word.").expect("instructions");
     let codex_config = format!(
         "model = \"smollm2\"\nmodel_provider = \"agl\"\nmodel_instructions_file = {:?}\n\
          [model_providers.agl]\nname = \"agl\"\nbase_url = {:?}\nenv_key = \"AGL_ROLLOUT_TOKEN\"\n\
@@ -256,7 +256,7 @@ async fn agl_serve_renders_for_the_sdks_and_the_coding_clis() {
     );
     std::fs::write(home.join("config.toml"), codex_config).expect("codex config");
     let mut cmd = Command::new(node_cli("codex"));
-    cmd.args(["exec", "--skip-git-repo-check", "--json", "Say hello."])
+    cmd.args(["exec", "--skip-git-repo-check", "--json", "Say only: hi"])
         .current_dir(&work)
         .env("HOME", &work)
         .env("CODEX_HOME", &home)
@@ -264,7 +264,15 @@ async fn agl_serve_renders_for_the_sdks_and_the_coding_clis() {
     let out = run_output(cmd).await;
     let calls = admin.calls("codex").await;
     let why = format!("{out:?}");
-    assert!(out.status.success(), "{why}");
+    // Codex got the answer streamed as an item. A 135M policy may not stop
+    // within the gateway's cap (`gateway.max_tokens`): the response is then
+    // `incomplete` (max_output_tokens), which Codex reports and exits on.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("\"agent_message\""), "{why}");
+    assert!(
+        out.status.success() || stdout.contains("reason: max_output_tokens"),
+        "{why}"
+    );
     assert_recorded(&calls, &[], &format!("codex: {why}"));
     assert_eq!(calls[0].1["api"], "responses");
 
