@@ -34,7 +34,13 @@ impl Drop for EngineServe {
 fn engine_serve(model: &Path) -> EngineServe {
     let mut cmd = Command::new(AGL);
     cmd.args(["engine", "serve", "--listen", "127.0.0.1:0"])
-        .args(["--served-model-name", "smollm2", "--max-len", "2048", "--model"])
+        .args([
+            "--served-model-name",
+            "smollm2",
+            "--max-len",
+            "2048",
+            "--model",
+        ])
         .arg(model);
     let (child, port) = spawn_listening(&mut cmd);
     EngineServe(child, format!("http://127.0.0.1:{port}"))
@@ -222,18 +228,23 @@ async fn agl_serve_renders_for_the_sdks_and_the_coding_clis() {
     let work = dir.path().join("claude");
     std::fs::create_dir_all(work.join(".home")).expect("home");
     let mut cmd = Command::new(node_cli("claude"));
-    cmd.args(["-p", "Say only: hi", "--system-prompt", "Answer in one word."])
-        .args(["--bare", "--tools", "Bash", "--max-turns", "1"])
-        .current_dir(&work)
-        .env("HOME", work.join(".home"))
-        .env(
-            "ANTHROPIC_BASE_URL",
-            view["anthropic_base_url"].as_str().expect("url"),
-        )
-        .env("ANTHROPIC_API_KEY", view["token"].as_str().expect("token"))
-        .env("ANTHROPIC_MODEL", "smollm2")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_TELEMETRY", "1");
+    cmd.args([
+        "-p",
+        "Say only: hi",
+        "--system-prompt",
+        "Answer in one word.",
+    ])
+    .args(["--bare", "--tools", "Bash", "--max-turns", "1"])
+    .current_dir(&work)
+    .env("HOME", work.join(".home"))
+    .env(
+        "ANTHROPIC_BASE_URL",
+        view["anthropic_base_url"].as_str().expect("url"),
+    )
+    .env("ANTHROPIC_API_KEY", view["token"].as_str().expect("token"))
+    .env("ANTHROPIC_MODEL", "smollm2")
+    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    .env("DISABLE_TELEMETRY", "1");
     let out = run_output(cmd).await;
     let calls = admin.calls("claude").await;
     let why = format!("{out:?}");

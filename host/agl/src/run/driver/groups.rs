@@ -1,0 +1,112 @@
+//! Groups: launching them, seeing them end, collecting them, and dropping
+//! or cancelling the ones an update leaves too stale.
+
+use agl_trainer::rl::Outcome;
+use agl_wire::api::NewRollout;
+use agl_wire::rollout::{JsonText, Mode};
+
+use super::{DoneGroup, Driver, Tracked};
+use crate::run::collect::collect;
+
+impl Driver {
+    pub(super) async fn launch_group(&mut self) -> anyhow::Result<()> {
+        let row = self.state.cursor.next(self.data.train.len(), self.cfg.seed);
+        let input = JsonText::from(&self.data.train[row]);
+        let key = format!("g{:06}", self.state.launched);
+        self.state.launched += 1;
+        let batch: Vec<NewRollout> = (0..self.cfg.group_size)
+            .map(|i| NewRollout {
+                id: Some(format!("{key}-r{i}")),
+                group_id: key.clone(),
+                mode: Mode::Train,
+                input: input.clone(),
+                config: JsonText::default(),
+            })
+            .collect();
+        // Idempotent: a resumed run re-creates the same ids and adopts them.
+        let rollouts = self.link.create(batch).await?;
+        self.progress.rollouts_launched(rollouts.len() as u64);
+        self.sched.launched(key.clone(), self.version)?;
+        self.tracked.insert(
+            key.clone(),
+            Tracked {
+                key,
+                version: self.version,
+                rollouts,
+                done: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Completes every tracked group whose rollouts have all ended for good.
+    pub(super) async fn poll_groups(&mut self) -> anyhow::Result<()> {
+        let pending: Vec<Tracked> = self.tracked.values().filter(|g| !g.done).cloned().collect();
+        let mut done = Vec::new();
+        for g in pending {
+            if !self.all_final(&g.rollouts).await? {
+                continue;
+            }
+            let mut rollouts = Vec::with_capacity(g.rollouts.len());
+            for id in &g.rollouts {
+                let c = collect(&self.link, &self.plugins, id).await?;
+                self.progress
+                    .rollout_finished(c.rollout.outcome != Outcome::SystemFailure);
+                rollouts.push(c);
+            }
+            if let Some(t) = self.tracked.get_mut(&g.key) {
+                t.done = true;
+            }
+            done.push((g.key, DoneGroup { rollouts }));
+        }
+        // Seen finishing in one pass: queued in launch order.
+        self.sched.completed_together(done)?;
+        Ok(())
+    }
+
+    /// Whether every rollout ended and will not be retried.
+    pub(super) async fn all_final(&self, ids: &[String]) -> anyhow::Result<bool> {
+        for id in ids {
+            // The store re-queues a system failure while its retry budget
+            // lasts: an ended rollout has ended for good.
+            if !self.link.status(id).await?.is_terminal() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The update's groups free their slots; groups now too stale to train
+    /// are dropped (complete ones) or cancelled (in flight). Returns how
+    /// many groups were dropped.
+    pub(super) async fn after_update(&mut self) -> anyhow::Result<usize> {
+        self.sched.finish_update()?;
+        let stale = self.sched.take_stale(self.version);
+        for (key, _) in &stale {
+            self.tracked.remove(key);
+        }
+        let cancelled = self.sched.cancel_stale_in_flight(self.version);
+        for key in &cancelled {
+            if let Some(g) = self.tracked.remove(key) {
+                self.cancel(&g.rollouts).await;
+            }
+        }
+        Ok(stale.len() + cancelled.len())
+    }
+
+    /// Cancels rollouts still running (async groups beyond the last update),
+    /// so the controller stops their agents.
+    pub async fn cancel_in_flight(&self) {
+        for g in self.tracked.values().filter(|g| !g.done) {
+            self.cancel(&g.rollouts).await;
+        }
+    }
+
+    async fn cancel(&self, ids: &[String]) {
+        for id in ids {
+            if let Err(e) = self.link.cancel(id).await {
+                tracing::debug!(rollout = %id, error = %e, "not cancelled");
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Validation: the val rows once, at the val temperature, scored like
+//! training rollouts.
+
+use agl_trainer::rl::Outcome;
+use agl_wire::api::NewRollout;
+use agl_wire::rollout::{JsonText, Mode};
+
+use super::{Driver, WAKE, mean};
+use crate::plugins::score;
+use crate::run::collect::{TurnTally, Turns, outcome};
+use crate::run::report::StepRecord;
+
+impl Driver {
+    /// Runs the val rows once (the gateway samples them at the val
+    /// temperature): the mean reward over scored rollouts and their turns.
+    pub(super) async fn validate(
+        &mut self,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<Validation> {
+        let rows: Vec<_> = self
+            .data
+            .val
+            .iter()
+            .take(self.cfg.val_size)
+            .cloned()
+            .collect();
+        if rows.is_empty() {
+            return Ok(Validation::default());
+        }
+        self.progress
+            .set_phase(&format!("validating on {} rows", rows.len()));
+        let mut batch = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            let id = format!("val{:04}-{i:04}", self.step);
+            batch.push(NewRollout {
+                id: Some(id.clone()),
+                group_id: id,
+                mode: Mode::Val,
+                input: JsonText::from(row),
+                config: JsonText::default(),
+            });
+        }
+        let ids = self.link.create(batch).await?;
+        while !self.all_final(&ids).await? {
+            if *stop.borrow() {
+                return Ok(Validation::default());
+            }
+            self.seen = self.link.wait_change(self.seen, WAKE).await?;
+        }
+        let mut rewards = Vec::new();
+        let mut turns = TurnTally::default();
+        for id in &ids {
+            let exported = self.link.export(id).await?;
+            if outcome(exported.status, exported.failure) == Outcome::SystemFailure {
+                continue;
+            }
+            match score(self.plugins.reward().as_ref(), &exported).await {
+                Ok(Some(r)) => {
+                    rewards.push(r);
+                    turns.add(Turns::of(&exported));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(rollout = %id, error = %e, "val reward failed"),
+            }
+        }
+        Ok(Validation {
+            reward: mean(&rewards),
+            rollouts: rewards.len(),
+            turns,
+        })
+    }
+}
+
+/// What a validation measured, over its scored rollouts.
+#[derive(Debug, Default)]
+pub struct Validation {
+    pub reward: Option<f64>,
+    pub rollouts: usize,
+    pub turns: TurnTally,
+}
+
+impl Validation {
+    pub(super) fn record_into(&self, record: &mut StepRecord) {
+        record.val_reward = self.reward;
+        record.val_rollouts = self.rollouts;
+        record.val_calls_per_rollout = self.turns.calls_per_rollout();
+        record.val_tool_use = self.turns.tool_use();
+    }
+}
