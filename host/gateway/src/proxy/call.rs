@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 
 use super::dedup::{RetryKey, retry_key};
 use super::record::Tokens;
-use super::rendered::RenderedCall;
+use super::serving::Serving;
 use crate::control::now_ms;
 use crate::{ApiError, AppState, CallGuard};
 use agl_store::Engine;
@@ -74,8 +74,8 @@ pub struct Call {
     pub started: Instant,
     /// Keeps the call in flight (for drain) until the record is committed.
     pub _guard: CallGuard,
-    /// Set when the gateway rendered the prompt (`rendered.rs`).
-    pub rendered: Option<RenderedCall>,
+    /// Passed through, or rendered by the gateway.
+    pub serving: Serving,
     /// The engine was asked to sample under a constraint.
     pub constrained: bool,
     /// The choices asked for (`n`); each is recorded as its own call.
@@ -159,7 +159,7 @@ impl Call {
             status: out.status,
             error: out.error,
             upstream_status: out.upstream_status,
-            continues: self.rendered.as_ref().and_then(|r| r.continues),
+            continues: self.serving.continues(),
             constrained: self.constrained,
             choice,
         };

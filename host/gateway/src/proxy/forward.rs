@@ -99,15 +99,14 @@ async fn failed(call: &Call, outcome: CallOutcome, message: String) -> Response 
 /// A non-streamed call (or an upstream error answer): commit the record
 /// (one per choice), then answer with the engine's body.
 async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
-    // A gateway-rendered call: the engine answered Completions; the
-    // harness gets Chat Completions, and the record keeps what it got.
-    let (bytes, engine_bytes, replies) = match &call.rendered {
-        Some(r) if status.is_success() => {
-            let engine = r.completion_bytes(bytes);
-            let (chat, replies) = r.answer_body(&engine, &call.rollout_id);
-            (Bytes::from(chat), engine, replies)
-        }
-        _ => (bytes.clone(), bytes, Vec::new()),
+    // What the harness gets (a rendered call: its API's shape from the
+    // engine's completion), and the record keeps what it got; an engine's
+    // error answer goes on verbatim.
+    let (bytes, engine_bytes, replies) = if status.is_success() {
+        let whole = call.serving.whole(bytes, &call.rollout_id);
+        (whole.client, whole.engine, whole.replies)
+    } else {
+        (bytes.clone(), bytes, Vec::new())
     };
     // The engine's body is kept as its own JSON text; only the token
     // fields are read out of it.
@@ -144,9 +143,9 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    if let (Some(r), true) = (&call.rendered, ok) {
+    if ok {
         let seqs = committed.iter().map(|c| c.seq);
-        r.served(seqs.zip(response_ids).zip(replies));
+        call.serving.served(seqs, response_ids, replies);
     }
     if status.is_success() && !valid {
         return ApiError::new(

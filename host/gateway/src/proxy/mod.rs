@@ -18,6 +18,7 @@ mod models;
 mod record;
 mod rendered;
 mod rewrite;
+mod serving;
 mod stream;
 mod upstream;
 
@@ -33,6 +34,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::value::RawValue;
 
+use rewrite::RawBody;
+
 pub use dedup::RetryIndex;
 pub use rendered::ChainIndex;
 pub use upstream::{Upstream, UpstreamError};
@@ -42,11 +45,11 @@ use super::auth::Principal;
 use super::control::now_ms;
 use super::error::ApiError;
 use super::extract::{ApiBody, ApiPath};
-use agl_store::{Mode, Render};
+use agl_store::{Engine, Mode};
 use agl_wire::json;
 use agl_wire::rollout::ApiKind;
 use call::Call;
-use rendered::RenderedCall;
+use serving::Serving;
 
 const PREFIX: &str = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1";
 const ANTHROPIC: &str = "/proxy/{rollout_id}/{attempt}/{mode}/anthropic/v1";
@@ -146,20 +149,32 @@ fn paused(api: ApiKind) -> Response {
     ([(RETRY_AFTER, "1")], error_response(api, err)).into_response()
 }
 
-async fn handle(
-    st: AppState,
+/// A call that passed the checks: its body, parsed and as recorded.
+struct Checked {
+    body: Bytes,
+    forward: RawBody,
+    choices: u32,
+    request: Box<RawValue>,
+    mode: Mode,
+}
+
+/// The checks every call passes first: the token is the rollout attempt's,
+/// the body is JSON within the stored limits, the rollout runs this attempt
+/// in the path's mode.
+async fn check(
+    st: &AppState,
     api: ApiKind,
-    (rollout_id, attempt, mode): (String, u32, String),
-    headers: HeaderMap,
+    (rollout_id, attempt, mode): (&str, u32, &str),
+    headers: &HeaderMap,
     body: Result<Bytes, ApiError>,
-) -> Result<Response, ApiError> {
-    if let Principal::Rollout(own) = st.auth.identify(&headers)? {
-        own.check(&rollout_id, attempt)?;
+) -> Result<Checked, ApiError> {
+    if let Principal::Rollout(own) = st.auth.identify(headers)? {
+        own.check(rollout_id, attempt)?;
     }
-    let path_mode = Mode::parse(&mode)
+    let path_mode = Mode::parse(mode)
         .ok_or_else(|| ApiError::not_found(format!("unknown proxy mode `{mode}`")))?;
     let body = body?;
-    let mut forward = rewrite::parse(&body).map_err(ApiError::bad_request)?;
+    let forward = rewrite::parse(&body).map_err(ApiError::bad_request)?;
     let choices = rewrite::choices(forward.get("n").map(|v| v.get()), api, st.config.max_n)
         .map_err(ApiError::bad_request)?;
     // Verbatim, as the harness sent it, checked against the limits every
@@ -169,7 +184,7 @@ async fn handle(
         .and_then(|text| {
             record_body(text).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
         })?;
-    let rec = st.store.rollout_gate(&rollout_id).await?;
+    let rec = st.store.rollout_gate(rollout_id).await?;
     if rec.status.is_terminal() {
         return Err(ApiError::conflict(format!(
             "rollout `{rollout_id}` is finished"
@@ -189,7 +204,31 @@ async fn handle(
             rec.mode.as_str()
         )));
     }
-    let mode = rec.mode;
+    Ok(Checked {
+        body,
+        forward,
+        choices,
+        request,
+        mode: rec.mode,
+    })
+}
+
+/// Checks the call, then serves it the way its engine is served
+/// ([`Serving`], chosen once).
+async fn handle(
+    st: AppState,
+    api: ApiKind,
+    (rollout_id, attempt, mode): (String, u32, String),
+    headers: HeaderMap,
+    body: Result<Bytes, ApiError>,
+) -> Result<Response, ApiError> {
+    let Checked {
+        body,
+        mut forward,
+        choices,
+        request,
+        mode,
+    } = check(&st, api, (&rollout_id, attempt, &mode), &headers, body).await?;
     // Registered before the pause check, so a drain that starts between the
     // two still sees this call.
     let guard = st.control.register(&rollout_id, attempt);
@@ -215,37 +254,12 @@ async fn handle(
     };
     rewrite::rewrite(&mut forward, api, &engine.model, temperature);
     let streaming = rewrite::is_stream(&forward);
-    let own_render = matches!(api, ApiKind::AnthropicMessages | ApiKind::Responses);
-    if own_render && engine.render != Render::Gateway {
-        return Err(ApiError::bad_request(format!(
-            "this API is served by the gateway's own rendering; engine `{}` is registered \
-             with render = \"engine\" (set render = \"gateway\")",
-            engine.name
-        )));
-    }
-    let renders = own_render || api == ApiKind::ChatCompletions;
-    let rendered = if renders && engine.render == Render::Gateway {
-        let renderer = st.policies.for_engine(&engine).await?;
-        Some(
-            RenderedCall::prepare(
-                renderer,
-                (api, &body, choices),
-                &engine,
-                (&st.chains, &st.store),
-                (&rollout_id, attempt),
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
+    let serving =
+        Serving::choose(&st, (api, &body, choices), &engine, (&rollout_id, attempt)).await?;
     // What the engine samples under: on the rendered path what the gateway
     // sends it (a forced call of a family without a grammar is only written
     // into the prompt, and not constrained).
-    let constrained = match &rendered {
-        Some(r) => r.constraint_field(),
-        None => rewrite::constraint_field(&forward, api),
-    };
+    let constrained = serving.constraint_field(&forward);
     if let Some(field) = constrained
         && st.config.constrained == ConstrainedCalls::Refuse
     {
@@ -254,30 +268,11 @@ async fn handle(
              (gateway.constrained = \"refuse\"): its logprobs would not be the policy's"
         )));
     }
-    // The room the policy's context leaves (and the configured cap): none
-    // is that API's context-length error (a streamed Responses call gets it
-    // as the `response.failed` event Codex reads).
-    let mut room = None;
-    let context_len = engine.context_len.and_then(|n| usize::try_from(n).ok());
-    if let (Some(r), Some(context)) = (&rendered, context_len) {
-        let prompt = r.prompt_ids.len();
-        if prompt >= context {
-            let e = ApiError::context_length(prompt, context);
-            if api == ApiKind::Responses && streaming {
-                return Ok(rendered::failed_response_stream(r, &rollout_id, &e));
-            }
-            return Err(e);
-        }
-        room = st.config.clamp_max_tokens.then_some(context - prompt);
-    }
-    if let Some(cap) = st.config.max_tokens {
-        room = Some(room.map_or(cap as usize, |r| r.min(cap as usize)));
-    }
-    let url = match (api, &rendered) {
-        (_, Some(r)) => r.url(&engine),
-        (ApiKind::ChatCompletions, None) => format!("{}/chat/completions", engine.base_url),
-        _ => format!("{}/completions", engine.base_url),
+    let room = match room(&st, &serving, &engine) {
+        Ok(room) => room,
+        Err(e) => return serving.context_error(streaming, &rollout_id, e),
     };
+    let (url, out) = serving.request(&engine, forward, streaming, room);
     let call = Call {
         rollout_id,
         attempt,
@@ -290,13 +285,28 @@ async fn handle(
         started: Instant::now(),
         _guard: guard,
         st: st.clone(),
-        rendered,
+        serving,
         constrained: constrained.is_some(),
         choices,
     };
-    let out = match &call.rendered {
-        Some(r) => Bytes::from(r.engine_body(forward, streaming, room)),
-        None => Bytes::from(serde_json::to_vec(&forward).unwrap_or_default()),
-    };
     Ok(forward::run(call, url, out, streaming).await)
+}
+
+/// The most tokens the answer may take: the room the policy's context
+/// leaves a rendered prompt (with `gateway.clamp_max_tokens`) and the
+/// configured cap. A prompt that leaves none is the API's context-length
+/// error.
+fn room(st: &AppState, serving: &Serving, engine: &Engine) -> Result<Option<usize>, ApiError> {
+    let mut room = None;
+    let context = engine.context_len.and_then(|n| usize::try_from(n).ok());
+    if let (Some(prompt), Some(context)) = (serving.prompt_len(), context) {
+        if prompt >= context {
+            return Err(ApiError::context_length(prompt, context));
+        }
+        room = st.config.clamp_max_tokens.then_some(context - prompt);
+    }
+    if let Some(cap) = st.config.max_tokens {
+        room = Some(room.map_or(cap as usize, |r| r.min(cap as usize)));
+    }
+    Ok(room)
 }

@@ -11,15 +11,12 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::assemble::{Assembler, take_events};
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
-use super::record::Tokens;
+use super::serving::Pushed;
 use crate::GatewayConfig;
 use agl_wire::record::CallStatus;
-use agl_wire::rollout::ApiKind;
 use agl_wire::rollout::JsonText;
-use serde_json::Value;
 
 /// Chunks buffered between the upstream reader and the client.
 const CHANNEL: usize = 64;
@@ -55,36 +52,18 @@ async fn pump(
 ) {
     let upstream_status = Some(upstream.status().as_u16());
     let mut chunks = upstream.bytes_stream();
-    // A gateway-rendered stream is assembled from the chat chunks it
-    // becomes, whichever API was called.
-    let assembled = match call.rendered {
-        Some(_) => ApiKind::ChatCompletions,
-        None => call.api,
-    };
-    let mut asm = Assembler::new(assembled);
-    // Gateway-rendered: completion chunks in, chat chunks out.
-    let mut translate = call
-        .rendered
-        .as_ref()
-        .map(|r| r.chat_chunks(&call.rollout_id));
-    // An engine whose events are not completions chunks (SGLang's).
-    let mut native = call.rendered.as_ref().and_then(|r| r.native_chunks());
-    // A Messages or Responses call: its events instead of chat chunks.
-    let mut events = call
-        .rendered
-        .as_ref()
-        .and_then(|r| r.front_events(&call.rollout_id));
+    let mut out = call.serving.stream(&call.rollout_id);
     let mut buf = Vec::new();
     let mut done = false;
     let mut left = false;
     let mut error = None;
-    // Such a stream opens at once and pings while the engine is silent.
+    // A stream that pings opens at once and pings while the engine is
+    // silent.
     let ping = GatewayConfig::seconds(call.st.config.stream_ping_secs);
-    if let Some(e) = &mut events {
-        for frame in e.start() {
-            if tx.send(Ok(Bytes::from(frame))).await.is_err() {
-                left = true;
-            }
+    let pings = out.ping().is_some();
+    for frame in out.start() {
+        if tx.send(Ok(Bytes::from(frame))).await.is_err() {
+            left = true;
         }
     }
     'read: loop {
@@ -98,8 +77,8 @@ async fn pump(
                 break;
             }
             item = chunks.next() => item,
-            () = tokio::time::sleep(ping), if events.is_some() => {
-                let frame = events.as_ref().map(|e| e.ping()).unwrap_or_default();
+            () = tokio::time::sleep(ping), if pings => {
+                let frame = out.ping().unwrap_or_default();
                 if tx.send(Ok(Bytes::from(frame))).await.is_err() {
                     left = true;
                 }
@@ -115,42 +94,22 @@ async fn pump(
             }
         };
         buf.extend_from_slice(&bytes);
-        for data in take_events(&mut buf) {
-            if data.trim() == "[DONE]" {
-                done = true;
-                break 'read;
+        let pushed = match out.push(&mut buf) {
+            Ok(p) => p,
+            Err(e) => {
+                error = Some(e);
+                break;
             }
-            let mut parsed = serde_json::from_str::<Value>(&data).ok();
-            if let (Some(n), Some(v)) = (&mut native, &parsed) {
-                match n.push(v) {
-                    Ok(chunk) => parsed = Some(chunk),
-                    Err(e) => {
-                        error = Some(e);
-                        break 'read;
-                    }
+        };
+        for p in pushed {
+            let frames = match p {
+                Pushed::Done => {
+                    done = true;
+                    break 'read;
                 }
-            }
-            // What the client gets: the engine's chunk as it came, or the
-            // chat chunks a completion chunk becomes; each is assembled once.
-            // (A Messages or Responses call gets each chat chunk as its
-            // events.)
-            let mut out: Vec<String> = Vec::new();
-            match (&mut translate, parsed) {
-                (Some(t), Some(v)) => {
-                    for c in t.push(&v) {
-                        asm.push(&c);
-                        match &mut events {
-                            Some(e) => out.extend(e.push(&c)),
-                            None => out.push(format!("data: {c}\n\n")),
-                        }
-                    }
-                }
-                (_, parsed) => {
-                    parsed.iter().for_each(|v| asm.push(v));
-                    out.push(format!("data: {data}\n\n"));
-                }
-            }
-            for frame in out {
+                Pushed::Frames(frames) => frames,
+            };
+            for frame in frames {
                 if tx.send(Ok(Bytes::from(frame))).await.is_err() {
                     left = true;
                     break 'read;
@@ -160,31 +119,7 @@ async fn pump(
     }
     // Closes the engine connection now, before the record is written.
     drop(chunks);
-    // One record per choice (a call of one choice: one), each holding its
-    // choice alone.
-    let mut answers: Vec<(Value, Tokens)> = (0..asm.len()).map(|i| asm.choice(i)).collect();
-    // A Messages or Responses call's record holds the answer it streamed,
-    // in that API's shape.
-    if let (Some(r), Some(t), Some((response, tokens))) =
-        (&call.rendered, &translate, answers.first_mut())
-    {
-        let finish = response
-            .pointer("/choices/0/finish_reason")
-            .and_then(Value::as_str);
-        let logprobs = response
-            .pointer("/choices/0/logprobs")
-            .cloned()
-            .unwrap_or_default();
-        if let Some(answer) = r.streamed_record(
-            t.text(0),
-            finish,
-            &logprobs,
-            tokens.response_ids.len(),
-            &call.rollout_id,
-        ) {
-            *response = answer;
-        }
-    }
+    let answers = out.answers();
     let record = answers.first().map(|(r, _)| r.clone()).unwrap_or_default();
     if left {
         let outcomes = answers
@@ -222,21 +157,11 @@ async fn pump(
     let end = match (call.commit_choices(outcomes).await, error) {
         (Ok(committed), None) => {
             note.set(committed.iter().map(|c| (c.retry, c.seq)));
-            if let (Some(r), Some(t)) = (&call.rendered, &translate) {
-                let replies = (0..committed.len()).map(|i| r.parse(t.text(i)));
-                let seqs = committed.iter().map(|c| c.seq);
-                r.served(seqs.zip(response_ids).zip(replies));
-            }
-            Ok(match &mut events {
-                Some(e) => Bytes::from(e.end(&record).concat()),
-                None => Bytes::from_static(b"data: [DONE]\n\n"),
-            })
+            out.served(committed.iter().map(|c| c.seq).collect(), response_ids);
+            Ok(out.end(&record))
         }
         // An API with an error event says so in the stream, then ends it.
-        (Ok(_), Some(e)) => match &mut events {
-            Some(front) => Ok(Bytes::from(front.failed(&e))),
-            None => Err(io::Error::other(e)),
-        },
+        (Ok(_), Some(e)) => out.failed(&e).ok_or_else(|| io::Error::other(e)),
         (Err(e), _) => {
             tracing::error!(rollout = %call.rollout_id, error = %e, "cannot record streamed call");
             Err(io::Error::other(e.to_string()))
