@@ -68,7 +68,22 @@ impl GatewayClient {
         path: &str,
         body: Option<&(impl Serialize + ?Sized)>,
     ) -> Result<Value, ClientError> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        self.call_within(method, path, body, REQUEST_TIMEOUT).await
+    }
+
+    /// [`Self::call`] with its own time limit (a request that waits on the
+    /// gateway by design: a drain).
+    async fn call_within(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+        timeout: Duration,
+    ) -> Result<Value, ClientError> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .timeout(timeout);
         if let Some(key) = &self.admin_key {
             req = req.bearer_auth(key);
         }
@@ -260,22 +275,10 @@ impl GatewayClient {
             timeout_ms: timeout.as_millis() as u64,
         };
         // The request outlives the drain it asks for.
-        let url = format!("{}/v1/proxy/drain", self.base);
-        let mut req = self
-            .http
-            .post(url)
-            .timeout(timeout + REQUEST_TIMEOUT)
-            .json(&body);
-        if let Some(key) = &self.admin_key {
-            req = req.bearer_auth(key);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
-            return Err(ClientError::Status { status, body });
-        }
-        let v: Value = resp.json().await?;
+        let limit = timeout + REQUEST_TIMEOUT;
+        let v = self
+            .call_within(Method::POST, "/v1/proxy/drain", Some(&body), limit)
+            .await?;
         Ok(v["in_flight"].as_array().map_or(0, Vec::len))
     }
 
@@ -283,7 +286,9 @@ impl GatewayClient {
     /// `after`; the counter now.
     pub async fn wait_change(&self, after: u64, wait: Duration) -> Result<u64, ClientError> {
         let path = format!("/v1/changes?after={after}&wait_ms={}", wait.as_millis());
-        let changes: Changes = Self::parse(self.call(Method::GET, &path, NONE).await?)?;
+        let limit = wait + REQUEST_TIMEOUT;
+        let changes: Changes =
+            Self::parse(self.call_within(Method::GET, &path, NONE, limit).await?)?;
         Ok(changes.generation)
     }
 

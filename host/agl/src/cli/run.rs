@@ -22,14 +22,22 @@ pub struct RunArgs {
     resume: bool,
 }
 
+impl RunArgs {
+    pub fn options(self) -> RunOptions {
+        RunOptions {
+            adapter: self.plugin,
+            reward: self.reward,
+            resume: self.resume,
+        }
+    }
+}
+
 pub fn run(args: RunArgs, config: Config) -> anyhow::Result<ExitCode> {
-    let opts = RunOptions {
-        adapter: args.plugin,
-        reward: args.reward,
-        resume: args.resume,
-    };
-    let finished =
-        super::runtime()?.block_on(agl::run::run(config, opts, super::serve::shutdown_signal()))?;
+    let finished = super::runtime()?.block_on(agl::run::run(
+        config,
+        args.options(),
+        super::serve::shutdown_signal(),
+    ))?;
     println!(
         "run finished after {} steps: {}",
         finished.steps,

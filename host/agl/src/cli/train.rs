@@ -2,14 +2,12 @@
 //! (`agl serve`, agents run by `agl controller`, the policy served by `agl
 //! engine serve` or vLLM / SGLang).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
 
 use agl::config::Config;
-use agl::run::RunOptions;
 use agl_client::GatewayClient;
 
 #[derive(Args)]
@@ -20,16 +18,9 @@ pub struct TrainArgs {
     /// Management API key (default: gateway.admin_key, then $AGL_ADMIN_KEY).
     #[arg(long)]
     admin_key: Option<String>,
-    /// The sample-adapter plugin (.wasm; default: plugins.adapter).
-    #[arg(long)]
-    plugin: Option<PathBuf>,
-    /// The reward plugin (.wasm; default: plugins.reward, else the harness's
-    /// own `reward` event).
-    #[arg(long)]
-    reward: Option<PathBuf>,
-    /// Continue the run in run.out_dir from its newest checkpoint.
-    #[arg(long)]
-    resume: bool,
+    /// The plugins and `--resume`, as `agl run` takes them.
+    #[command(flatten)]
+    run: super::run::RunArgs,
 }
 
 pub fn run(args: TrainArgs, config: Config) -> anyhow::Result<ExitCode> {
@@ -38,14 +29,9 @@ pub fn run(args: TrainArgs, config: Config) -> anyhow::Result<ExitCode> {
         .or_else(|| config.gateway.clone().with_env().admin_key);
     let client =
         GatewayClient::new(&args.gateway, admin_key).context("building the HTTP client")?;
-    let opts = RunOptions {
-        adapter: args.plugin,
-        reward: args.reward,
-        resume: args.resume,
-    };
     let finished = super::runtime()?.block_on(agl::run::train(
         config,
-        opts,
+        args.run.options(),
         client,
         super::serve::shutdown_signal(),
     ))?;

@@ -79,6 +79,8 @@ pub async fn run(
         plugins,
         gauges,
         link,
+        // The store is the run's own.
+        id_prefix: String::new(),
     };
     let driver = session.start(Some(&bound.gateway)).await?;
 
@@ -137,6 +139,7 @@ pub async fn train(
         plugins,
         gauges: Arc::new(report::TrainerGauges::new()),
         link: Arc::new(Link::Remote(gateway)),
+        id_prefix: folder.id_prefix(),
     };
     let driver = session.start(None).await?;
     println!("agl train: gateway {url} · log {}", folder.log().display());

@@ -80,6 +80,25 @@ impl RunFolder {
         self.out_dir.join("agl.db")
     }
 
+    /// The run's name as a rollout-id prefix (`<folder name>-`, only the
+    /// characters ids may hold): what tells its rollouts apart in a
+    /// gateway that serves more than one run.
+    pub fn id_prefix(&self) -> String {
+        let name = self
+            .out_dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let name: String = name
+            .chars()
+            .map(|c| match c {
+                'A'..='Z' | 'a'..='z' | '0'..='9' | '.' | '_' | '-' => c,
+                _ => '_',
+            })
+            .take(64)
+            .collect();
+        format!("{name}-")
+    }
+
     pub fn log(&self) -> PathBuf {
         self.out_dir.join("agl.log")
     }
@@ -129,6 +148,8 @@ pub struct Session<'a> {
     pub plugins: Arc<Plugins>,
     pub gauges: Arc<TrainerGauges>,
     pub link: Arc<Link>,
+    /// Before every rollout id (see `driver::Parts::id_prefix`).
+    pub id_prefix: String,
 }
 
 impl Session<'_> {
@@ -196,6 +217,7 @@ impl Session<'_> {
                 train: config.train.clone(),
                 temperature: config.gateway.train_temperature,
                 link: self.link,
+                id_prefix: self.id_prefix,
                 policy,
                 trainer,
                 plugins: self.plugins,

@@ -210,7 +210,9 @@ async fn serve_controller_train_and_engine_as_separate_processes() {
             .is_file()
     );
     // The second step's groups were sampled by version 1 (sync mode).
-    let second: Value = get(&format!("{gateway}/v1/rollouts/g000002-r0/export")).await;
+    // Its rollouts are named after its run folder (`train`): another run
+    // on the same gateway never adopts them.
+    let second: Value = get(&format!("{gateway}/v1/rollouts/train-g000002-r0/export")).await;
     let versions: Vec<u64> = second["calls"]
         .as_array()
         .expect("calls")

@@ -12,7 +12,7 @@ impl Driver {
     pub(super) async fn launch_group(&mut self) -> anyhow::Result<()> {
         let row = self.state.cursor.next(self.data.train.len(), self.cfg.seed);
         let input = JsonText::from(&self.data.train[row]);
-        let key = format!("g{:06}", self.state.launched);
+        let key = format!("{}g{:06}", self.id_prefix, self.state.launched);
         self.state.launched += 1;
         let batch: Vec<NewRollout> = (0..self.cfg.group_size)
             .map(|i| NewRollout {

@@ -62,6 +62,9 @@ pub struct Parts {
     pub temperature: f64,
     /// The gateway side: its store and proxy, in this process or not.
     pub link: Arc<Link>,
+    /// Put before every rollout id the loop makes: a gateway that outlives
+    /// one run (`agl train`) never hands a run another run's rollouts.
+    pub id_prefix: String,
     pub policy: Policy,
     pub trainer: Trainer,
     pub plugins: Arc<Plugins>,
@@ -84,6 +87,7 @@ pub struct Driver {
     train: TrainConfig,
     temperature: f64,
     link: Arc<Link>,
+    id_prefix: String,
     policy: Policy,
     trainer: Trainer,
     plugins: Arc<Plugins>,
@@ -112,6 +116,7 @@ impl Driver {
             train,
             temperature,
             link,
+            id_prefix,
             policy,
             trainer,
             plugins,
@@ -146,6 +151,7 @@ impl Driver {
             train,
             temperature,
             link,
+            id_prefix,
             policy,
             trainer,
             plugins,

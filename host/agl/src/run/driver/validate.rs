@@ -31,7 +31,7 @@ impl Driver {
             .set_phase(&format!("validating on {} rows", rows.len()));
         let mut batch = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
-            let id = format!("val{:04}-{i:04}", self.step);
+            let id = format!("{}val{:04}-{i:04}", self.id_prefix, self.step);
             batch.push(NewRollout {
                 id: Some(id.clone()),
                 group_id: id,
