@@ -21,6 +21,7 @@
 
 use std::collections::HashSet;
 
+use agl_wire::anthropic::ContentBlock;
 use serde_json::{Value, json};
 
 use crate::ConversationError;
@@ -275,13 +276,16 @@ pub fn tool_use_id(id_prefix: &str, i: usize) -> String {
 
 /// The response's content blocks: thinking, text, then each tool call as a
 /// `tool_use` (ids [`tool_use_id`] unless the call has one).
-pub fn content_blocks(turn: &AssistantTurn, id_prefix: &str) -> Vec<Value> {
+pub fn content_blocks(turn: &AssistantTurn, id_prefix: &str) -> Vec<ContentBlock> {
     let mut out = Vec::new();
     if let Some(r) = &turn.reasoning {
-        out.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+        out.push(ContentBlock::Thinking {
+            thinking: r.clone(),
+            signature: String::new(),
+        });
     }
     if let Some(t) = &turn.content {
-        out.push(json!({"type": "text", "text": t}));
+        out.push(ContentBlock::Text { text: t.clone() });
     }
     for (i, c) in turn.tool_calls.iter().enumerate() {
         let input = if c.arguments.is_object() {
@@ -289,12 +293,11 @@ pub fn content_blocks(turn: &AssistantTurn, id_prefix: &str) -> Vec<Value> {
         } else {
             json!({})
         };
-        out.push(json!({
-            "type": "tool_use",
-            "id": c.id.clone().unwrap_or_else(|| tool_use_id(id_prefix, i)),
-            "name": c.name,
-            "input": input,
-        }));
+        out.push(ContentBlock::ToolUse {
+            id: c.id.clone().unwrap_or_else(|| tool_use_id(id_prefix, i)),
+            name: c.name.clone(),
+            input,
+        });
     }
     out
 }
@@ -470,7 +473,7 @@ mod tests {
         let Message::Assistant(turn) = &c.messages[2] else {
             panic!()
         };
-        let blocks = Value::Array(content_blocks(turn, "r1"));
+        let blocks = serde_json::to_value(content_blocks(turn, "r1")).unwrap();
         assert!(assistant_turn(&blocks).unwrap().same_as(turn));
         assert_eq!(stop_reason(turn, Some("stop"), None), "tool_use");
         let plain = AssistantTurn {

@@ -4,6 +4,7 @@
 //! an unknown role or key) is refused with an error that names it, never
 //! dropped.
 
+use agl_wire::openai;
 use serde_json::{Value, json};
 
 use crate::ConversationError;
@@ -177,23 +178,24 @@ fn tool_call(c: &Value) -> Result<ToolCall, String> {
 
 /// The response `message` for a parsed output; tool calls get ids
 /// `call_{prefix}_{i}`.
-pub fn response_message(turn: &AssistantTurn, id_prefix: &str) -> Value {
-    let calls: Vec<Value> = turn
+pub fn response_message(turn: &AssistantTurn, id_prefix: &str) -> openai::ChatMessage {
+    let tool_calls = turn
         .tool_calls
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            json!({"id": c.id.clone().unwrap_or_else(|| format!("call_{id_prefix}_{i}")),
-                   "type": "function",
-                   "function": {"name": c.name, "arguments": c.arguments_text}})
+            let id =
+                c.id.clone()
+                    .unwrap_or_else(|| format!("call_{id_prefix}_{i}"));
+            openai::ToolCall::function(id, c.name.clone(), c.arguments_text.clone())
         })
         .collect();
-    json!({
-        "role": "assistant",
-        "content": turn.content,
-        "reasoning_content": turn.reasoning,
-        "tool_calls": calls,
-    })
+    openai::ChatMessage {
+        content: turn.content.clone(),
+        reasoning_content: turn.reasoning.clone(),
+        tool_calls,
+        ..openai::ChatMessage::default()
+    }
 }
 
 #[cfg(test)]

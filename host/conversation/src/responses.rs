@@ -17,7 +17,8 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
+use agl_wire::responses::{OutputContent, OutputItem, SummaryPart};
+use serde_json::Value;
 
 use crate::ConversationError;
 use crate::message::{
@@ -266,26 +267,47 @@ pub mod ids {
 }
 
 /// The reasoning output item.
-pub fn reasoning_item(id: &str, text: &str) -> Value {
-    json!({"type": "reasoning", "id": ids::reasoning(id),
-           "summary": [{"type": "summary_text", "text": text}]})
+pub fn reasoning_item(id: &str, text: &str) -> OutputItem {
+    OutputItem::Reasoning {
+        id: ids::reasoning(id),
+        summary: vec![SummaryPart::SummaryText {
+            text: text.to_string(),
+        }],
+    }
 }
 
 /// The assistant message output item.
-pub fn message_item(id: &str, text: &str) -> Value {
-    json!({"type": "message", "id": ids::message(id), "role": "assistant", "status": "completed",
-           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+pub fn message_item(id: &str, text: &str) -> OutputItem {
+    OutputItem::Message {
+        id: ids::message(id),
+        role: "assistant".to_string(),
+        status: COMPLETED.to_string(),
+        content: vec![OutputContent::text(text)],
+    }
 }
 
 /// The `i`th function_call output item.
-pub fn function_call_item(id: &str, i: usize, call_id: &str, name: &str, arguments: &str) -> Value {
-    json!({"type": "function_call", "id": ids::function_call(id, i), "call_id": call_id,
-           "name": name, "arguments": arguments, "status": "completed"})
+pub fn function_call_item(
+    id: &str,
+    i: usize,
+    call_id: &str,
+    name: &str,
+    arguments: &str,
+) -> OutputItem {
+    OutputItem::FunctionCall {
+        id: ids::function_call(id, i),
+        call_id: call_id.to_string(),
+        name: name.to_string(),
+        arguments: arguments.to_string(),
+        status: COMPLETED.to_string(),
+    }
 }
+
+const COMPLETED: &str = "completed";
 
 /// The response's `output` items for a turn: reasoning, the message, then
 /// each call (`call_id` [`ids::call`] unless the call has one).
-pub fn output_items(turn: &AssistantTurn, id: &str) -> Vec<Value> {
+pub fn output_items(turn: &AssistantTurn, id: &str) -> Vec<OutputItem> {
     let mut out = Vec::new();
     if let Some(r) = &turn.reasoning {
         out.push(reasoning_item(id, r));
@@ -309,6 +331,7 @@ pub fn output_items(turn: &AssistantTurn, id: &str) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// A Codex-like second request: developer message, user, the first
     /// answer's items sent back, the call's output.
@@ -368,7 +391,11 @@ mod tests {
             panic!()
         };
         let mut input = vec![json!({"role": "user", "content": "fix the bug"})];
-        input.extend(output_items(turn, "r1"));
+        input.extend(
+            output_items(turn, "r1")
+                .iter()
+                .map(|i| serde_json::to_value(i).unwrap()),
+        );
         let again = conversation(&json!({"input": input})).unwrap();
         let Message::Assistant(back) = &again.messages[1] else {
             panic!("{:?}", again.messages)

@@ -1,7 +1,11 @@
 //! `/v1/chat/completions`: the prompt from the chat template, and the
 //! response body and stream chunks in vLLM's shape.
 
-use serde_json::{Value, json};
+use agl_wire::openai::{
+    self, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatLogprobs, ChatMessage, ChunkChoice,
+    Delta, ToolCallDelta, Usage,
+};
+use serde_json::Value;
 
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
@@ -57,18 +61,14 @@ fn call_prefix(job: &Generation, index: usize) -> String {
     }
 }
 
-/// OpenAI `tool_calls` entries; `with_index` for stream deltas.
-fn calls_json(calls: &[ToolCall], id_prefix: &str, with_index: bool) -> Vec<Value> {
+/// OpenAI `tool_calls` entries.
+fn tool_calls(calls: &[ToolCall], id_prefix: &str) -> Vec<openai::ToolCall> {
     calls
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let mut v = json!({"id": format!("call_{id_prefix}_{i}"), "type": "function",
-                               "function": {"name": c.name, "arguments": c.arguments_text}});
-            if with_index {
-                v["index"] = json!(i);
-            }
-            v
+            let id = format!("call_{id_prefix}_{i}");
+            openai::ToolCall::function(id, c.name.clone(), c.arguments_text.clone())
         })
         .collect()
 }
@@ -80,69 +80,99 @@ pub fn choice(
     text: String,
     sampled: Sampled,
     finish: &str,
-) -> Value {
+) -> ChatChoice {
     let (content, calls) = message_parts(job, text);
     let finish = if calls.is_empty() {
         finish
     } else {
         "tool_calls"
     };
-    let mut choice = json!({
-        "index": index,
-        "message": {"role": "assistant", "content": content,
-                    "tool_calls": calls_json(&calls, &call_prefix(job, index), false)},
-        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, sampled)),
-        "finish_reason": finish,
-        "stop_reason": null,
-    });
-    if job.opts.return_token_ids {
-        choice["token_ids"] = json!(sampled.ids);
+    ChatChoice {
+        index,
+        message: ChatMessage {
+            content,
+            tool_calls: tool_calls(&calls, &call_prefix(job, index)),
+            ..ChatMessage::default()
+        },
+        logprobs: job.opts.logprobs.then(|| logprobs(job, sampled)),
+        finish_reason: Some(finish.to_string()),
+        stop_reason: None,
+        token_ids: job.opts.return_token_ids.then(|| sampled.ids.to_vec()),
     }
-    choice
 }
 
 /// The whole answer around its choices.
-pub fn body(job: &Generation, choices: Vec<Value>) -> Value {
-    let mut body = job.envelope("chat.completion");
-    if job.opts.return_token_ids {
-        body["prompt_token_ids"] = json!(job.prompt_ids);
+pub fn body(job: &Generation, choices: Vec<ChatChoice>) -> ChatCompletion {
+    ChatCompletion {
+        id: job.id.clone(),
+        object: openai::CHAT_COMPLETION.to_string(),
+        created: job.created,
+        model: job.model.to_string(),
+        prompt_token_ids: job.opts.return_token_ids.then(|| job.prompt_ids.clone()),
+        choices,
+        ..ChatCompletion::default()
     }
-    body["choices"] = json!(choices);
-    body
 }
 
-fn logprobs_json(job: &Generation, sampled: Sampled) -> Value {
-    let content: Vec<Value> = sampled
+fn logprobs(job: &Generation, sampled: Sampled) -> ChatLogprobs {
+    let content = sampled
         .tokens()
         .map(|(id, lp, top)| logprob_entry(&job.tokenizer, id, lp, top))
         .collect();
-    json!({ "content": content })
+    ChatLogprobs { content }
+}
+
+/// A chunk of choice `index` (its head filled in).
+fn chunk(job: &Generation, choice: ChunkChoice) -> ChatCompletionChunk {
+    ChatCompletionChunk {
+        id: job.id.clone(),
+        object: openai::CHAT_COMPLETION_CHUNK.to_string(),
+        created: job.created,
+        model: job.model.to_string(),
+        choices: vec![choice],
+        ..ChatCompletionChunk::default()
+    }
+}
+
+/// The usage chunk (`stream_options.include_usage`): no choices.
+pub fn usage_chunk(job: &Generation, usage: Usage) -> ChatCompletionChunk {
+    ChatCompletionChunk {
+        choices: Vec::new(),
+        usage: Some(usage),
+        ..chunk(job, ChunkChoice::default())
+    }
 }
 
 /// The opening chunk of choice `index`: the role, and (vLLM) the prompt ids.
-pub fn first_chunk(job: &Generation, index: usize) -> Value {
-    let mut chunk = job.envelope("chat.completion.chunk");
-    chunk["choices"] = json!([{"index": index, "delta": {"role": "assistant", "content": ""},
-                               "logprobs": null, "finish_reason": null}]);
-    if job.opts.return_token_ids {
-        chunk["prompt_token_ids"] = json!(job.prompt_ids);
-    }
-    chunk
+pub fn first_chunk(job: &Generation, index: usize) -> ChatCompletionChunk {
+    let mut first = chunk(
+        job,
+        ChunkChoice {
+            index,
+            delta: Delta::opening(),
+            ..ChunkChoice::default()
+        },
+    );
+    first.prompt_token_ids = job.opts.return_token_ids.then(|| job.prompt_ids.clone());
+    first
 }
 
-pub fn token_chunk(job: &Generation, index: usize, token: Sampled, text: &str) -> Value {
-    let mut choice = json!({
-        "index": index,
-        "delta": {"content": text},
-        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, token)),
-        "finish_reason": null,
-    });
-    if job.opts.return_token_ids {
-        choice["token_ids"] = json!(token.ids);
-    }
-    let mut chunk = job.envelope("chat.completion.chunk");
-    chunk["choices"] = json!([choice]);
-    chunk
+pub fn token_chunk(
+    job: &Generation,
+    index: usize,
+    token: Sampled,
+    text: &str,
+) -> ChatCompletionChunk {
+    chunk(
+        job,
+        ChunkChoice {
+            index,
+            delta: Delta::content(text),
+            logprobs: job.opts.logprobs.then(|| logprobs(job, token)),
+            token_ids: job.opts.return_token_ids.then(|| token.ids.to_vec()),
+            ..ChunkChoice::default()
+        },
+    )
 }
 
 /// The closing chunk of choice `index`: unsent content, or the parsed tool calls.
@@ -152,15 +182,25 @@ pub fn last_chunk(
     rest: &str,
     calls: &[ToolCall],
     finish: &str,
-) -> Value {
-    let (delta, finish) = if calls.is_empty() {
-        (json!({"content": rest}), finish)
+) -> ChatCompletionChunk {
+    let mut delta = Delta::content(rest);
+    let finish = if calls.is_empty() {
+        finish
     } else {
-        let calls = calls_json(calls, &call_prefix(job, index), true);
-        (json!({"content": rest, "tool_calls": calls}), "tool_calls")
+        delta.tool_calls = (0..)
+            .zip(tool_calls(calls, &call_prefix(job, index)))
+            .map(|(i, c)| ToolCallDelta::whole(i, c))
+            .collect();
+        "tool_calls"
     };
-    let mut chunk = job.envelope("chat.completion.chunk");
-    chunk["choices"] = json!([{"index": index, "delta": delta, "logprobs": null,
-                               "finish_reason": finish, "stop_reason": null}]);
-    chunk
+    chunk(
+        job,
+        ChunkChoice {
+            index,
+            delta,
+            finish_reason: Some(finish.to_string()),
+            stop_reason: Some(Value::Null),
+            ..ChunkChoice::default()
+        },
+    )
 }

@@ -1,7 +1,9 @@
 //! `/v1/completions`: a text (or token id) prompt, and the response body and
 //! stream chunks in vLLM's shape (prompt ids on the choice).
 
-use serde_json::{Map, Value, json};
+use agl_wire::openai::{self, Completion, CompletionChoice, CompletionLogprobs};
+use indexmap::IndexMap;
+use serde_json::Value;
 
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
@@ -33,51 +35,48 @@ pub fn choice(
     text: String,
     sampled: Sampled,
     finish: &str,
-) -> Value {
-    let mut choice = json!({
-        "index": index,
-        "text": text,
-        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, sampled, 0)),
-        "finish_reason": finish,
-        "stop_reason": null,
-    });
-    if job.opts.return_token_ids {
-        choice["prompt_token_ids"] = json!(job.prompt_ids);
-        choice["token_ids"] = json!(sampled.ids);
+) -> CompletionChoice {
+    let ids = job.opts.return_token_ids;
+    CompletionChoice {
+        index,
+        text,
+        logprobs: job.opts.logprobs.then(|| logprobs(job, sampled, 0)),
+        finish_reason: Some(finish.to_string()),
+        stop_reason: Some(Value::Null),
+        prompt_token_ids: ids.then(|| job.prompt_ids.clone()),
+        token_ids: ids.then(|| sampled.ids.to_vec()),
     }
-    choice
 }
 
-/// The whole answer around its choices.
-pub fn body(job: &Generation, choices: Vec<Value>) -> Value {
-    let mut body = job.envelope("text_completion");
-    body["choices"] = json!(choices);
-    body
+/// The whole answer around its choices (a chunk is the same shape).
+pub fn body(job: &Generation, choices: Vec<CompletionChoice>) -> Completion {
+    Completion {
+        id: job.id.clone(),
+        object: openai::TEXT_COMPLETION.to_string(),
+        created: job.created,
+        model: job.model.to_string(),
+        choices,
+        ..Completion::default()
+    }
 }
 
 /// Legacy logprobs: `top_logprobs` maps the `logprobs` most likely tokens
 /// and the sampled one to their logprobs (vLLM's shape).
-fn logprobs_json(job: &Generation, sampled: Sampled, offset: usize) -> Value {
+fn logprobs(job: &Generation, sampled: Sampled, offset: usize) -> CompletionLogprobs {
     let mut tokens = Vec::with_capacity(sampled.ids.len());
     let mut tops = Vec::with_capacity(sampled.ids.len());
     for (id, lp, top) in sampled.tokens() {
         let token = job.token_text(id);
-        let mut map = Map::new();
+        let mut map = IndexMap::new();
         for &(alt, alt_lp) in top {
-            map.entry(job.token_text(alt)).or_insert(json!(alt_lp));
+            map.entry(job.token_text(alt)).or_insert(f64::from(alt_lp));
         }
-        map.entry(token.clone()).or_insert(json!(lp));
-        tops.push(Value::Object(map));
+        map.entry(token.clone()).or_insert(f64::from(lp));
+        tops.push(map);
         tokens.push(token);
     }
-    let mut offsets = Vec::with_capacity(tokens.len());
-    let mut at = offset;
-    for t in &tokens {
-        offsets.push(at);
-        at += t.len();
-    }
-    json!({"tokens": tokens, "token_logprobs": sampled.logprobs, "top_logprobs": tops,
-           "text_offset": offsets})
+    let values = sampled.logprobs.iter().map(|&lp| f64::from(lp)).collect();
+    CompletionLogprobs::new(tokens, values, tops, offset)
 }
 
 pub fn token_chunk(
@@ -86,27 +85,26 @@ pub fn token_chunk(
     token: Sampled,
     text: &str,
     first: bool,
-) -> Value {
-    let mut choice = json!({
-        "index": index,
-        "text": text,
-        "logprobs": job.opts.logprobs.then(|| logprobs_json(job, token, 0)),
-        "finish_reason": null,
-    });
-    if job.opts.return_token_ids {
-        choice["token_ids"] = json!(token.ids);
-        if first {
-            choice["prompt_token_ids"] = json!(job.prompt_ids);
-        }
-    }
-    let mut chunk = job.envelope("text_completion");
-    chunk["choices"] = json!([choice]);
-    chunk
+) -> Completion {
+    let ids = job.opts.return_token_ids;
+    let choice = CompletionChoice {
+        index,
+        text: text.to_string(),
+        logprobs: job.opts.logprobs.then(|| logprobs(job, token, 0)),
+        token_ids: ids.then(|| token.ids.to_vec()),
+        prompt_token_ids: (ids && first).then(|| job.prompt_ids.clone()),
+        ..CompletionChoice::default()
+    };
+    body(job, vec![choice])
 }
 
-pub fn last_chunk(job: &Generation, index: usize, rest: &str, finish: &str) -> Value {
-    let mut chunk = job.envelope("text_completion");
-    chunk["choices"] = json!([{"index": index, "text": rest, "logprobs": null,
-                               "finish_reason": finish, "stop_reason": null}]);
-    chunk
+pub fn last_chunk(job: &Generation, index: usize, rest: &str, finish: &str) -> Completion {
+    let choice = CompletionChoice {
+        index,
+        text: rest.to_string(),
+        finish_reason: Some(finish.to_string()),
+        stop_reason: Some(Value::Null),
+        ..CompletionChoice::default()
+    };
+    body(job, vec![choice])
 }

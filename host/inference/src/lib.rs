@@ -59,10 +59,13 @@ use axum::routing::{get, post};
 /// answers a prompt too long for its context with a 400 of its own
 /// (axum's default would refuse anything over 2 MB).
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024 * 1024;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use agl_conversation::{Family, ToolFormat};
 use agl_tokenizer::Tokenizer;
+use agl_wire::openai::{
+    ChatChoice, CompletionChoice, ModelCard, ModelList, TokenLogprob, TopLogprob, Usage,
+};
 use agl_wire::{ApiError, WEIGHT_VERSION_HEADER};
 use options::Options;
 use text::{TextState, final_text, first_marker};
@@ -189,19 +192,13 @@ pub struct Generation {
 }
 
 impl Generation {
-    pub fn envelope(&self, object: &str) -> Value {
-        json!({"id": self.id, "object": object, "created": self.created, "model": &*self.model})
-    }
-
     /// One token's text, special tokens included.
     pub fn token_text(&self, id: u32) -> String {
         self.tokenizer.decode(&[id], false).unwrap_or_default()
     }
 
-    fn usage(&self, completion: usize) -> Value {
-        let prompt = self.prompt_ids.len();
-        json!({"prompt_tokens": prompt, "completion_tokens": completion,
-               "total_tokens": prompt + completion})
+    fn usage(&self, completion: usize) -> Usage {
+        Usage::new(self.prompt_ids.len(), completion)
     }
 }
 
@@ -231,18 +228,24 @@ impl<'a> Sampled<'a> {
 }
 
 /// A chat logprobs `content` entry, with its alternatives.
-pub fn logprob_entry(tokenizer: &Tokenizer, id: u32, logprob: f32, top: &[(u32, f32)]) -> Value {
+pub fn logprob_entry(
+    tokenizer: &Tokenizer,
+    id: u32,
+    logprob: f32,
+    top: &[(u32, f32)],
+) -> TokenLogprob {
     let text = |id: u32| tokenizer.decode(&[id], false).unwrap_or_default();
     let token = text(id);
-    let alternatives: Vec<Value> = top
+    let top_logprobs = top
         .iter()
-        .map(|&(id, lp)| {
-            let t = text(id);
-            json!({"token": t, "logprob": lp, "bytes": t.as_bytes()})
-        })
+        .map(|&(id, lp)| TopLogprob::new(text(id), f64::from(lp)))
         .collect();
-    json!({"token": token, "logprob": logprob, "bytes": token.as_bytes(),
-           "top_logprobs": alternatives})
+    TokenLogprob {
+        bytes: Some(token.as_bytes().to_vec()),
+        token,
+        logprob: f64::from(logprob),
+        top_logprobs,
+    }
 }
 
 async fn chat_route(State(s): State<InferenceServer>, body: Bytes) -> Response {
@@ -253,11 +256,10 @@ async fn completions_route(State(s): State<InferenceServer>, body: Bytes) -> Res
     answer(s, Api::Completions, body).await
 }
 
-async fn models(State(s): State<InferenceServer>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [{
-        "id": &*s.model_name, "object": "model", "created": now_s(), "owned_by": "agl",
-        "max_model_len": s.engine.max_len(),
-    }]}))
+async fn models(State(s): State<InferenceServer>) -> Json<ModelList> {
+    let mut card = ModelCard::new(s.model_name.to_string(), now_s(), "agl");
+    card.max_model_len = Some(s.engine.max_len() as u64);
+    Json(ModelList::of(vec![card]))
 }
 
 async fn answer(s: InferenceServer, api: Api, body: Bytes) -> Response {
@@ -338,7 +340,10 @@ async fn complete(
     job: Generation,
     events: Vec<tokio::sync::mpsc::UnboundedReceiver<EngineEvent>>,
 ) -> Result<Response, ApiError> {
-    let mut choices = Vec::with_capacity(events.len());
+    let mut choices = match job.api {
+        Api::Chat => Choices::Chat(Vec::with_capacity(events.len())),
+        Api::Completions => Choices::Text(Vec::with_capacity(events.len())),
+    };
     let (mut completion_tokens, mut version) = (0, 0);
     for (index, rx) in events.into_iter().enumerate() {
         let f = finished(rx).await?;
@@ -349,20 +354,33 @@ async fn complete(
             logprobs: &f.logprobs,
             top: &f.top_logprobs,
         };
-        choices.push(match job.api {
-            Api::Chat => chat::choice(&job, index, text, sampled, reason),
-            Api::Completions => completions::choice(&job, index, text, sampled, reason),
-        });
+        match &mut choices {
+            Choices::Chat(c) => c.push(chat::choice(&job, index, text, sampled, reason)),
+            Choices::Text(c) => c.push(completions::choice(&job, index, text, sampled, reason)),
+        }
         completion_tokens += f.response_ids.len();
         version = version.max(f.weight_version);
     }
-    let mut body = match job.api {
-        Api::Chat => chat::body(&job, choices),
-        Api::Completions => completions::body(&job, choices),
-    };
-    body["usage"] = job.usage(completion_tokens);
-    body["weight_version"] = json!(version);
-    Ok(Json(body).into_response())
+    let version = Some(Value::from(version));
+    let usage = Some(job.usage(completion_tokens));
+    Ok(match choices {
+        Choices::Chat(choices) => {
+            let mut body = chat::body(&job, choices);
+            (body.usage, body.weight_version) = (usage, version);
+            Json(body).into_response()
+        }
+        Choices::Text(choices) => {
+            let mut body = completions::body(&job, choices);
+            (body.usage, body.weight_version) = (usage, version);
+            Json(body).into_response()
+        }
+    })
+}
+
+/// The choices of a whole answer, in its API's shape.
+enum Choices {
+    Chat(Vec<ChatChoice>),
+    Text(Vec<CompletionChoice>),
 }
 
 /// The sequence's end, skipping its token events.

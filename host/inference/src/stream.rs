@@ -6,10 +6,12 @@
 use std::io;
 
 use agl_trainer::engine::EngineEvent;
+use agl_wire::openai::Completion;
 use axum::body::{Body, Bytes};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::text::{TextState, final_text};
@@ -37,8 +39,9 @@ pub fn respond(job: Generation, events: Vec<mpsc::UnboundedReceiver<EngineEvent>
         .into_response()
 }
 
-fn sse(v: &Value) -> Result<Bytes, io::Error> {
-    Ok(Bytes::from(format!("data: {v}\n\n")))
+fn sse(v: &impl Serialize) -> Result<Bytes, io::Error> {
+    let data = serde_json::to_string(v).map_err(io::Error::other)?;
+    Ok(Bytes::from(format!("data: {data}\n\n")))
 }
 
 /// One choice being streamed: its decoded text so far.
@@ -82,7 +85,7 @@ async fn pump(
     let (mut open, mut completion_tokens) = (choices.len(), 0);
     while let Some((index, event)) = merged.next().await {
         let choice = &mut choices[index];
-        let chunk = match event {
+        let frame = match event {
             EngineEvent::Token { id, logprob, top } => {
                 let delta = choice.text.push(id);
                 let token = Sampled {
@@ -90,35 +93,44 @@ async fn pump(
                     logprobs: &[logprob],
                     top: std::slice::from_ref(&top),
                 };
-                let chunk = match job.api {
-                    Api::Chat => chat::token_chunk(&job, index, token, &delta),
-                    Api::Completions => {
-                        completions::token_chunk(&job, index, token, &delta, choice.first)
-                    }
+                let frame = match job.api {
+                    Api::Chat => sse(&chat::token_chunk(&job, index, token, &delta)),
+                    Api::Completions => sse(&completions::token_chunk(
+                        &job,
+                        index,
+                        token,
+                        &delta,
+                        choice.first,
+                    )),
                 };
                 choice.first = false;
-                chunk
+                frame
             }
             EngineEvent::Finished(f) => {
                 let full = final_text(&job.tokenizer, &f.response_ids, &job.opts.stop);
                 let reason = f.finish_reason.as_str();
-                let mut last = match job.api {
+                let version = Some(Value::from(f.weight_version));
+                completion_tokens += f.response_ids.len();
+                open -= 1;
+                match job.api {
                     Api::Chat => {
                         let (content, calls) = chat::message_parts(&job, full);
                         let content = content.unwrap_or_default();
-                        chat::last_chunk(&job, index, choice.text.rest(&content), &calls, reason)
+                        let rest = choice.text.rest(&content);
+                        let mut last = chat::last_chunk(&job, index, rest, &calls, reason);
+                        last.weight_version = version;
+                        sse(&last)
                     }
                     Api::Completions => {
-                        completions::last_chunk(&job, index, choice.text.rest(&full), reason)
+                        let rest = choice.text.rest(&full);
+                        let mut last = completions::last_chunk(&job, index, rest, reason);
+                        last.weight_version = version;
+                        sse(&last)
                     }
-                };
-                last["weight_version"] = json!(f.weight_version);
-                completion_tokens += f.response_ids.len();
-                open -= 1;
-                last
+                }
             }
         };
-        if tx.send(sse(&chunk)).await.is_err() {
+        if tx.send(frame).await.is_err() {
             return;
         }
         if open == 0 {
@@ -131,13 +143,15 @@ async fn pump(
         return;
     }
     if job.opts.include_usage {
-        let mut usage = job.envelope(match job.api {
-            Api::Chat => "chat.completion.chunk",
-            Api::Completions => "text_completion",
-        });
-        usage["choices"] = json!([]);
-        usage["usage"] = job.usage(completion_tokens);
-        let _ = tx.send(sse(&usage)).await;
+        let usage = job.usage(completion_tokens);
+        let frame = match job.api {
+            Api::Chat => sse(&chat::usage_chunk(&job, usage)),
+            Api::Completions => sse(&Completion {
+                usage: Some(usage),
+                ..completions::body(&job, Vec::new())
+            }),
+        };
+        let _ = tx.send(frame).await;
     }
     let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
 }

@@ -1,6 +1,11 @@
 //! Non-streamed response bodies and the logprob shapes shared with streams.
 
-use serde_json::{Map, Value, json};
+use agl_wire::openai::{
+    self, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatLogprobs, ChatMessage, ChunkChoice,
+    Completion, CompletionChoice, CompletionLogprobs, TokenLogprob, ToolCall, TopLogprob, Usage,
+};
+use indexmap::IndexMap;
+use serde_json::Value;
 
 use super::api::Params;
 use super::plan::Plan;
@@ -19,136 +24,151 @@ pub struct Call {
 }
 
 impl Call {
-    pub fn usage(&self) -> Value {
-        let prompt = self.params.prompt_ids.len();
-        let completion = self.plan.ids().len();
-        json!({
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        })
+    pub fn usage(&self) -> Usage {
+        Usage::new(self.params.prompt_ids.len(), self.plan.ids().len())
     }
 
     /// The complete response body.
     pub fn body(&self) -> Value {
-        match self.params.endpoint {
-            Endpoint::Chat => self.chat_body(),
-            Endpoint::Completions => self.completion_body(),
-            Endpoint::Generate => super::sglang::body(self),
-        }
+        let typed = match self.params.endpoint {
+            Endpoint::Chat => serde_json::to_value(self.chat_body()),
+            Endpoint::Completions => serde_json::to_value(self.completion_body()),
+            Endpoint::Generate => return super::sglang::body(self),
+        };
+        typed.unwrap_or_default()
     }
 
-    fn chat_body(&self) -> Value {
+    fn chat_body(&self) -> ChatCompletion {
         let ids = self.plan.ids();
-        let calls: Vec<Value> = self
+        let tool_calls: Vec<ToolCall> = self
             .plan
             .tool_calls()
             .into_iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments}})
-            })
+            .map(|c| ToolCall::function(c.id, c.name, c.arguments))
             .collect();
         let content = self.plan.content();
         // OpenAI sends null content beside tool calls.
-        let content = if content.is_empty() && !calls.is_empty() {
-            Value::Null
-        } else {
-            Value::String(content)
+        let content = (!content.is_empty() || tool_calls.is_empty()).then_some(content);
+        let with_ids = self.params.return_token_ids;
+        let choice = ChatChoice {
+            index: 0,
+            message: ChatMessage {
+                content,
+                tool_calls,
+                ..ChatMessage::default()
+            },
+            logprobs: self.params.logprobs.map(|k| chat_logprobs(&ids, 0, k)),
+            finish_reason: Some(self.plan.finish.as_str().to_string()),
+            stop_reason: None,
+            token_ids: with_ids.then(|| ids.clone()),
         };
-        let mut choice = json!({
-            "index": 0,
-            "message": {"role": "assistant", "content": content, "tool_calls": calls},
-            "logprobs": self.params.logprobs.map(|k| chat_logprobs(&ids, 0, k)),
-            "finish_reason": self.plan.finish.as_str(),
-            "stop_reason": null,
-        });
-        let mut body = self.envelope("chat.completion");
-        if self.params.return_token_ids {
-            insert(&mut body, "prompt_token_ids", json!(self.params.prompt_ids));
-            insert(&mut choice, "token_ids", json!(ids));
+        ChatCompletion {
+            id: self.id.clone(),
+            object: openai::CHAT_COMPLETION.to_string(),
+            created: self.created,
+            model: self.params.model.clone(),
+            prompt_token_ids: with_ids.then(|| self.params.prompt_ids.clone()),
+            choices: vec![choice],
+            usage: Some(self.usage()),
+            weight_version: None,
         }
-        insert(&mut body, "choices", json!([choice]));
-        insert(&mut body, "usage", self.usage());
-        body
     }
 
-    fn completion_body(&self) -> Value {
+    fn completion_body(&self) -> Completion {
         let ids = self.plan.ids();
-        let mut choice = json!({
-            "index": 0,
-            "text": self.plan.content(),
-            "logprobs": self.params.logprobs.map(|k| completion_logprobs(&ids, 0, k)),
-            "finish_reason": self.plan.finish.as_str(),
-            "stop_reason": null,
-        });
-        if self.params.return_token_ids {
+        let with_ids = self.params.return_token_ids;
+        let choice = CompletionChoice {
+            index: 0,
+            text: self.plan.content(),
+            logprobs: self
+                .params
+                .logprobs
+                .map(|k| completion_logprobs(&ids, 0, k)),
+            finish_reason: Some(self.plan.finish.as_str().to_string()),
+            stop_reason: Some(Value::Null),
             // vLLM puts completions' prompt ids on the choice.
-            insert(
-                &mut choice,
-                "prompt_token_ids",
-                json!(self.params.prompt_ids),
-            );
-            insert(&mut choice, "token_ids", json!(ids));
+            prompt_token_ids: with_ids.then(|| self.params.prompt_ids.clone()),
+            token_ids: with_ids.then_some(ids),
+        };
+        Completion {
+            choices: vec![choice],
+            usage: Some(self.usage()),
+            ..self.completion_head()
         }
-        let mut body = self.envelope("text_completion");
-        insert(&mut body, "choices", json!([choice]));
-        insert(&mut body, "usage", self.usage());
-        body
     }
 
-    /// `id`, `object`, `created`, `model`: the head of every body and chunk.
-    pub fn envelope(&self, object: &str) -> Value {
-        json!({"id": self.id, "object": object, "created": self.created, "model": self.params.model})
+    /// A chat chunk with `choices` (the head of every chat chunk).
+    pub fn chat_chunk(&self, choices: Vec<ChunkChoice>) -> ChatCompletionChunk {
+        ChatCompletionChunk {
+            id: self.id.clone(),
+            object: openai::CHAT_COMPLETION_CHUNK.to_string(),
+            created: self.created,
+            model: self.params.model.clone(),
+            choices,
+            ..ChatCompletionChunk::default()
+        }
     }
-}
 
-/// Sets `key` on a JSON object (no-op on other values).
-pub fn insert(target: &mut Value, key: &str, value: Value) {
-    if let Some(map) = target.as_object_mut() {
-        map.insert(key.to_owned(), value);
+    /// A completions body (or chunk) without choices.
+    pub fn completion_head(&self) -> Completion {
+        Completion {
+            id: self.id.clone(),
+            object: openai::TEXT_COMPLETION.to_string(),
+            created: self.created,
+            model: self.params.model.clone(),
+            ..Completion::default()
+        }
     }
 }
 
 /// Chat logprobs for `ids` sampled at positions `start..`, `top` alternatives each.
-pub fn chat_logprobs(ids: &[u32], start: usize, top: usize) -> Value {
-    let content: Vec<Value> = ids
+pub fn chat_logprobs(ids: &[u32], start: usize, top: usize) -> ChatLogprobs {
+    let content = ids
         .iter()
         .enumerate()
         .map(|(offset, &id)| {
             let pos = start + offset;
-            let tops: Vec<Value> = (0..top)
+            let top_logprobs = (0..top)
                 .map(|rank| {
                     let alt = alternative(id, rank);
-                    json!({"token": token_str(alt), "logprob": top_logprob(pos, rank),
-                           "bytes": [id_byte(alt)]})
+                    TopLogprob {
+                        token: token_str(alt),
+                        logprob: top_logprob(pos, rank),
+                        bytes: Some(vec![id_byte(alt)]),
+                    }
                 })
                 .collect();
-            json!({"token": token_str(id), "logprob": logprob(pos), "bytes": [id_byte(id)],
-                   "top_logprobs": tops})
+            TokenLogprob {
+                token: token_str(id),
+                logprob: logprob(pos),
+                bytes: Some(vec![id_byte(id)]),
+                top_logprobs,
+            }
         })
         .collect();
-    json!({ "content": content })
+    ChatLogprobs { content }
 }
 
 /// Legacy completions logprobs; the sampled token is always among the tops.
-pub fn completion_logprobs(ids: &[u32], start: usize, top: usize) -> Value {
-    let tokens: Vec<String> = ids.iter().map(|&id| token_str(id)).collect();
-    let lps: Vec<f64> = (0..ids.len()).map(|i| logprob(start + i)).collect();
-    let tops: Vec<Value> = ids
+pub fn completion_logprobs(ids: &[u32], start: usize, top: usize) -> CompletionLogprobs {
+    let tops = ids
         .iter()
         .enumerate()
         .map(|(offset, &id)| {
-            let mut map = Map::new();
+            let mut map = IndexMap::new();
             for rank in (0..top.max(1)).rev() {
                 // Reverse so the sampled token wins if two alternatives print alike.
                 let alt = alternative(id, rank);
-                map.insert(token_str(alt), json!(top_logprob(start + offset, rank)));
+                map.insert(token_str(alt), top_logprob(start + offset, rank));
             }
-            Value::Object(map)
+            map
         })
         .collect();
-    // One byte per token, so a token's text offset is its position.
-    let offsets: Vec<usize> = (start..start + ids.len()).collect();
-    json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+    CompletionLogprobs {
+        tokens: ids.iter().map(|&id| token_str(id)).collect(),
+        token_logprobs: (0..ids.len()).map(|i| logprob(start + i)).collect(),
+        top_logprobs: tops,
+        // One byte per token, so a token's text offset is its position.
+        text_offset: (start..start + ids.len()).collect(),
+    }
 }

@@ -3,14 +3,18 @@
 use std::io;
 use std::time::Duration;
 
+use agl_wire::openai::{
+    ChatCompletionChunk, ChunkChoice, Completion, CompletionChoice, Delta as OpenAiDelta,
+    ToolCallDelta,
+};
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::faults::{Action, Decision};
-use super::plan::Delta;
-use super::response::{Call, chat_logprobs, completion_logprobs, insert};
+use super::plan::Delta as PlanDelta;
+use super::response::{Call, chat_logprobs, completion_logprobs};
 use super::script::Endpoint;
 use super::state::Answering;
 
@@ -73,122 +77,111 @@ fn paced(
 
 /// Every chunk body of the stream, before `[DONE]`.
 pub fn chunks(call: &Call) -> Vec<Value> {
-    match call.params.endpoint {
-        Endpoint::Chat => chat_chunks(call),
-        Endpoint::Completions => completion_chunks(call),
-        Endpoint::Generate => super::sglang::chunks(call),
-    }
+    let typed: Vec<Result<Value, _>> = match call.params.endpoint {
+        Endpoint::Chat => chat_chunks(call).iter().map(serde_json::to_value).collect(),
+        Endpoint::Completions => completion_chunks(call)
+            .iter()
+            .map(serde_json::to_value)
+            .collect(),
+        Endpoint::Generate => return super::sglang::chunks(call),
+    };
+    typed.into_iter().filter_map(Result::ok).collect()
 }
 
-fn chat_chunks(call: &Call) -> Vec<Value> {
+fn chat_chunks(call: &Call) -> Vec<ChatCompletionChunk> {
     let params = &call.params;
     let mut out = Vec::new();
-    let mut first = chat_chunk(
-        call,
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    );
-    if params.return_token_ids {
-        // vLLM sends the prompt ids once, on the first chunk.
-        insert(&mut first, "prompt_token_ids", json!(params.prompt_ids));
-    }
+    let mut first = call.chat_chunk(vec![ChunkChoice {
+        delta: OpenAiDelta::opening(),
+        ..ChunkChoice::default()
+    }]);
+    // vLLM sends the prompt ids once, on the first chunk.
+    first.prompt_token_ids = params.return_token_ids.then(|| params.prompt_ids.clone());
     out.push(first);
     let mut pos = 0;
     for piece in &call.plan.pieces {
         let delta = match &piece.delta {
-            Delta::Content(text) => json!({"content": text}),
-            Delta::ToolStart { index, id, name } => json!({"tool_calls": [{
-                "index": index, "id": id, "type": "function",
-                "function": {"name": name, "arguments": ""},
-            }]}),
-            Delta::ToolArgs { index, arguments } => json!({"tool_calls": [{
-                "index": index, "function": {"arguments": arguments},
-            }]}),
+            PlanDelta::Content(text) => OpenAiDelta::content(text.clone()),
+            PlanDelta::ToolStart { index, id, name } => OpenAiDelta {
+                tool_calls: vec![ToolCallDelta::start(*index, id.clone(), name.clone())],
+                ..OpenAiDelta::default()
+            },
+            PlanDelta::ToolArgs { index, arguments } => OpenAiDelta {
+                tool_calls: vec![ToolCallDelta::arguments(*index, arguments.clone())],
+                ..OpenAiDelta::default()
+            },
         };
-        let mut chunk = chat_chunk(call, delta, Value::Null);
-        if let Some(top) = params.logprobs {
-            set_choice(&mut chunk, "logprobs", chat_logprobs(&piece.ids, pos, top));
-        }
-        if params.return_token_ids {
-            set_choice(&mut chunk, "token_ids", json!(piece.ids));
-        }
+        out.push(call.chat_chunk(vec![ChunkChoice {
+            delta,
+            logprobs: params.logprobs.map(|top| chat_logprobs(&piece.ids, pos, top)),
+            token_ids: params.return_token_ids.then(|| piece.ids.clone()),
+            ..ChunkChoice::default()
+        }]));
         pos += piece.ids.len();
-        out.push(chunk);
     }
-    let mut last = chat_chunk(call, json!({}), json!(call.plan.finish.as_str()));
-    set_choice(&mut last, "stop_reason", Value::Null);
-    out.push(last);
-    push_usage(call, "chat.completion.chunk", &mut out);
+    out.push(call.chat_chunk(vec![ChunkChoice {
+        finish_reason: Some(call.plan.finish.as_str().to_string()),
+        stop_reason: Some(Value::Null),
+        ..ChunkChoice::default()
+    }]));
+    if params.include_usage {
+        // With `stream_options.include_usage`, a last chunk with no choices.
+        out.push(ChatCompletionChunk {
+            usage: Some(call.usage()),
+            ..call.chat_chunk(Vec::new())
+        });
+    }
     out
 }
 
-fn chat_chunk(call: &Call, delta: Value, finish: Value) -> Value {
-    let mut chunk = call.envelope("chat.completion.chunk");
-    insert(
-        &mut chunk,
-        "choices",
-        json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]),
-    );
-    chunk
-}
-
-fn completion_chunks(call: &Call) -> Vec<Value> {
+fn completion_chunks(call: &Call) -> Vec<Completion> {
     let params = &call.params;
     let mut out = Vec::new();
     let mut pos = 0;
     for piece in &call.plan.pieces {
         let text = match &piece.delta {
-            Delta::Content(text) => text.clone(),
+            PlanDelta::Content(text) => text.clone(),
             // Completion plans hold content only; keep arguments if one slips in.
-            Delta::ToolArgs { arguments, .. } => arguments.clone(),
-            Delta::ToolStart { .. } => String::new(),
+            PlanDelta::ToolArgs { arguments, .. } => arguments.clone(),
+            PlanDelta::ToolStart { .. } => String::new(),
         };
-        let mut chunk = completion_chunk(call, &text, Value::Null);
-        if let Some(top) = params.logprobs {
-            set_choice(
-                &mut chunk,
-                "logprobs",
-                completion_logprobs(&piece.ids, pos, top),
-            );
-        }
-        if params.return_token_ids {
-            set_choice(&mut chunk, "token_ids", json!(piece.ids));
-        }
+        out.push(completion_chunk(
+            call,
+            CompletionChoice {
+                text,
+                logprobs: params
+                    .logprobs
+                    .map(|top| completion_logprobs(&piece.ids, pos, top)),
+                token_ids: params.return_token_ids.then(|| piece.ids.clone()),
+                ..CompletionChoice::default()
+            },
+        ));
         pos += piece.ids.len();
-        out.push(chunk);
     }
-    out.push(completion_chunk(call, "", json!(call.plan.finish.as_str())));
+    out.push(completion_chunk(
+        call,
+        CompletionChoice {
+            finish_reason: Some(call.plan.finish.as_str().to_string()),
+            ..CompletionChoice::default()
+        },
+    ));
     if params.return_token_ids
-        && let Some(first) = out.first_mut()
+        && let Some(choice) = out.first_mut().and_then(|c| c.choices.first_mut())
     {
-        set_choice(first, "prompt_token_ids", json!(params.prompt_ids));
+        choice.prompt_token_ids = Some(params.prompt_ids.clone());
     }
-    push_usage(call, "text_completion", &mut out);
+    if params.include_usage {
+        out.push(Completion {
+            usage: Some(call.usage()),
+            ..call.completion_head()
+        });
+    }
     out
 }
 
-fn completion_chunk(call: &Call, text: &str, finish: Value) -> Value {
-    let mut chunk = call.envelope("text_completion");
-    insert(
-        &mut chunk,
-        "choices",
-        json!([{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]),
-    );
-    chunk
-}
-
-/// With `stream_options.include_usage`, a last chunk with no choices.
-fn push_usage(call: &Call, object: &str, out: &mut Vec<Value>) {
-    if call.params.include_usage {
-        let mut chunk = call.envelope(object);
-        insert(&mut chunk, "choices", json!([]));
-        insert(&mut chunk, "usage", call.usage());
-        out.push(chunk);
-    }
-}
-
-fn set_choice(chunk: &mut Value, key: &str, value: Value) {
-    if let Some(choice) = chunk.pointer_mut("/choices/0") {
-        insert(choice, key, value);
+fn completion_chunk(call: &Call, choice: CompletionChoice) -> Completion {
+    Completion {
+        choices: vec![choice],
+        ..call.completion_head()
     }
 }

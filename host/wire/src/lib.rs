@@ -11,12 +11,19 @@
 //! - [`json`]: [`json::JsonText`], JSON kept as text, and the nesting and
 //!   number limits every stored document is checked against.
 //! - [`error`]: the `{"error": {"message", "type"}}` body.
+//! - [`openai`], [`anthropic`], [`responses`]: the model API bodies agl
+//!   builds (Chat Completions and Completions with vLLM's token fields,
+//!   Messages, Responses), shared by the gateway, the inference server and
+//!   the test engine.
 
+pub mod anthropic;
 pub mod api;
 pub mod error;
 pub mod json;
 pub mod metrics;
+pub mod openai;
 pub mod record;
+pub mod responses;
 pub mod rollout;
 pub mod urls;
 

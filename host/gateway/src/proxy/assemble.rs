@@ -1,14 +1,19 @@
 //! Builds the full call record out of SSE chunks as they pass through:
 //! content (or text), tool calls, token ids, logprobs, finish reason, usage.
 
-use serde_json::{Map, Value, json};
+use agl_wire::openai::{
+    self, ChatChoice, ChatCompletion, ChatLogprobs, ChatMessage, Completion, CompletionChoice,
+    CompletionLogprobs, TokenLogprob, Usage,
+};
+use serde::Deserialize;
+use serde_json::Value;
 
 use super::record::{Tokens, ids, logprobs, version_text};
 use agl_wire::rollout::ApiKind;
 
 #[derive(Default)]
 struct ToolCall {
-    id: Value,
+    id: String,
     name: String,
     arguments: String,
 }
@@ -24,46 +29,49 @@ struct ChoiceParts {
     /// Chat `reasoning_content` (or vLLM's `reasoning`) deltas.
     reasoning: String,
     tools: Vec<ToolCall>,
-    /// Chat logprob entries, or completions' sampled logprobs.
-    chat_logprobs: Vec<Value>,
+    /// Chat logprob entries (completions' sampled logprobs are the tokens').
+    chat_logprobs: Vec<TokenLogprob>,
     tokens: Tokens,
 }
 
 /// A streamed answer put back together, one part per choice `index`.
 pub struct Assembler {
     api: ApiKind,
-    head: Map<String, Value>,
+    /// The first chunk's `id`, `created` and `model`.
+    head: Option<(String, u64, String)>,
     /// vLLM sends prompt ids once: top level for chat, on a choice for
     /// completions; they are every choice's.
     prompt_ids: Vec<u32>,
     engine_weight_version: Option<String>,
     choices: Vec<ChoiceParts>,
-    usage: Value,
+    usage: Option<Usage>,
 }
 
 impl Assembler {
     pub fn new(api: ApiKind) -> Self {
         Assembler {
             api,
-            head: Map::new(),
+            head: None,
             prompt_ids: Vec::new(),
             engine_weight_version: None,
             choices: Vec::new(),
-            usage: Value::Null,
+            usage: None,
         }
     }
 
     /// Folds one chunk (the JSON after `data: `) in.
     pub fn push(&mut self, chunk: &Value) {
-        if self.head.is_empty() {
-            for key in ["id", "created", "model"] {
-                if let Some(v) = chunk.get(key) {
-                    self.head.insert(key.into(), v.clone());
-                }
-            }
+        if self.head.is_none() {
+            let text = |key: &str| match chunk.get(key) {
+                Some(Value::String(s)) => s.clone(),
+                Some(v) if !v.is_null() => v.to_string(),
+                _ => String::new(),
+            };
+            let created = chunk.get("created").and_then(Value::as_u64).unwrap_or(0);
+            self.head = Some((text("id"), created, text("model")));
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-            self.usage = u.clone();
+            self.usage = serde_json::from_value(u.clone()).ok();
         }
         if let Some(v) = chunk.get("weight_version").and_then(version_text) {
             self.engine_weight_version = Some(v);
@@ -103,23 +111,29 @@ impl Assembler {
         let mut tokens = std::mem::take(&mut parts.tokens);
         tokens.prompt_ids = self.prompt_ids.clone();
         tokens.engine_weight_version = self.engine_weight_version.clone();
-        let mut body = self.head.clone();
-        let choice = parts.response(self.api, index, &tokens);
-        body.insert(
-            "object".into(),
-            json!(match self.api {
-                ApiKind::ChatCompletions => "chat.completion",
-                _ => "text_completion",
+        let (id, created, model) = self.head.clone().unwrap_or_default();
+        let body = match self.api {
+            ApiKind::ChatCompletions => serde_json::to_value(ChatCompletion {
+                id,
+                object: openai::CHAT_COMPLETION.to_string(),
+                created,
+                model,
+                prompt_token_ids: Some(tokens.prompt_ids.clone()),
+                choices: vec![parts.chat_choice(index, &tokens)],
+                usage: self.usage,
+                weight_version: None,
             }),
-        );
-        if self.api == ApiKind::ChatCompletions {
-            body.insert("prompt_token_ids".into(), json!(tokens.prompt_ids));
-        }
-        body.insert("choices".into(), json!([choice]));
-        if !self.usage.is_null() {
-            body.insert("usage".into(), self.usage.clone());
-        }
-        (Value::Object(body), tokens)
+            _ => serde_json::to_value(Completion {
+                id,
+                object: openai::TEXT_COMPLETION.to_string(),
+                created,
+                model,
+                choices: vec![parts.completion_choice(index, &tokens)],
+                usage: self.usage,
+                weight_version: None,
+            }),
+        };
+        (body.unwrap_or_default(), tokens)
     }
 }
 
@@ -131,7 +145,8 @@ impl ChoiceParts {
         let lp = choice.get("logprobs").filter(|v| !v.is_null());
         self.tokens.response_logprobs.extend(logprobs(api, lp));
         if let Some(entries) = lp.and_then(|v| v.get("content")).and_then(Value::as_array) {
-            self.chat_logprobs.extend(entries.iter().cloned());
+            let typed = entries.iter().map(|e| TokenLogprob::deserialize(e));
+            self.chat_logprobs.extend(typed.filter_map(Result::ok));
         }
         if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
             self.tokens.finish_reason = Some(f.to_string());
@@ -168,8 +183,8 @@ impl ChoiceParts {
                 self.tools.push(ToolCall::default());
             }
             let slot = &mut self.tools[index];
-            if let Some(id) = call.get("id").filter(|v| !v.is_null()) {
-                slot.id = id.clone();
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                slot.id = id.to_string();
             }
             let f = call.get("function");
             if let Some(n) = f.and_then(|f| f.get("name")).and_then(Value::as_str) {
@@ -181,37 +196,48 @@ impl ChoiceParts {
         }
     }
 
-    /// The choice object of a whole answer.
-    fn response(&self, api: ApiKind, index: usize, t: &Tokens) -> Value {
-        match api {
-            ApiKind::ChatCompletions => {
-                let calls: Vec<Value> = self
-                    .tools
+    /// The chat choice of a whole answer.
+    fn chat_choice(&self, index: usize, t: &Tokens) -> ChatChoice {
+        let tool_calls: Vec<openai::ToolCall> = self
+            .tools
+            .iter()
+            .map(|c| openai::ToolCall::function(c.id.clone(), c.name.clone(), c.arguments.clone()))
+            .collect();
+        let content = (!self.text.is_empty() || tool_calls.is_empty()).then(|| self.text.clone());
+        ChatChoice {
+            index,
+            message: ChatMessage {
+                content,
+                reasoning_content: (!self.reasoning.is_empty()).then(|| self.reasoning.clone()),
+                tool_calls,
+                ..ChatMessage::default()
+            },
+            logprobs: Some(ChatLogprobs {
+                content: self.chat_logprobs.clone(),
+            }),
+            finish_reason: t.finish_reason.clone(),
+            stop_reason: None,
+            token_ids: Some(t.response_ids.clone()),
+        }
+    }
+
+    /// The completions choice of a whole answer.
+    fn completion_choice(&self, index: usize, t: &Tokens) -> CompletionChoice {
+        CompletionChoice {
+            index,
+            text: self.text.clone(),
+            logprobs: Some(CompletionLogprobs {
+                token_logprobs: t
+                    .response_logprobs
                     .iter()
-                    .map(|c| {
-                        json!({"id": c.id, "type": "function",
-                               "function": {"name": c.name, "arguments": c.arguments}})
-                    })
-                    .collect();
-                let content = if self.text.is_empty() && !calls.is_empty() {
-                    Value::Null
-                } else {
-                    json!(self.text)
-                };
-                let mut message =
-                    json!({"role": "assistant", "content": content, "tool_calls": calls});
-                if !self.reasoning.is_empty() {
-                    message["reasoning_content"] = json!(self.reasoning);
-                }
-                json!({"index": index,
-                       "message": message,
-                       "logprobs": {"content": self.chat_logprobs},
-                       "finish_reason": t.finish_reason, "token_ids": t.response_ids})
-            }
-            _ => json!({"index": index, "text": self.text,
-                        "logprobs": {"token_logprobs": t.response_logprobs},
-                        "finish_reason": t.finish_reason,
-                        "prompt_token_ids": t.prompt_ids, "token_ids": t.response_ids}),
+                    .map(|&lp| f64::from(lp))
+                    .collect(),
+                ..CompletionLogprobs::default()
+            }),
+            finish_reason: t.finish_reason.clone(),
+            stop_reason: None,
+            prompt_token_ids: Some(t.prompt_ids.clone()),
+            token_ids: Some(t.response_ids.clone()),
         }
     }
 }
@@ -253,6 +279,7 @@ fn find_boundary(buf: &[u8]) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn splits_events_and_keeps_partials() {

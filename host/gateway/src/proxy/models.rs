@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{ProxyPath, error_response, upstream};
 use crate::ApiError;
@@ -16,6 +16,8 @@ use crate::auth::Principal;
 use crate::extract::{ApiBody, ApiPath};
 use agl_conversation::anthropic;
 use agl_store::Engine;
+use agl_wire::anthropic as wire_anthropic;
+use agl_wire::openai;
 use agl_wire::rollout::ApiKind;
 
 /// The engine serving the caller's rollout, once its token is checked.
@@ -39,9 +41,10 @@ pub async fn openai(
     headers: HeaderMap,
 ) -> Response {
     match engine_for(&st, &id, attempt, &headers).await {
-        Ok(e) => Json(json!({"object": "list", "data": [
-            {"id": e.model, "object": "model", "created": e.created_ms / 1000, "owned_by": "agl"}]}))
-        .into_response(),
+        Ok(e) => {
+            let card = openai::ModelCard::new(e.model, e.created_ms / 1000, "agl");
+            Json(openai::ModelList::of(vec![card])).into_response()
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -52,11 +55,10 @@ pub async fn anthropic(
     headers: HeaderMap,
 ) -> Response {
     match engine_for(&st, &id, attempt, &headers).await {
-        Ok(e) => Json(json!({
-            "data": [{"type": "model", "id": e.model, "display_name": e.model, "created_at": "1970-01-01T00:00:00Z"}],
-            "has_more": false, "first_id": e.model, "last_id": e.model,
-        }))
-        .into_response(),
+        Ok(e) => {
+            let model = wire_anthropic::ModelInfo::named(&e.model);
+            Json(wire_anthropic::ModelList::of(vec![model])).into_response()
+        }
         Err(e) => error_response(ApiKind::AnthropicMessages, e),
     }
 }
@@ -93,7 +95,7 @@ pub async fn count_tokens(
         Ok::<_, ApiError>(n)
     };
     match counted.await {
-        Ok(n) => Json(json!({"input_tokens": n})).into_response(),
+        Ok(n) => Json(wire_anthropic::TokenCount { input_tokens: n }).into_response(),
         Err(e) => error_response(ApiKind::AnthropicMessages, e),
     }
 }

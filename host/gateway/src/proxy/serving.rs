@@ -4,6 +4,7 @@
 //! conversation continued token-exactly). `forward.rs`, `stream.rs` and
 //! `call.rs` ask the [`Serving`] and never branch on which one it is.
 
+use agl_wire::openai::{ChatLogprobs, Completion};
 use axum::body::Bytes;
 use serde_json::Value;
 
@@ -269,20 +270,21 @@ impl StreamOut<'_> {
                 events,
                 ..
             } => {
-                let parsed = match (native, parsed) {
-                    (Some(n), Some(v)) => Some(n.push(&v)?),
-                    (_, parsed) => parsed,
-                };
-                let Some(v) = parsed else {
+                let chunk = match (native, parsed) {
+                    (Some(n), Some(v)) => n.push(&v)?,
+                    (None, Some(v)) => serde_json::from_value::<Completion>(v).map_err(|e| {
+                        format!("the engine's stream event is not a completions chunk: {e}")
+                    })?,
                     // Not JSON: passed on as it came.
-                    return Ok(vec![format!("data: {data}\n\n")]);
+                    (_, None) => return Ok(vec![format!("data: {data}\n\n")]),
                 };
                 let mut out = Vec::new();
-                for c in translate.push(&v) {
-                    asm.push(&c);
+                for c in translate.push(&chunk) {
+                    let v = serde_json::to_value(&c).unwrap_or_default();
+                    asm.push(&v);
                     match events {
                         Some(e) => out.extend(e.push(&c)),
-                        None => out.push(format!("data: {c}\n\n")),
+                        None => out.push(format!("data: {v}\n\n")),
                     }
                 }
                 Ok(out)
@@ -309,14 +311,13 @@ impl StreamOut<'_> {
                     let finish = response
                         .pointer("/choices/0/finish_reason")
                         .and_then(Value::as_str);
-                    let logprobs = response
+                    let logprobs: Option<ChatLogprobs> = response
                         .pointer("/choices/0/logprobs")
-                        .cloned()
-                        .unwrap_or_default();
+                        .and_then(|lp| serde_json::from_value(lp.clone()).ok());
                     if let Some(answer) = call.streamed_record(
                         translate.text(0),
                         finish,
-                        &logprobs,
+                        logprobs.as_ref(),
                         tokens.response_ids.len(),
                         rollout_id,
                     ) {

@@ -2,7 +2,7 @@
 //! completion chunks of every choice (each with its `index`); each choice
 //! has a chat translator of its own, and its chat chunks carry its index.
 
-use serde_json::{Value, json};
+use agl_wire::openai::{ChatCompletionChunk, Completion};
 
 use super::{ChatChunks, choice_prefix};
 
@@ -25,13 +25,10 @@ impl ChoiceChunks {
     /// One completions chunk in, the chat chunks of its choice out. A
     /// chunk without choices (usage) goes through choice 0; an index past
     /// the choices seen is garbage and yields nothing.
-    pub fn push(&mut self, chunk: &Value) -> Vec<Value> {
-        let index = chunk
-            .pointer("/choices/0/index")
-            .and_then(Value::as_u64)
-            .unwrap_or(0) as usize;
+    pub fn push(&mut self, chunk: &Completion) -> Vec<ChatCompletionChunk> {
+        let index = chunk.choices.first().map_or(0, |c| c.index);
         if index == self.by_index.len() {
-            let prefix = choice_prefix(&self.id_prefix, index as u32);
+            let prefix = choice_prefix(&self.id_prefix, index);
             self.by_index.push(self.fresh.for_choice(prefix));
         }
         let Some(t) = self.by_index.get_mut(index) else {
@@ -39,10 +36,8 @@ impl ChoiceChunks {
         };
         let mut out = t.push(chunk);
         if index > 0 {
-            for c in &mut out {
-                for choice in c["choices"].as_array_mut().into_iter().flatten() {
-                    choice["index"] = json!(index);
-                }
+            for choice in out.iter_mut().flat_map(|c| &mut c.choices) {
+                choice.index = index;
             }
         }
         out
@@ -58,6 +53,7 @@ impl ChoiceChunks {
 mod tests {
     use super::*;
     use agl_conversation::{Family, ToolFormat};
+    use serde_json::{Value, json};
 
     #[test]
     fn each_choice_is_translated_apart_under_its_index() {
@@ -68,8 +64,9 @@ mod tests {
         let fresh = ChatChunks::new(family, vec![1, 2], "r");
         let mut chunks = ChoiceChunks::new(fresh, "r");
         let chunk = |i: usize, text: &str, finish: Option<&str>| {
-            json!({"id": "c", "choices": [{"index": i, "text": text, "token_ids": [7],
-                   "finish_reason": finish}]})
+            serde_json::from_value::<Completion>(json!({"id": "c", "choices": [{"index": i,
+                   "text": text, "token_ids": [7], "finish_reason": finish}]}))
+            .unwrap()
         };
         let mut out = Vec::new();
         for (i, text, finish) in [
@@ -78,7 +75,8 @@ mod tests {
             (0, "lo", Some("stop")),
             (1, "\"arguments\": {}}</tool_call>", Some("stop")),
         ] {
-            out.extend(chunks.push(&chunk(i, text, finish)));
+            let chat = chunks.push(&chunk(i, text, finish));
+            out.extend(chat.iter().map(|c| serde_json::to_value(c).unwrap()));
         }
         assert_eq!(chunks.text(0), "hello");
         assert!(chunks.text(1).starts_with("<tool_call>"));

@@ -9,7 +9,9 @@
 //! reason, with any content held back. Every chunk keeps its completion chunk's token ids and
 //! logprobs, so the record assembles as for a passthrough stream.
 
-use serde_json::{Value, json};
+use agl_wire::openai::{
+    self, ChatCompletionChunk, ChunkChoice, Completion, Delta, ToolCall, ToolCallDelta,
+};
 
 use agl_conversation::family::coder_call_prefix;
 use agl_conversation::{Family, ToolFormat, openai_chat};
@@ -86,49 +88,40 @@ impl ChatChunks {
     }
 
     /// One completions chunk in, the chat chunks it becomes out.
-    pub fn push(&mut self, chunk: &Value) -> Vec<Value> {
-        let envelope = |choices: Value| {
-            let mut out = json!({
-                "id": chunk.get("id").cloned().unwrap_or(Value::Null),
-                "object": "chat.completion.chunk",
-                "created": chunk.get("created").cloned().unwrap_or(json!(0)),
-                "model": chunk.get("model").cloned().unwrap_or(Value::Null),
-                "choices": choices,
-            });
+    pub fn push(&mut self, chunk: &Completion) -> Vec<ChatCompletionChunk> {
+        let envelope = |choices: Vec<ChunkChoice>| ChatCompletionChunk {
+            id: chunk.id.clone(),
+            object: openai::CHAT_COMPLETION_CHUNK.to_string(),
+            created: chunk.created,
+            model: chunk.model.clone(),
+            choices,
             // The engine's own weight version, for the record.
-            if let Some(v) = chunk.get("weight_version").filter(|v| !v.is_null()) {
-                out["weight_version"] = v.clone();
-            }
-            out
+            weight_version: chunk.weight_version.clone(),
+            ..ChatCompletionChunk::default()
         };
-        let Some(choice) = chunk.pointer("/choices/0") else {
+        let Some(choice) = chunk.choices.first() else {
             // The usage chunk (`stream_options.include_usage`).
-            let mut out = envelope(json!([]));
-            out["usage"] = chunk.get("usage").cloned().unwrap_or(Value::Null);
-            return vec![out];
+            return vec![ChatCompletionChunk {
+                usage: chunk.usage,
+                ..envelope(Vec::new())
+            }];
         };
-        self.text.push_str(
-            choice
-                .get("text")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        );
+        self.text.push_str(&choice.text);
         let mut delta = self.deltas();
         if self.first {
-            delta["role"] = json!("assistant");
+            delta.role = Some("assistant".to_string());
         }
-        let mut out = envelope(json!([{
-            "index": 0,
-            "delta": delta,
-            "logprobs": chat_logprobs(choice.get("logprobs"), self.top_logprobs),
-            "token_ids": choice.get("token_ids").cloned().unwrap_or(json!([])),
-            "finish_reason": null,
-        }]));
+        let mut out = envelope(vec![ChunkChoice {
+            delta,
+            logprobs: chat_logprobs(choice.logprobs.as_ref(), self.top_logprobs),
+            token_ids: Some(choice.token_ids.clone().unwrap_or_default()),
+            ..ChunkChoice::default()
+        }]);
         if std::mem::take(&mut self.first) {
-            out["prompt_token_ids"] = json!(self.prompt_ids);
+            out.prompt_token_ids = Some(self.prompt_ids.clone());
         }
         let mut chunks = vec![out];
-        if let Some(finish) = choice.get("finish_reason").filter(|f| !f.is_null()) {
+        if let Some(finish) = &choice.finish_reason {
             let turn = self.family.parse(&self.text);
             // Content held back (a half marker, a call that did not parse).
             let sent = self
@@ -143,57 +136,43 @@ impl ChatChunks {
                 .filter(|rest| !rest.is_empty())
                 .map(str::to_string);
             let message = openai_chat::response_message(&turn, &self.id_prefix);
-            let calls: Vec<Value> = message["tool_calls"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .enumerate()
-                .map(|(i, mut c)| {
-                    c["index"] = json!(i);
-                    c
-                })
-                .collect();
-            let finish = if calls.is_empty() {
+            let finish = if message.tool_calls.is_empty() {
                 finish.clone()
             } else {
-                json!("tool_calls")
+                "tool_calls".to_string()
             };
-            let calls = self.unsent(calls);
-            let mut delta = if calls.is_empty() {
-                json!({})
-            } else {
-                json!({"tool_calls": calls})
+            let delta = Delta {
+                tool_calls: self.unsent(message.tool_calls),
+                content: held,
+                ..Delta::default()
             };
-            if let Some(rest) = held {
-                delta["content"] = json!(rest);
-            }
-            chunks.push(envelope(json!([{
-                "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish,
-            }])));
+            chunks.push(envelope(vec![ChunkChoice {
+                delta,
+                finish_reason: Some(finish),
+                ..ChunkChoice::default()
+            }]));
         }
         chunks
     }
 
     /// What of the parsed calls has not been streamed yet.
-    fn unsent(&self, calls: Vec<Value>) -> Vec<Value> {
+    fn unsent(&self, calls: Vec<ToolCall>) -> Vec<ToolCallDelta> {
         calls
             .into_iter()
             .enumerate()
             .filter_map(|(i, call)| {
                 let Some(sent) = self.calls.get(i).filter(|s| s.name) else {
-                    return Some(call);
+                    return Some(ToolCallDelta::whole(i, call));
                 };
-                let args = call["function"]["arguments"].as_str().unwrap_or_default();
-                let rest = args.get(sent.args..).unwrap_or_default();
-                (!rest.is_empty()).then(|| json!({"index": i, "function": {"arguments": rest}}))
+                let rest = call.function.arguments.get(sent.args..).unwrap_or_default();
+                (!rest.is_empty()).then(|| ToolCallDelta::arguments(i, rest.to_string()))
             })
             .collect()
     }
 
     /// Name and argument deltas of the calls in `calls_text` (the text
     /// from the first `<tool_call>` on).
-    fn call_deltas(&mut self, calls_text: &str) -> Vec<Value> {
+    fn call_deltas(&mut self, calls_text: &str) -> Vec<ToolCallDelta> {
         let mut out = Vec::new();
         let blocks: Vec<&str> = match self.family.tools {
             ToolFormat::Llama3Json => llama_blocks(calls_text),
@@ -229,10 +208,8 @@ impl ChatChunks {
                     break;
                 };
                 sent.name = true;
-                out.push(
-                    json!({"index": i, "id": format!("call_{}_{i}", self.id_prefix),
-                                "type": "function", "function": {"name": name, "arguments": ""}}),
-                );
+                let id = format!("call_{}_{i}", self.id_prefix);
+                out.push(ToolCallDelta::start(i, id, name));
             }
             let Some(args) = args else {
                 continue;
@@ -240,7 +217,7 @@ impl ChatChunks {
             // Only ever what extends what was sent: deltas add up to the
             // finished call's arguments.
             if args.len() > sent.args && args.is_char_boundary(sent.args) {
-                out.push(json!({"index": i, "function": {"arguments": &args[sent.args..]}}));
+                out.push(ToolCallDelta::arguments(i, args[sent.args..].to_string()));
                 sent.args = args.len();
             }
         }
@@ -248,28 +225,25 @@ impl ChatChunks {
     }
 
     /// The reasoning, content and call deltas that can be sent now.
-    fn deltas(&mut self) -> Value {
-        let mut delta = json!({});
+    fn deltas(&mut self) -> Delta {
+        let mut delta = Delta::default();
         if self.family.tools != ToolFormat::None
             && let Some(calls_text) = self.calls_text().map(str::to_string)
         {
-            let calls = self.call_deltas(&calls_text);
-            if !calls.is_empty() {
-                delta["tool_calls"] = json!(calls);
-            }
+            delta.tool_calls = self.call_deltas(&calls_text);
         }
         let (reasoning, content) = self.regions();
         let (reasoning, content) = (reasoning.map(str::to_string), content.map(str::to_string));
         if let Some(r) = reasoning
             && r.len() > self.sent_reasoning
         {
-            delta["reasoning_content"] = json!(&r[self.sent_reasoning..]);
+            delta.reasoning_content = Some(r[self.sent_reasoning..].to_string());
             self.sent_reasoning = r.len();
         }
         if let Some(c) = content
             && c.len() > self.sent_content
         {
-            delta["content"] = json!(&c[self.sent_content..]);
+            delta.content = Some(c[self.sent_content..].to_string());
             self.sent_content = c.len();
         }
         delta
@@ -412,13 +386,25 @@ fn safe_end(text: &str, marker: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
-    fn chunk(text: &str, ids: &[u32], finish: Option<&str>) -> Value {
-        json!({"id": "cmpl-1", "created": 1, "model": "m", "choices": [{
+    fn chunk(text: &str, ids: &[u32], finish: Option<&str>) -> Completion {
+        serde_json::from_value(
+            json!({"id": "cmpl-1", "created": 1, "model": "m", "choices": [{
             "index": 0, "text": text, "token_ids": ids,
             "logprobs": {"tokens": ids.iter().map(|_| "t").collect::<Vec<_>>(),
                           "token_logprobs": ids.iter().map(|_| -0.5).collect::<Vec<_>>()},
-            "finish_reason": finish}]})
+            "finish_reason": finish}]}),
+        )
+        .unwrap()
+    }
+
+    /// The chat chunks one completions chunk becomes, as JSON.
+    fn push(t: &mut ChatChunks, chunk: &Completion) -> Vec<Value> {
+        t.push(chunk)
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect()
     }
 
     #[test]
@@ -441,7 +427,7 @@ mod tests {
         ];
         for (i, p) in pieces.iter().enumerate() {
             let last = i == pieces.len() - 1;
-            for c in t.push(&chunk(p, &[i as u32], last.then_some("stop"))) {
+            for c in push(&mut t, &chunk(p, &[i as u32], last.then_some("stop"))) {
                 let choice = &c["choices"][0];
                 reasoning.push_str(choice["delta"]["reasoning_content"].as_str().unwrap_or(""));
                 content.push_str(choice["delta"]["content"].as_str().unwrap_or(""));
@@ -491,7 +477,7 @@ mod tests {
         let mut deltas = Vec::new();
         for (i, p) in pieces.iter().enumerate() {
             let last = i == pieces.len() - 1;
-            for c in t.push(&chunk(p, &[], last.then_some("stop"))) {
+            for c in push(&mut t, &chunk(p, &[], last.then_some("stop"))) {
                 deltas.extend(
                     c["choices"][0]["delta"]["tool_calls"]
                         .as_array()
@@ -533,7 +519,7 @@ mod tests {
         let mut deltas = Vec::new();
         for (i, p) in pieces.iter().enumerate() {
             let last = i == pieces.len() - 1;
-            for c in t.push(&chunk(p, &[], last.then_some("stop"))) {
+            for c in push(&mut t, &chunk(p, &[], last.then_some("stop"))) {
                 deltas.extend(
                     c["choices"][0]["delta"]["tool_calls"]
                         .as_array()
@@ -564,7 +550,7 @@ mod tests {
         let (mut content, mut calls, mut finish) = (String::new(), Vec::new(), Value::Null);
         for (i, p) in pieces.iter().enumerate() {
             let last = i == pieces.len() - 1;
-            for c in t.push(&chunk(p, &[], last.then_some("stop"))) {
+            for c in push(&mut t, &chunk(p, &[], last.then_some("stop"))) {
                 let choice = &c["choices"][0];
                 content.push_str(choice["delta"]["content"].as_str().unwrap_or(""));
                 calls.extend(

@@ -7,7 +7,13 @@
 //! `ping` keeps a silent stream alive.
 
 use agl_conversation::anthropic;
-use serde_json::{Value, json};
+use agl_wire::anthropic::{
+    BlockDelta, ContentBlock, DeltaUsage, Message, MessageDeltaBody, MessageUsage, StreamEvent,
+    error_frame,
+};
+use agl_wire::error::{AnthropicErrorBody, AnthropicErrorDetail};
+use agl_wire::openai::ChatCompletionChunk;
+use serde_json::json;
 
 /// The block being streamed.
 #[derive(Clone, Copy, PartialEq)]
@@ -15,7 +21,7 @@ enum Block {
     Thinking,
     Text,
     /// The chat chunk's tool-call index.
-    Tool(u64),
+    Tool(usize),
 }
 
 pub struct MessageEvents {
@@ -31,27 +37,25 @@ pub struct MessageEvents {
     next_index: usize,
 }
 
-/// One SSE frame.
-fn frame(event: &str, data: Value) -> String {
-    format!("event: {event}\ndata: {data}\n\n")
-}
-
 /// A keep-alive frame.
 pub fn message_ping() -> String {
-    frame("ping", json!({"type": "ping"}))
+    StreamEvent::Ping.frame()
 }
 
 /// An `error` event: a call that failed after its stream began.
 pub fn message_error(message: &str) -> String {
-    frame(
-        "error",
-        json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-    )
+    error_frame(&AnthropicErrorBody {
+        kind: "error".to_string(),
+        error: AnthropicErrorDetail {
+            kind: "api_error".to_string(),
+            message: message.to_string(),
+        },
+    })
 }
 
 /// The frame that ends a Messages stream.
 pub fn message_stop() -> String {
-    frame("message_stop", json!({"type": "message_stop"}))
+    StreamEvent::MessageStop.frame()
 }
 
 impl MessageEvents {
@@ -72,76 +76,76 @@ impl MessageEvents {
     pub fn start(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         if !std::mem::replace(&mut self.started, true) {
-            out.push(frame(
-                "message_start",
-                json!({"type": "message_start", "message": {
-                    "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-                    "content": [], "stop_reason": null, "stop_sequence": null,
-                    "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}}),
-            ));
+            let usage = MessageUsage {
+                input_tokens: self.input_tokens,
+                output_tokens: 0,
+            };
+            let message =
+                Message::assistant(self.id.clone(), self.model.clone(), Vec::new(), None, usage);
+            out.push(StreamEvent::MessageStart { message }.frame());
         }
         out
     }
 
     /// The frames one chat chunk becomes.
-    pub fn push(&mut self, chunk: &Value) -> Vec<String> {
+    pub fn push(&mut self, chunk: &ChatCompletionChunk) -> Vec<String> {
         let mut out = self.start();
-        let Some(choice) = chunk.pointer("/choices/0") else {
+        let Some(choice) = chunk.choices.first() else {
             return out;
         };
-        self.output_tokens += choice["token_ids"].as_array().map_or(0, Vec::len);
-        let delta = &choice["delta"];
-        if let Some(r) = delta["reasoning_content"]
-            .as_str()
-            .filter(|r| !r.is_empty())
-        {
-            let index = self.open_block(
-                Block::Thinking,
-                &mut out,
-                || json!({"type": "thinking", "thinking": "", "signature": ""}),
-            );
+        self.output_tokens += choice.token_ids.as_ref().map_or(0, Vec::len);
+        let delta = &choice.delta;
+        if let Some(r) = delta.reasoning_content.as_ref().filter(|r| !r.is_empty()) {
+            let index = self.open_block(Block::Thinking, &mut out, || ContentBlock::Thinking {
+                thinking: String::new(),
+                signature: String::new(),
+            });
+            let thinking = r.clone();
+            out.push(delta_frame(index, BlockDelta::ThinkingDelta { thinking }));
+        }
+        if let Some(t) = delta.content.as_ref().filter(|t| !t.is_empty()) {
+            let index = self.open_block(Block::Text, &mut out, || ContentBlock::Text {
+                text: String::new(),
+            });
             out.push(delta_frame(
                 index,
-                json!({"type": "thinking_delta", "thinking": r}),
+                BlockDelta::TextDelta { text: t.clone() },
             ));
         }
-        if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            let index = self.open_block(
-                Block::Text,
-                &mut out,
-                || json!({"type": "text", "text": ""}),
-            );
-            out.push(delta_frame(index, json!({"type": "text_delta", "text": t})));
-        }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let i = call["index"].as_u64().unwrap_or(0);
-            let function = &call["function"];
-            let id = anthropic::tool_use_id(&self.id_prefix, i as usize);
-            let index = self.open_block(
-                Block::Tool(i),
-                &mut out,
-                || json!({"type": "tool_use", "id": id, "name": function["name"], "input": {}}),
-            );
-            if let Some(args) = function["arguments"].as_str().filter(|a| !a.is_empty()) {
+        for call in &delta.tool_calls {
+            let i = call.index;
+            let id = anthropic::tool_use_id(&self.id_prefix, i);
+            let name = call.function.name.clone().unwrap_or_default();
+            let index = self.open_block(Block::Tool(i), &mut out, || ContentBlock::ToolUse {
+                id,
+                name,
+                input: json!({}),
+            });
+            if let Some(args) = call.function.arguments.as_ref().filter(|a| !a.is_empty()) {
+                let partial_json = args.clone();
                 out.push(delta_frame(
                     index,
-                    json!({"type": "input_json_delta", "partial_json": args}),
+                    BlockDelta::InputJsonDelta { partial_json },
                 ));
             }
         }
-        if let Some(finish) = choice["finish_reason"].as_str() {
+        if let Some(finish) = &choice.finish_reason {
             self.close(&mut out);
-            let stop_reason = match finish {
+            let stop_reason = match finish.as_str() {
                 "tool_calls" => "tool_use",
                 "length" => "max_tokens",
                 _ => "end_turn",
             };
-            out.push(frame(
-                "message_delta",
-                json!({"type": "message_delta",
-                       "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-                       "usage": {"output_tokens": self.output_tokens}}),
-            ));
+            let event = StreamEvent::MessageDelta {
+                delta: MessageDeltaBody {
+                    stop_reason: Some(stop_reason.to_string()),
+                    stop_sequence: None,
+                },
+                usage: DeltaUsage {
+                    output_tokens: self.output_tokens,
+                },
+            };
+            out.push(event.frame());
         }
         out
     }
@@ -152,7 +156,7 @@ impl MessageEvents {
         &mut self,
         block: Block,
         out: &mut Vec<String>,
-        start: impl FnOnce() -> Value,
+        start: impl FnOnce() -> ContentBlock,
     ) -> usize {
         if let Some((index, open)) = self.open
             && open == block
@@ -162,27 +166,22 @@ impl MessageEvents {
         self.close(out);
         let index = self.next_index;
         self.next_index += 1;
-        out.push(frame(
-            "content_block_start",
-            json!({"type": "content_block_start", "index": index, "content_block": start()}),
-        ));
+        let event = StreamEvent::ContentBlockStart {
+            index,
+            content_block: start(),
+        };
+        out.push(event.frame());
         self.open = Some((index, block));
         index
     }
 
     fn close(&mut self, out: &mut Vec<String>) {
         if let Some((index, _)) = self.open.take() {
-            out.push(frame(
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": index}),
-            ));
+            out.push(StreamEvent::ContentBlockStop { index }.frame());
         }
     }
 }
 
-fn delta_frame(index: usize, delta: Value) -> String {
-    frame(
-        "content_block_delta",
-        json!({"type": "content_block_delta", "index": index, "delta": delta}),
-    )
+fn delta_frame(index: usize, delta: BlockDelta) -> String {
+    StreamEvent::ContentBlockDelta { index, delta }.frame()
 }

@@ -3,6 +3,7 @@
 //! events, opened at once, kept alive while the engine is silent, and
 //! closed (or failed) in that API's own way after the record is committed.
 
+use agl_wire::openai::ChatCompletionChunk;
 use serde_json::Value;
 
 use super::{MessageEvents, ResponseEvents, events};
@@ -22,7 +23,7 @@ impl FrontEvents {
     }
 
     /// The frames one chat chunk becomes.
-    pub fn push(&mut self, chunk: &Value) -> Vec<String> {
+    pub fn push(&mut self, chunk: &ChatCompletionChunk) -> Vec<String> {
         match self {
             FrontEvents::Messages(e) => e.push(chunk),
             FrontEvents::Responses(e) => e.push(chunk),
@@ -43,7 +44,11 @@ impl FrontEvents {
     pub fn end(&mut self, record: &Value) -> Vec<String> {
         match self {
             FrontEvents::Messages(_) => vec![events::message_stop()],
-            FrontEvents::Responses(e) => vec![e.end(record)],
+            FrontEvents::Responses(e) => {
+                // The record is the response this stream built.
+                let response = serde_json::from_value(record.clone()).unwrap_or_default();
+                vec![e.end(response)]
+            }
         }
     }
 

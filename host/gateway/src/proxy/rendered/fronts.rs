@@ -2,9 +2,13 @@
 //! with: the `message` / `response` bodies (also what a streamed call's
 //! record and final event hold), their ids, and their event translators.
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use agl_conversation::{AssistantTurn, anthropic, responses};
+use agl_wire::anthropic::{Message, MessageUsage};
+use agl_wire::openai::ChatLogprobs;
+use agl_wire::responses::{IncompleteDetails, OutputContent, OutputItem, Response, ResponseUsage};
 use agl_wire::rollout::ApiKind;
 
 use super::sampling::content_logprobs;
@@ -36,45 +40,41 @@ pub fn failed_response_stream(
         .into_response()
 }
 
+/// What a Messages or Responses call is answered with.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum FrontAnswer {
+    Message(Message),
+    Response(Response),
+}
+
 impl RenderedCall {
     /// A Messages `message` or a Responses `response` for a reply (a chat
-    /// call's answer is its chat body, or its assembled chunks: `Null`).
+    /// call's answer is its chat body, or its assembled chunks: `None`).
     /// `spoken`: the completion's text and its chat-shaped logprobs.
     pub(super) fn front_answer(
         &self,
         turn: &AssistantTurn,
         finish: Option<&str>,
-        spoken: (&str, &Value),
+        spoken: (&str, Option<&ChatLogprobs>),
         output_tokens: usize,
         id_prefix: &str,
-    ) -> Value {
+    ) -> Option<FrontAnswer> {
         match self.front {
-            ApiKind::AnthropicMessages => self.message(turn, finish, output_tokens, id_prefix),
+            ApiKind::AnthropicMessages => Some(FrontAnswer::Message(self.message(
+                turn,
+                finish,
+                output_tokens,
+                id_prefix,
+            ))),
             ApiKind::Responses => {
                 let mut response = self.response(turn, finish, output_tokens, id_prefix);
                 if self.output_logprobs {
-                    self.add_logprobs(&mut response, turn, spoken);
+                    add_logprobs(&mut response, turn, spoken);
                 }
-                response
+                Some(FrontAnswer::Response(response))
             }
-            _ => Value::Null,
-        }
-    }
-
-    /// The message item's `output_text` gets the logprobs of the tokens
-    /// that wrote it (`include: ["message.output_text.logprobs"]`).
-    fn add_logprobs(&self, response: &mut Value, turn: &AssistantTurn, (text, lp): (&str, &Value)) {
-        let entries = lp["content"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let content = turn.content.as_deref().unwrap_or_default();
-        let part = content_logprobs(entries, text, content);
-        let items = response["output"].as_array_mut().into_iter().flatten();
-        for item in items.filter(|i| i["type"] == "message") {
-            if let Some(first) = item["content"].get_mut(0) {
-                first["logprobs"] = json!(part);
-            }
+            _ => None,
         }
     }
 
@@ -86,28 +86,25 @@ impl RenderedCall {
         finish: Option<&str>,
         output_tokens: usize,
         id_prefix: &str,
-    ) -> Value {
+    ) -> Response {
         let cut = finish == Some("length");
-        let input = self.prompt_ids.len();
         let id = self.response_id(id_prefix);
         let mut output = responses::output_items(turn, &id);
         if cut {
             // Cut at max_output_tokens: the items are as far as they got.
             for item in &mut output {
-                item["status"] = json!("incomplete");
+                item.set_status("incomplete");
             }
         }
-        json!({
-            "id": format!("resp_{id}"),
-            "object": "response",
-            "created_at": now_secs(),
-            "status": if cut { "incomplete" } else { "completed" },
-            "incomplete_details": if cut { json!({"reason": "max_output_tokens"}) } else { Value::Null },
-            "model": self.model,
-            "output": output,
-            "usage": {"input_tokens": input, "output_tokens": output_tokens,
-                      "total_tokens": input + output_tokens},
-        })
+        let status = if cut { "incomplete" } else { "completed" };
+        Response {
+            incomplete_details: cut.then(|| IncompleteDetails {
+                reason: "max_output_tokens".to_string(),
+            }),
+            output,
+            usage: Some(ResponseUsage::new(self.prompt_ids.len(), output_tokens)),
+            ..Response::new(format!("resp_{id}"), self.model.clone(), now_secs(), status)
+        }
     }
 
     /// What a response's item ids are made of: the rollout and the prompt's
@@ -123,17 +120,17 @@ impl RenderedCall {
         finish: Option<&str>,
         output_tokens: usize,
         id_prefix: &str,
-    ) -> Value {
-        json!({
-            "id": self.message_id(id_prefix),
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": anthropic::content_blocks(turn, id_prefix),
-            "stop_reason": anthropic::stop_reason(turn, finish, None),
-            "stop_sequence": null,
-            "usage": {"input_tokens": self.prompt_ids.len(), "output_tokens": output_tokens},
-        })
+    ) -> Message {
+        Message::assistant(
+            self.message_id(id_prefix),
+            self.model.clone(),
+            anthropic::content_blocks(turn, id_prefix),
+            Some(anthropic::stop_reason(turn, finish, None).to_string()),
+            MessageUsage {
+                input_tokens: self.prompt_ids.len(),
+                output_tokens,
+            },
+        )
     }
 
     /// `msg_...`: the rollout and the prompt's length name one call.
@@ -168,13 +165,33 @@ impl RenderedCall {
         &self,
         text: &str,
         finish: Option<&str>,
-        logprobs: &Value,
+        logprobs: Option<&ChatLogprobs>,
         output_tokens: usize,
         id_prefix: &str,
     ) -> Option<Value> {
         let sampled = text.strip_prefix(self.forced.as_str()).unwrap_or(text);
         let spoken = (sampled, logprobs);
-        let answer = self.front_answer(&self.parse(text), finish, spoken, output_tokens, id_prefix);
-        (!answer.is_null()).then_some(answer)
+        let answer =
+            self.front_answer(&self.parse(text), finish, spoken, output_tokens, id_prefix)?;
+        serde_json::to_value(answer).ok()
+    }
+}
+
+/// The message item's `output_text` gets the logprobs of the tokens that
+/// wrote it (`include: ["message.output_text.logprobs"]`).
+fn add_logprobs(
+    response: &mut Response,
+    turn: &AssistantTurn,
+    (text, lp): (&str, Option<&ChatLogprobs>),
+) {
+    let entries = lp.map_or(&[][..], |lp| &lp.content);
+    let content = turn.content.as_deref().unwrap_or_default();
+    let part = content_logprobs(entries, text, content);
+    for item in &mut response.output {
+        if let OutputItem::Message { content, .. } = item
+            && let Some(OutputContent::OutputText { logprobs, .. }) = content.first_mut()
+        {
+            *logprobs = Some(part.clone());
+        }
     }
 }

@@ -19,7 +19,6 @@ mod sglang;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -27,6 +26,7 @@ use agl_conversation::{
     AssistantTurn, Chains, Conversation, Family, Renderer, Served, anthropic, openai_chat,
     responses,
 };
+use agl_wire::openai::{self, ChatChoice, ChatCompletion, Completion, CompletionChoice};
 use agl_wire::rollout::ApiKind;
 
 pub use choices::ChoiceChunks;
@@ -344,30 +344,36 @@ impl RenderedCall {
         }
         let mut turns = Vec::with_capacity(engine_choices.len());
         let mut choices = Vec::with_capacity(engine_choices.len());
-        for (i, choice) in (0..).zip(engine_choices) {
+        for (i, choice) in engine_choices.into_iter().enumerate() {
             let turn = self.parse(&self.whole(&choice.text));
             let finish_reason = if turn.tool_calls.is_empty() {
                 choice.finish_reason
             } else {
-                json!("tool_calls")
+                Some(TOOL_CALLS.to_string())
             };
             choices.push(ChatChoice {
                 index: i,
                 message: openai_chat::response_message(&turn, &choice_prefix(id_prefix, i)),
-                logprobs: chat_logprobs(Some(&choice.logprobs), self.top_logprobs),
+                logprobs: chat_logprobs(choice.logprobs.as_ref(), self.top_logprobs),
                 finish_reason,
-                token_ids: choice.token_ids,
+                stop_reason: None,
+                token_ids: Some(choice.token_ids.unwrap_or_default()),
             });
             turns.push(turn);
         }
-        let body = ChatBody {
-            id: completion.id.unwrap_or_else(|| json!(id_prefix)),
-            object: "chat.completion",
+        let id = match completion.id {
+            id if id.is_empty() => id_prefix.to_string(),
+            id => id,
+        };
+        let body = ChatCompletion {
+            id,
+            object: openai::CHAT_COMPLETION.to_string(),
             created: completion.created,
             model: completion.model,
-            prompt_token_ids: &self.prompt_ids,
+            prompt_token_ids: Some(self.prompt_ids.clone()),
             choices,
             usage: completion.usage,
+            weight_version: None,
         };
         (serde_json::to_vec(&body).unwrap_or_default(), turns)
     }
@@ -381,10 +387,11 @@ impl RenderedCall {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         let turn = self.parse(&self.whole(&choice.text));
-        let finish = choice.finish_reason.as_str();
-        let logprobs = chat_logprobs(Some(&choice.logprobs), self.top_logprobs);
-        let spoken = (&choice.text[..], &logprobs);
-        let body = self.front_answer(&turn, finish, spoken, choice.token_ids.len(), id_prefix);
+        let finish = choice.finish_reason.as_deref();
+        let logprobs = chat_logprobs(choice.logprobs.as_ref(), self.top_logprobs);
+        let spoken = (&choice.text[..], logprobs.as_ref());
+        let output_tokens = choice.token_ids.as_ref().map_or(0, Vec::len);
+        let body = self.front_answer(&turn, finish, spoken, output_tokens, id_prefix);
         (serde_json::to_vec(&body).unwrap_or_default(), vec![turn])
     }
 
@@ -428,57 +435,12 @@ fn now_secs() -> u64 {
     crate::control::now_ms() / 1000
 }
 
-/// The parts of a completions body the answer needs (the echoed prompt
-/// ids are skipped unread: the gateway has them).
-#[derive(Default, Deserialize)]
-struct Completion {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    created: Value,
-    #[serde(default)]
-    model: Value,
-    #[serde(default)]
-    usage: Value,
-    #[serde(default)]
-    choices: Vec<CompletionChoice>,
-}
-
-#[derive(Default, Deserialize)]
-struct CompletionChoice {
-    #[serde(default)]
-    text: String,
-    #[serde(default)]
-    token_ids: Vec<u32>,
-    #[serde(default)]
-    finish_reason: Value,
-    #[serde(default)]
-    logprobs: Value,
-}
-
-#[derive(Serialize)]
-struct ChatBody<'a> {
-    id: Value,
-    object: &'static str,
-    created: Value,
-    model: Value,
-    prompt_token_ids: &'a [u32],
-    choices: Vec<ChatChoice>,
-    usage: Value,
-}
-
-#[derive(Serialize)]
-struct ChatChoice {
-    index: u32,
-    message: Value,
-    logprobs: Value,
-    finish_reason: Value,
-    token_ids: Vec<u32>,
-}
+/// A chat choice's finish reason when it ends in tool calls.
+const TOOL_CALLS: &str = "tool_calls";
 
 /// What choice `index`'s tool call ids are made of: the call's own prefix
 /// for the first, so the ids of an `n` = 1 call are unchanged.
-fn choice_prefix(id_prefix: &str, index: u32) -> String {
+fn choice_prefix(id_prefix: &str, index: usize) -> String {
     match index {
         0 => id_prefix.to_string(),
         i => format!("{id_prefix}_{i}"),

@@ -11,7 +11,10 @@
 //! give (`agl_conversation::responses::ids`).
 
 use agl_conversation::responses::{self, ids};
-use serde_json::{Value, json};
+use agl_wire::openai::ChatCompletionChunk;
+use agl_wire::responses::{
+    OutputContent, OutputItem, Response, ResponseError, ResponseEvent, SummaryPart,
+};
 
 /// The output item being streamed and what it has so far.
 enum Item {
@@ -19,7 +22,7 @@ enum Item {
     Message(String),
     /// The chat chunk's tool-call index, its call id, name and arguments.
     Call {
-        index: u64,
+        index: usize,
         call_id: String,
         name: String,
         arguments: String,
@@ -52,18 +55,16 @@ impl ResponseEvents {
     }
 
     /// One SSE frame, numbered.
-    fn frame(&mut self, kind: &str, mut data: Value) -> String {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.sequence);
+    fn frame(&mut self, event: ResponseEvent) -> String {
+        let frame = event.frame(self.sequence);
         self.sequence += 1;
-        format!("event: {kind}\ndata: {data}\n\n")
+        frame
     }
 
     /// The response as it stands before it is done.
-    fn shell(&self, status: &str) -> Value {
-        json!({"id": format!("resp_{}", self.id), "object": "response",
-               "created_at": self.created_at, "status": status, "model": self.model,
-               "output": []})
+    fn shell(&self, status: &str) -> Response {
+        let id = format!("resp_{}", self.id);
+        Response::new(id, self.model.clone(), self.created_at, status)
     }
 
     /// `response.created` and `response.in_progress`, the first time.
@@ -73,40 +74,37 @@ impl ResponseEvents {
         }
         let shell = self.shell("in_progress");
         vec![
-            self.frame("response.created", json!({"response": shell})),
-            self.frame("response.in_progress", json!({"response": shell})),
+            self.frame(ResponseEvent::Created {
+                response: shell.clone(),
+            }),
+            self.frame(ResponseEvent::InProgress { response: shell }),
         ]
     }
 
     /// The frames one chat chunk becomes.
-    pub fn push(&mut self, chunk: &Value) -> Vec<String> {
+    pub fn push(&mut self, chunk: &ChatCompletionChunk) -> Vec<String> {
         let mut out = self.start();
-        let Some(choice) = chunk.pointer("/choices/0") else {
+        let Some(choice) = chunk.choices.first() else {
             return out;
         };
-        let delta = &choice["delta"];
-        if let Some(r) = delta["reasoning_content"]
-            .as_str()
-            .filter(|r| !r.is_empty())
-        {
+        let delta = &choice.delta;
+        if let Some(r) = delta.reasoning_content.as_deref().filter(|r| !r.is_empty()) {
             self.append(Item::Reasoning(String::new()), r, &mut out);
         }
-        if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+        if let Some(t) = delta.content.as_deref().filter(|t| !t.is_empty()) {
             self.append(Item::Message(String::new()), t, &mut out);
         }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let index = call["index"].as_u64().unwrap_or(0);
-            let function = &call["function"];
-            let args = function["arguments"].as_str().unwrap_or_default();
+        for call in &delta.tool_calls {
+            let args = call.function.arguments.as_deref().unwrap_or_default();
             let fresh = Item::Call {
-                index,
-                call_id: ids::call(&self.id, index as usize),
-                name: function["name"].as_str().unwrap_or_default().to_string(),
+                index: call.index,
+                call_id: ids::call(&self.id, call.index),
+                name: call.function.name.clone().unwrap_or_default(),
                 arguments: String::new(),
             };
             self.append(fresh, args, &mut out);
         }
-        if choice["finish_reason"].is_string() {
+        if choice.finish_reason.is_some() {
             self.close(&mut out);
         }
         out
@@ -131,82 +129,97 @@ impl ResponseEvents {
         if text.is_empty() {
             return;
         }
-        let Some((index, item)) = &mut self.open else {
+        let Some((output_index, item)) = &mut self.open else {
             return;
         };
-        let index = *index;
-        let (kind, data) = match item {
+        let output_index = *output_index;
+        let delta = text.to_string();
+        let event = match item {
             Item::Reasoning(all) => {
                 all.push_str(text);
-                (
-                    "response.reasoning_summary_text.delta",
-                    json!({"item_id": ids::reasoning(&self.id), "summary_index": 0}),
-                )
+                ResponseEvent::SummaryTextDelta {
+                    item_id: ids::reasoning(&self.id),
+                    output_index,
+                    summary_index: 0,
+                    delta,
+                }
             }
             Item::Message(all) => {
                 all.push_str(text);
-                (
-                    "response.output_text.delta",
-                    json!({"item_id": ids::message(&self.id), "content_index": 0}),
-                )
+                ResponseEvent::OutputTextDelta {
+                    item_id: ids::message(&self.id),
+                    output_index,
+                    content_index: 0,
+                    delta,
+                }
             }
             Item::Call {
-                index: i,
-                arguments,
-                ..
+                index, arguments, ..
             } => {
                 arguments.push_str(text);
-                (
-                    "response.function_call_arguments.delta",
-                    json!({"item_id": ids::function_call(&self.id, *i as usize)}),
-                )
+                ResponseEvent::ArgumentsDelta {
+                    item_id: ids::function_call(&self.id, *index),
+                    output_index,
+                    delta,
+                }
             }
         };
-        let mut data = data;
-        data["output_index"] = json!(index);
-        data["delta"] = json!(text);
-        let frame = self.frame(kind, data);
+        let frame = self.frame(event);
         out.push(frame);
     }
 
     /// `output_item.added` (and the part an item's text goes into).
-    fn open_item(&mut self, index: usize, item: &Item, out: &mut Vec<String>) {
+    fn open_item(&mut self, output_index: usize, item: &Item, out: &mut Vec<String>) {
         let id = &self.id;
+        let in_progress = "in_progress".to_string();
         let added = match item {
-            Item::Reasoning(_) => {
-                json!({"type": "reasoning", "id": ids::reasoning(id), "summary": []})
-            }
-            Item::Message(_) => json!({"type": "message", "id": ids::message(id),
-                    "status": "in_progress", "role": "assistant", "content": []}),
+            Item::Reasoning(_) => OutputItem::Reasoning {
+                id: ids::reasoning(id),
+                summary: Vec::new(),
+            },
+            Item::Message(_) => OutputItem::Message {
+                id: ids::message(id),
+                role: "assistant".to_string(),
+                status: in_progress,
+                content: Vec::new(),
+            },
             Item::Call {
-                index: i,
+                index,
                 call_id,
                 name,
                 ..
-            } => json!({"type": "function_call", "id": ids::function_call(id, *i as usize),
-                    "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"}),
+            } => OutputItem::FunctionCall {
+                id: ids::function_call(id, *index),
+                call_id: call_id.clone(),
+                name: name.clone(),
+                arguments: String::new(),
+                status: in_progress,
+            },
         };
-        let frame = self.frame(
-            "response.output_item.added",
-            json!({"output_index": index, "item": added}),
-        );
-        out.push(frame);
         let part = match item {
-            Item::Reasoning(_) => Some((
-                "response.reasoning_summary_part.added",
-                json!({"item_id": ids::reasoning(&self.id), "summary_index": 0,
-                       "part": {"type": "summary_text", "text": ""}}),
-            )),
-            Item::Message(_) => Some((
-                "response.content_part.added",
-                json!({"item_id": ids::message(&self.id), "content_index": 0,
-                       "part": {"type": "output_text", "text": "", "annotations": []}}),
-            )),
+            Item::Reasoning(_) => Some(ResponseEvent::SummaryPartAdded {
+                item_id: ids::reasoning(id),
+                output_index,
+                summary_index: 0,
+                part: SummaryPart::SummaryText {
+                    text: String::new(),
+                },
+            }),
+            Item::Message(_) => Some(ResponseEvent::ContentPartAdded {
+                item_id: ids::message(id),
+                output_index,
+                content_index: 0,
+                part: OutputContent::text(""),
+            }),
             Item::Call { .. } => None,
         };
-        if let Some((kind, mut data)) = part {
-            data["output_index"] = json!(index);
-            let frame = self.frame(kind, data);
+        let frame = self.frame(ResponseEvent::OutputItemAdded {
+            output_index,
+            item: added,
+        });
+        out.push(frame);
+        if let Some(part) = part {
+            let frame = self.frame(part);
             out.push(frame);
         }
     }
@@ -214,89 +227,106 @@ impl ResponseEvents {
     /// The open item's `.done` events and `output_item.done` with the
     /// whole item.
     fn close(&mut self, out: &mut Vec<String>) {
-        let Some((index, item)) = self.open.take() else {
+        let Some((output_index, item)) = self.open.take() else {
             return;
         };
         let id = self.id.clone();
-        let (done, whole) = match &item {
+        let (done, whole) = match item {
             Item::Reasoning(text) => (
                 vec![
-                    (
-                        "response.reasoning_summary_text.done",
-                        json!({"item_id": ids::reasoning(&id), "summary_index": 0, "text": text}),
-                    ),
-                    (
-                        "response.reasoning_summary_part.done",
-                        json!({"item_id": ids::reasoning(&id), "summary_index": 0,
-                               "part": {"type": "summary_text", "text": text}}),
-                    ),
+                    ResponseEvent::SummaryTextDone {
+                        item_id: ids::reasoning(&id),
+                        output_index,
+                        summary_index: 0,
+                        text: text.clone(),
+                    },
+                    ResponseEvent::SummaryPartDone {
+                        item_id: ids::reasoning(&id),
+                        output_index,
+                        summary_index: 0,
+                        part: SummaryPart::SummaryText { text: text.clone() },
+                    },
                 ],
-                responses::reasoning_item(&id, text),
+                responses::reasoning_item(&id, &text),
             ),
             Item::Message(text) => (
                 vec![
-                    (
-                        "response.output_text.done",
-                        json!({"item_id": ids::message(&id), "content_index": 0, "text": text}),
-                    ),
-                    (
-                        "response.content_part.done",
-                        json!({"item_id": ids::message(&id), "content_index": 0,
-                               "part": {"type": "output_text", "text": text, "annotations": []}}),
-                    ),
+                    ResponseEvent::OutputTextDone {
+                        item_id: ids::message(&id),
+                        output_index,
+                        content_index: 0,
+                        text: text.clone(),
+                    },
+                    ResponseEvent::ContentPartDone {
+                        item_id: ids::message(&id),
+                        output_index,
+                        content_index: 0,
+                        part: OutputContent::text(text.clone()),
+                    },
                 ],
-                responses::message_item(&id, text),
+                responses::message_item(&id, &text),
             ),
             Item::Call {
-                index: i,
+                index,
                 call_id,
                 name,
                 arguments,
             } => (
-                vec![(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": ids::function_call(&id, *i as usize), "arguments": arguments}),
-                )],
-                responses::function_call_item(&id, *i as usize, call_id, name, arguments),
+                vec![ResponseEvent::ArgumentsDone {
+                    item_id: ids::function_call(&id, index),
+                    output_index,
+                    arguments: arguments.clone(),
+                }],
+                responses::function_call_item(&id, index, &call_id, &name, &arguments),
             ),
         };
-        for (kind, mut data) in done {
-            data["output_index"] = json!(index);
-            let frame = self.frame(kind, data);
+        for event in done {
+            let frame = self.frame(event);
             out.push(frame);
         }
-        let frame = self.frame(
-            "response.output_item.done",
-            json!({"output_index": index, "item": whole}),
-        );
+        let frame = self.frame(ResponseEvent::OutputItemDone {
+            output_index,
+            item: whole,
+        });
         out.push(frame);
     }
 
     /// `response.completed` (or `.incomplete`, as its status says) with the
     /// whole response.
-    pub fn end(&mut self, response: &Value) -> String {
-        let kind = match response["status"].as_str() {
-            Some("incomplete") => "response.incomplete",
-            _ => "response.completed",
+    pub fn end(&mut self, response: Response) -> String {
+        let event = match response.status.as_str() {
+            "incomplete" => ResponseEvent::Incomplete { response },
+            _ => ResponseEvent::Completed { response },
         };
-        self.frame(kind, json!({"response": response}))
+        self.frame(event)
     }
 
     /// `response.failed` with an error `code` (`server_error`: the engine
     /// failed the call; `context_length_exceeded`).
     pub fn failed(&mut self, code: &str, message: &str) -> String {
         let mut response = self.shell("failed");
-        response["error"] = json!({"code": code, "message": message});
-        self.frame("response.failed", json!({"response": response}))
+        response.error = Some(ResponseError {
+            code: code.to_string(),
+            message: message.to_string(),
+        });
+        self.frame(ResponseEvent::Failed { response })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
-    fn chunk(delta: Value, finish: Option<&str>) -> Value {
-        json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    fn chunk(delta: Value, finish: Option<&str>) -> ChatCompletionChunk {
+        serde_json::from_value(
+            json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+        )
+        .unwrap()
+    }
+
+    fn item(item: OutputItem) -> Value {
+        serde_json::to_value(item).unwrap()
     }
 
     fn events(frames: &[String]) -> Vec<Value> {
@@ -352,13 +382,22 @@ mod tests {
             assert_eq!(v["sequence_number"], i as u64);
         }
         // The whole items, as the whole answer names them.
-        assert_eq!(all[8]["item"], responses::message_item("r1_9", "Listing."));
+        assert_eq!(
+            all[8]["item"],
+            item(responses::message_item("r1_9", "Listing."))
+        );
         assert_eq!(
             all[13]["item"],
-            responses::function_call_item("r1_9", 0, "call_r1_9_0", "shell", "{\"cmd\":\"ls\"}")
+            item(responses::function_call_item(
+                "r1_9",
+                0,
+                "call_r1_9_0",
+                "shell",
+                "{\"cmd\":\"ls\"}"
+            ))
         );
         assert_eq!(all[13]["output_index"], 1);
-        let end = events(&[e.end(&json!({"status": "completed", "output": []}))]);
+        let end = events(&[e.end(Response::new("resp_1".into(), "m".into(), 1, "completed"))]);
         assert_eq!(end[0]["type"], "response.completed");
         assert_eq!(end[0]["sequence_number"], 14);
     }
@@ -374,8 +413,11 @@ mod tests {
             .iter()
             .filter(|v| v["type"] == "response.output_item.done")
             .collect();
-        assert_eq!(done[0]["item"], responses::reasoning_item("r1_9", "think"));
-        assert_eq!(done[1]["item"], responses::message_item("r1_9", "ok"));
+        assert_eq!(
+            done[0]["item"],
+            item(responses::reasoning_item("r1_9", "think"))
+        );
+        assert_eq!(done[1]["item"], item(responses::message_item("r1_9", "ok")));
         let failed = events(&[e.failed("server_error", "engine down")]);
         assert_eq!(failed[0]["type"], "response.failed");
         assert_eq!(failed[0]["response"]["status"], "failed");

@@ -6,7 +6,9 @@
 use serde_json::{Value, json};
 
 use agl_wire::ApiError;
+use agl_wire::openai::{ChatLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob};
 use agl_wire::rollout::ApiKind;
+use indexmap::IndexMap;
 
 /// Responses' `include` entry that asks for the output text's logprobs.
 const RESPONSES_LOGPROBS: &str = "message.output_text.logprobs";
@@ -45,7 +47,11 @@ pub(super) fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<Option<usi
 /// within `completion`, the text the entries' tokens spell: what a
 /// Responses `output_text` part carries. Tokens are placed by the byte
 /// length of their text; all of them when `content` is not found.
-pub(super) fn content_logprobs(entries: &[Value], completion: &str, content: &str) -> Vec<Value> {
+pub(super) fn content_logprobs(
+    entries: &[TokenLogprob],
+    completion: &str,
+    content: &str,
+) -> Vec<TokenLogprob> {
     let Some(start) = completion.find(content) else {
         return entries.to_vec();
     };
@@ -53,12 +59,12 @@ pub(super) fn content_logprobs(entries: &[Value], completion: &str, content: &st
     let mut at = 0;
     let mut out = Vec::new();
     for e in entries {
-        let len = e.get("token").and_then(Value::as_str).map_or(0, str::len);
+        let len = e.token.len();
         if at < end && at + len > start {
-            let mut e = e.clone();
-            let bytes = e["token"].as_str().unwrap_or_default().as_bytes().to_vec();
-            e["bytes"] = json!(bytes);
-            out.push(e);
+            out.push(TokenLogprob {
+                bytes: Some(e.token.as_bytes().to_vec()),
+                ..e.clone()
+            });
         }
         at += len;
     }
@@ -93,45 +99,34 @@ const MAX_TOP_LOGPROBS: u64 = 20;
 /// Completions logprobs (`tokens`, `token_logprobs`, and `top_logprobs`
 /// maps of token text to logprob) as chat `content` entries with the `top`
 /// most likely alternatives each.
-pub(super) fn chat_logprobs(lp: Option<&Value>, top: usize) -> Value {
-    let Some(lp) = lp.filter(|v| !v.is_null()) else {
-        return Value::Null;
-    };
-    let tokens = lp.get("tokens").and_then(Value::as_array);
-    let alternatives = lp.get("top_logprobs").and_then(Value::as_array);
-    let values = lp.get("token_logprobs").and_then(Value::as_array);
-    let content: Vec<Value> = values
-        .map(|v| {
-            v.iter()
-                .enumerate()
-                .map(|(i, x)| {
-                    let token = tokens.and_then(|t| t.get(i)).cloned().unwrap_or(json!(""));
-                    let alts = alternatives.and_then(|a| a.get(i)).map_or(Vec::new(), |m| {
-                        most_likely(m, top)
-                    });
-                    json!({"token": token, "logprob": x.as_f64().unwrap_or(0.0), "top_logprobs": alts})
-                })
-                .collect()
+pub(super) fn chat_logprobs(lp: Option<&CompletionLogprobs>, top: usize) -> Option<ChatLogprobs> {
+    let lp = lp?;
+    let content = lp
+        .token_logprobs
+        .iter()
+        .enumerate()
+        .map(|(i, &logprob)| TokenLogprob {
+            token: lp.tokens.get(i).cloned().unwrap_or_default(),
+            logprob,
+            bytes: None,
+            top_logprobs: lp
+                .top_logprobs
+                .get(i)
+                .map_or(Vec::new(), |m| most_likely(m, top)),
         })
-        .unwrap_or_default();
-    json!({ "content": content })
+        .collect();
+    Some(ChatLogprobs { content })
 }
 
 /// The `top` most likely entries of a `{token: logprob}` map, most likely
 /// first, as chat alternatives.
-fn most_likely(map: &Value, top: usize) -> Vec<Value> {
-    let Some(map) = map.as_object().filter(|_| top > 0) else {
-        return Vec::new();
-    };
-    let mut entries: Vec<(&String, f64)> = map
-        .iter()
-        .map(|(t, lp)| (t, lp.as_f64().unwrap_or(f64::NEG_INFINITY)))
-        .collect();
+fn most_likely(map: &IndexMap<String, f64>, top: usize) -> Vec<TopLogprob> {
+    let mut entries: Vec<(&String, f64)> = map.iter().map(|(t, &lp)| (t, lp)).collect();
     entries.sort_by(|a, b| b.1.total_cmp(&a.1));
     entries
         .into_iter()
         .take(top)
-        .map(|(t, lp)| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()}))
+        .map(|(t, lp)| TopLogprob::new(t.clone(), lp))
         .collect()
 }
 
@@ -141,17 +136,21 @@ mod tests {
 
     #[test]
     fn the_output_texts_logprobs_are_the_tokens_that_wrote_it() {
-        let entries: Vec<Value> = ["<think>", "hm", "</think>", "\n", "Hel", "lo", "."]
+        let entries: Vec<TokenLogprob> = ["<think>", "hm", "</think>", "\n", "Hel", "lo", "."]
             .iter()
             .enumerate()
-            .map(|(i, t)| json!({"token": t, "logprob": -(i as f64), "top_logprobs": []}))
+            .map(|(i, t)| TokenLogprob {
+                token: t.to_string(),
+                logprob: -(i as f64),
+                ..TokenLogprob::default()
+            })
             .collect();
         let text = "<think>hm</think>\nHello.";
         let part = content_logprobs(&entries, text, "Hello.");
-        let tokens: Vec<&str> = part.iter().map(|e| e["token"].as_str().unwrap()).collect();
+        let tokens: Vec<&str> = part.iter().map(|e| e.token.as_str()).collect();
         assert_eq!(tokens, ["Hel", "lo", "."]);
-        assert_eq!(part[0]["bytes"], json!(b"Hel".to_vec()));
-        assert_eq!(part[0]["logprob"], json!(-4.0));
+        assert_eq!(part[0].bytes.as_deref(), Some(&b"Hel"[..]));
+        assert_eq!(part[0].logprob, -4.0);
         // Content the text does not hold (rewritten by the parser): all.
         assert_eq!(content_logprobs(&entries, text, "Bye").len(), entries.len());
     }

@@ -26,6 +26,8 @@
 //! sampled token, as slime and miles read them), not `output_ids`: before
 //! 0.5.5 `output_ids` could start with prompt tokens (sglang #10896).
 
+use agl_wire::openai::{self, Completion, CompletionChoice, CompletionLogprobs, Usage};
+use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
 use super::super::rewrite::RawBody;
@@ -180,35 +182,55 @@ fn completion_tokens(v: &Value) -> Option<usize> {
         .map(|n| n as usize)
 }
 
-fn finish_reason(v: &Value) -> Value {
-    match v.pointer("/meta_info/finish_reason/type") {
-        Some(Value::String(kind)) => json!(kind),
-        _ => Value::Null,
-    }
+fn finish_reason(v: &Value) -> Option<String> {
+    v.pointer("/meta_info/finish_reason/type")
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// Completions logprobs of the sampled tokens: one entry per token, and
 /// `top_logprobs` maps of text to logprob when alternatives came back.
-fn completion_logprobs(s: &Sampled) -> Value {
-    let text = |t: &Value| if t.is_string() { t.clone() } else { json!("") };
-    let tokens: Vec<Value> = s.texts.iter().map(text).collect();
-    let mut lp = json!({"tokens": tokens, "token_logprobs": s.lps});
-    if !s.tops.is_empty() {
-        let maps: Vec<Value> = s
-            .tops
-            .iter()
-            .map(|entries| {
-                let mut map = Map::new();
-                for e in entries.as_array().into_iter().flatten() {
-                    let key = e[2].as_str().unwrap_or_default().to_string();
-                    map.entry(key).or_insert(e[0].clone());
-                }
-                Value::Object(map)
-            })
-            .collect();
-        lp["top_logprobs"] = json!(maps);
+fn completion_logprobs(s: &Sampled) -> CompletionLogprobs {
+    let tokens = s
+        .texts
+        .iter()
+        .map(|t| t.as_str().unwrap_or_default().to_string())
+        .collect();
+    let top_logprobs = s
+        .tops
+        .iter()
+        .map(|entries| {
+            let mut map = IndexMap::new();
+            for e in entries.as_array().into_iter().flatten() {
+                let key = e[2].as_str().unwrap_or_default().to_string();
+                map.entry(key)
+                    .or_insert(e[0].as_f64().unwrap_or(f64::NEG_INFINITY));
+            }
+            map
+        })
+        .collect();
+    CompletionLogprobs {
+        tokens,
+        token_logprobs: s.lps.clone(),
+        top_logprobs,
+        text_offset: Vec::new(),
     }
-    lp
+}
+
+/// The completions head of an SGLang answer or event: its id and, for
+/// the record, the engine's own weight version.
+fn completion_head(v: &Value, model: &str) -> Completion {
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+    Completion {
+        id: text("/meta_info/id").unwrap_or_default(),
+        object: openai::TEXT_COMPLETION.to_string(),
+        model: model.to_string(),
+        weight_version: v
+            .pointer("/meta_info/weight_version")
+            .filter(|w| !w.is_null())
+            .cloned(),
+        ..Completion::default()
+    }
 }
 
 /// An SGLang error answer (`{"error": {"message"}}` or `{"object":
@@ -231,28 +253,19 @@ pub fn error_message(v: &Value) -> Option<String> {
 pub fn completion_bytes(bytes: &[u8], prompt_ids: &[u32], model: &str) -> Vec<u8> {
     let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
     let s = sampled(&v);
-    let completion = s.ids.len();
-    let body = json!({
-        "id": v.pointer("/meta_info/id").cloned().unwrap_or(Value::Null),
-        "object": "text_completion",
-        "created": 0,
-        "model": model,
-        // What the record keeps as the engine's own version.
-        "weight_version": v.pointer("/meta_info/weight_version").cloned().unwrap_or(Value::Null),
-        "choices": [{
-            "index": 0,
-            "text": v["text"].as_str().unwrap_or_default(),
-            "token_ids": s.ids,
-            "prompt_token_ids": prompt_ids,
-            "logprobs": completion_logprobs(&s),
-            "finish_reason": finish_reason(&v),
+    let body = Completion {
+        choices: vec![CompletionChoice {
+            index: 0,
+            text: v["text"].as_str().unwrap_or_default().to_string(),
+            logprobs: Some(completion_logprobs(&s)),
+            finish_reason: finish_reason(&v),
+            stop_reason: None,
+            prompt_token_ids: Some(prompt_ids.to_vec()),
+            token_ids: Some(s.ids.clone()),
         }],
-        "usage": {
-            "prompt_tokens": prompt_ids.len(),
-            "completion_tokens": completion,
-            "total_tokens": prompt_ids.len() + completion,
-        },
-    });
+        usage: Some(Usage::new(prompt_ids.len(), s.ids.len())),
+        ..completion_head(&v, model)
+    };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
@@ -274,7 +287,7 @@ impl GenerateChunks {
     }
 
     /// The completions chunk one event becomes; `Err` for an error event.
-    pub fn push(&mut self, event: &Value) -> Result<Value, String> {
+    pub fn push(&mut self, event: &Value) -> Result<Completion, String> {
         if let Some(message) = error_message(event) {
             return Err(format!("engine stream error: {message}"));
         }
@@ -294,20 +307,16 @@ impl GenerateChunks {
             _ => text.to_owned(),
         };
         self.text.push_str(&delta);
-        Ok(json!({
-            "id": event.pointer("/meta_info/id").cloned().unwrap_or(Value::Null),
-            "object": "text_completion",
-            "created": 0,
-            "model": self.model,
-            "weight_version": event.pointer("/meta_info/weight_version").cloned().unwrap_or(Value::Null),
-            "choices": [{
-                "index": 0,
-                "text": delta,
-                "logprobs": completion_logprobs(&s),
-                "token_ids": s.ids,
-                "finish_reason": finish_reason(event),
+        Ok(Completion {
+            choices: vec![CompletionChoice {
+                text: delta,
+                logprobs: Some(completion_logprobs(&s)),
+                token_ids: Some(s.ids.clone()),
+                finish_reason: finish_reason(event),
+                ..CompletionChoice::default()
             }],
-        }))
+            ..completion_head(event, &self.model)
+        })
     }
 }
 
@@ -336,7 +345,7 @@ mod tests {
         let mut chunks = GenerateChunks::new("m");
         let (mut text, mut ids, mut finish) = (String::new(), Vec::new(), Vec::new());
         for e in events {
-            let c = chunks.push(e).expect("chunk");
+            let c = serde_json::to_value(chunks.push(e).expect("chunk")).unwrap();
             text.push_str(c["choices"][0]["text"].as_str().unwrap());
             ids.extend(
                 c["choices"][0]["token_ids"]
