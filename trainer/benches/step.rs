@@ -12,8 +12,9 @@ use std::time::Instant;
 
 use agl_trainer::model::{Model, ModelConfig};
 use agl_trainer::rl::{
-    BatchConfig, Outcome, Packing, Sample, ScheduleConfig, ScoredRollout, SimConfig, SimResult,
-    StepConfig, UpdateBatch, accumulate_gradients, build_update, pack_ffd, pack_in_order, simulate,
+    BatchConfig, Correction, Outcome, Packing, Sample, ScheduleConfig, ScoredRollout, SimConfig,
+    SimResult, StepConfig, UpdateBatch, accumulate_gradients, build_update, pack_ffd,
+    pack_in_order, simulate,
 };
 use serde_json::json;
 use tch::{Device, Kind};
@@ -106,7 +107,11 @@ fn batch_json(batch: &UpdateBatch, cfg: &StepConfig) -> serde_json::Value {
         "temperature": cfg.temperature,
         "eps_low": cfg.loss.eps_low,
         "eps_high": cfg.loss.eps_high,
-        "tis_threshold": cfg.loss.tis_threshold,
+        // The torch reference writes token-level TIS (the default correction).
+        "tis_threshold": match cfg.loss.correction {
+            Correction::TokenTis { high } => high,
+            other => panic!("the torch reference implements token TIS only, not {other:?}"),
+        },
     })
 }
 

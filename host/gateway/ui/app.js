@@ -120,7 +120,9 @@ async function runPage() {
     ]),
     chart("trainer vs engine", xs, [
       { name: "KL(engine || trainer)", values: steps.map((s) => s.engine_kl) },
-      { name: "TIS-truncated share", values: steps.map((s) => s.tis_truncated_fraction) },
+      { name: "mean |logprob gap|", values: steps.map((s) => s.mismatch_mean) },
+      { name: "tokens outside bounds", values: steps.map((s) => s.outside_token_fraction) },
+      { name: "corrected share", values: steps.map((s) => s.corrected_fraction) },
     ]),
     chart("step time (s)", xs, ["wait_s", "train_s", "drain_s"].map((k) => ({
       name: k.replace("_s", ""), values: steps.map((s) => s[k]),

@@ -74,7 +74,10 @@ pub struct StepRecord {
     pub carried_groups: usize,
     pub loss: Option<f64>,
     pub clip_fraction: Option<f64>,
-    pub tis_truncated_fraction: Option<f64>,
+    /// Share of trained tokens whose off-policy correction weight was
+    /// truncated or masked (`[train] correction`).
+    #[serde(alias = "tis_truncated_fraction")]
+    pub corrected_fraction: Option<f64>,
     /// k3(old -> new) of the update: 0 by construction with one optimizer
     /// step per batch (old = new); see `engine_kl` for the engine gap.
     pub approx_kl: Option<f64>,
@@ -82,6 +85,14 @@ pub struct StepRecord {
     /// how far the trainer's logprobs of the sampled tokens are from the
     /// engine's.
     pub engine_kl: Option<f64>,
+    /// Mean and max `|log p_engine - log p_trainer|` over the trained tokens.
+    pub mismatch_mean: Option<f64>,
+    pub mismatch_max: Option<f64>,
+    /// Shares of the trained tokens, and of their sequences, whose
+    /// importance ratio lies outside `[correction_low, correction_high]`
+    /// (above `correction_high` for truncated IS).
+    pub outside_token_fraction: Option<f64>,
+    pub outside_sequence_fraction: Option<f64>,
     pub ref_kl: Option<f64>,
     pub entropy: Option<f64>,
     pub grad_norm: Option<f64>,

@@ -12,10 +12,14 @@
 //!    (`carried`) for the caller to train later. The first group is always
 //!    taken, so an oversize group is trained alone instead of carried forever;
 //! 4. advantages per group over its kept rollouts ([`super::advantage`]);
-//! 5. token weights `w_{s,t} = m_{s,t} / (N * T_i)`, with `T_i` the rollout's
-//!    trainable token count and `N` the number of rollouts with `T_i > 0`.
-//!    A rollout with no trainable token still counts in its group's baseline
-//!    but not in `N` (its loss term would be 0/0).
+//! 5. token weights by the [`LossNorm`]: per rollout (the default)
+//!    `w_{s,t} = m_{s,t} / (N * T_i)`, with `T_i` the rollout's trainable
+//!    token count and `N` the number of rollouts with `T_i > 0`; per token
+//!    `m / T` (T: the update's trainable tokens); per sequence
+//!    `m / (S * T_s)` (S samples with `T_s > 0`); per group
+//!    `m / (G * T_g)` (G groups with `T_g > 0`). A rollout with no trainable
+//!    token still counts in its group's baseline but not in `N` (its loss
+//!    term would be 0/0).
 //!
 //! The weights are fixed here, before any micro-batching, so the summed
 //! gradient is the same for every packing and accumulation split.
@@ -127,6 +131,23 @@ pub struct UpdateCap {
 pub struct BatchConfig {
     pub estimator: Estimator,
     pub cap: UpdateCap,
+    pub norm: LossNorm,
+}
+
+/// How the loss is normalised: what weighs the same.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LossNorm {
+    /// Every rollout, whatever its samples and lengths (the mean over
+    /// rollouts of each rollout's token mean).
+    #[default]
+    Rollout,
+    /// Every trained token of the update.
+    Token,
+    /// Every sample (the mean over samples of each sample's token mean).
+    Sequence,
+    /// Every group, i.e. every prompt (the mean over groups of each group's
+    /// token mean).
+    Group,
 }
 
 /// A sample ready for the loss: its tokens and per-response-token inputs.
@@ -135,7 +156,7 @@ pub struct TrainSample {
     /// Prompt then response ids.
     pub tokens: Vec<i64>,
     pub prompt_len: usize,
-    /// `w_{s,t} = m_{s,t} / (N * T_i)` per response token.
+    /// `w_{s,t}` per response token (the [`LossNorm`]'s; 0 off the trained ones).
     pub weights: Vec<f32>,
     /// The rollout's advantage, the same for every token.
     pub advantage: f32,
@@ -243,14 +264,15 @@ pub fn build_update(rollouts: Vec<ScoredRollout>, cfg: &BatchConfig) -> Result<P
     stats.carried_groups = carried.len();
     stats.groups = ordered.len();
 
-    let mut kept: Vec<(ScoredRollout, f64)> = Vec::new();
-    for group in ordered {
+    // (rollout, advantage, group index)
+    let mut kept: Vec<(ScoredRollout, f64, usize)> = Vec::new();
+    for (g, group) in ordered.into_iter().enumerate() {
         let rewards: Vec<f64> = group.iter().map(|(_, r)| *r).collect();
         let advantages = group_advantages(&rewards, cfg.estimator);
         for ((rollout, reward), adv) in group.into_iter().zip(advantages) {
             stats.mean_reward += reward;
             stats.mean_advantage += adv;
-            kept.push((rollout, adv));
+            kept.push((rollout, adv, g));
         }
     }
     stats.rollouts = kept.len();
@@ -259,26 +281,27 @@ pub fn build_update(rollouts: Vec<ScoredRollout>, cfg: &BatchConfig) -> Result<P
         stats.mean_advantage /= kept.len() as f64;
     }
 
-    let n = kept
-        .iter()
-        .filter(|(r, _)| r.samples.iter().any(|s| s.trainable_tokens() > 0))
-        .count();
+    let trainable =
+        |r: &ScoredRollout| -> usize { r.samples.iter().map(Sample::trainable_tokens).sum() };
+    let n = kept.iter().filter(|(r, _, _)| trainable(r) > 0).count();
     stats.untrainable_rollouts = kept.len() - n;
+    let weigh = TokenWeights::new(&kept, cfg.norm);
     let mut batch = UpdateBatch {
         samples: Vec::new(),
         rollouts: n,
     };
-    for (index, (rollout, adv)) in kept.into_iter().enumerate() {
-        let t_i: usize = rollout.samples.iter().map(Sample::trainable_tokens).sum();
+    for (index, (rollout, adv, group)) in kept.into_iter().enumerate() {
+        let t_i = trainable(&rollout);
         if t_i == 0 {
             continue;
         }
-        let w = (1.0 / (n as f64 * t_i as f64)) as f32;
         for s in rollout.samples {
             // A sample with no trainable token adds nothing to loss or gradient.
-            if s.trainable_tokens() == 0 {
+            let t_s = s.trainable_tokens();
+            if t_s == 0 {
                 continue;
             }
+            let w = weigh.of(t_i, t_s, group);
             let prompt_len = s.prompt_ids.len();
             let mut tokens = s.prompt_ids;
             tokens.extend_from_slice(&s.response_ids);
@@ -300,6 +323,59 @@ pub fn build_update(rollouts: Vec<ScoredRollout>, cfg: &BatchConfig) -> Result<P
         stats,
         carried,
     })
+}
+
+/// The per-token weight of a trained token under a [`LossNorm`], from the
+/// counts of the update (see the module docs).
+struct TokenWeights {
+    norm: LossNorm,
+    /// Rollouts, samples and groups with a trained token.
+    rollouts: usize,
+    samples: usize,
+    groups: usize,
+    /// Trained tokens of the update, and of each group.
+    tokens: usize,
+    group_tokens: Vec<usize>,
+}
+
+impl TokenWeights {
+    fn new(kept: &[(ScoredRollout, f64, usize)], norm: LossNorm) -> TokenWeights {
+        let groups = kept.iter().map(|(_, _, g)| g + 1).max().unwrap_or(0);
+        let mut w = TokenWeights {
+            norm,
+            rollouts: 0,
+            samples: 0,
+            groups: 0,
+            tokens: 0,
+            group_tokens: vec![0; groups],
+        };
+        for (rollout, _, g) in kept {
+            let t: Vec<usize> = rollout
+                .samples
+                .iter()
+                .map(Sample::trainable_tokens)
+                .collect();
+            let t_i: usize = t.iter().sum();
+            w.rollouts += usize::from(t_i > 0);
+            w.samples += t.iter().filter(|&&n| n > 0).count();
+            w.tokens += t_i;
+            w.group_tokens[*g] += t_i;
+        }
+        w.groups = w.group_tokens.iter().filter(|&&n| n > 0).count();
+        w
+    }
+
+    /// The weight of each trained token of a sample with `t_s` of them, in
+    /// a rollout with `t_i`, in group `group`.
+    fn of(&self, t_i: usize, t_s: usize, group: usize) -> f32 {
+        let denominator = match self.norm {
+            LossNorm::Rollout => self.rollouts * t_i,
+            LossNorm::Token => self.tokens,
+            LossNorm::Sequence => self.samples * t_s,
+            LossNorm::Group => self.groups * self.group_tokens[group],
+        };
+        (1.0 / denominator as f64) as f32
+    }
 }
 
 /// How many leading groups fit the cap (at least one when there is one).

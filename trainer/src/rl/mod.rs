@@ -30,10 +30,10 @@ pub mod step;
 pub use adamw::{AdamW, AdamWConfig, AdamWError};
 pub use advantage::{Estimator, group_advantages};
 pub use batch::{
-    BatchConfig, BatchStats, Outcome, Prepared, Sample, ScoredRollout, TrainSample, UpdateBatch,
-    UpdateCap, build_update,
+    BatchConfig, BatchStats, LossNorm, Outcome, Prepared, Sample, ScoredRollout, TrainSample,
+    UpdateBatch, UpdateCap, build_update,
 };
-pub use loss::LossConfig;
+pub use loss::{Correction, LossConfig};
 pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};
 pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
 pub use schedule_sim::{SimConfig, SimResult, simulate};

@@ -22,7 +22,7 @@ use tch::{Device, Kind, Tensor};
 use super::RlError;
 use super::adamw::{AdamW, AdamWConfig, AdamWError};
 use super::batch::{TrainSample, UpdateBatch};
-use super::loss::{LossConfig, TokenInputs, token_loss};
+use super::loss::{LossConfig, Mismatch, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack_ffd};
 use crate::autocast::with_bf16_autocast;
 use crate::model::{Model, token_logprobs};
@@ -167,7 +167,9 @@ pub struct StepStats {
     /// `sum w * A` = the mean advantage over the batch's rollouts.
     pub mean_advantage: f64,
     pub clip_fraction: f64,
-    pub tis_truncated_fraction: f64,
+    /// Share of trained tokens whose correction weight was truncated or
+    /// masked ([`super::loss::Correction`]).
+    pub corrected_fraction: f64,
     /// Mean k3(old -> new): 0 on the first step of an update.
     pub approx_kl: f64,
     /// Mean k3(ref -> new) over tokens that have reference logprobs.
@@ -188,6 +190,14 @@ pub struct StepStats {
     /// that ran: how far the trainer's logprobs of the sampled tokens are
     /// from the engine's (kernels, precision, stale weights).
     pub engine_kl: f64,
+    /// Mean and max `|log p_engine - log p_trainer|` over the trained
+    /// tokens that ran.
+    pub mismatch_mean: f64,
+    pub mismatch_max: f64,
+    /// Shares of those tokens, and of their sequences, whose importance
+    /// ratio lies outside the correction's bounds.
+    pub outside_token_fraction: f64,
+    pub outside_sequence_fraction: f64,
     pub micro_batches: usize,
     pub padding_waste: f64,
 }
@@ -429,7 +439,8 @@ fn run(
         padding_waste: packing.padding_waste(),
         ..StepStats::default()
     };
-    let (mut tokens_sum, mut clipped, mut truncated, mut kl) = (0.0, 0.0, 0.0, 0.0);
+    let (mut tokens_sum, mut clipped, mut corrected, mut kl) = (0.0, 0.0, 0.0, 0.0);
+    let mut mismatch = Mismatch::default();
     let mut engine_kl = 0.0;
     let (mut ref_kl, mut ref_tokens, mut entropy) = (0.0, 0.0, 0.0);
     // LoRA dropout only where gradients flow.
@@ -459,7 +470,8 @@ fn run(
         stats.mean_advantage += scalar(&(&g.weight * &g.advantage))?;
         tokens_sum += scalar(&g.trainable)?;
         clipped += out.clipped_tokens;
-        truncated += out.truncated_tokens;
+        corrected += out.corrected_tokens;
+        mismatch.add(&out.mismatch);
         kl += out.approx_kl_sum;
         engine_kl += out.engine_kl_sum;
         ref_kl += out.ref_kl_sum;
@@ -477,7 +489,15 @@ fn run(
     };
     stats.trainable_tokens = tokens_sum as usize;
     stats.clip_fraction = per_token(clipped);
-    stats.tis_truncated_fraction = per_token(truncated);
+    stats.corrected_fraction = per_token(corrected);
+    stats.mismatch_mean = per_token(mismatch.abs_gap_sum);
+    stats.mismatch_max = mismatch.abs_gap_max;
+    stats.outside_token_fraction = per_token(mismatch.tokens_outside);
+    stats.outside_sequence_fraction = if mismatch.sequences > 0.0 {
+        mismatch.sequences_outside / mismatch.sequences
+    } else {
+        0.0
+    };
     stats.approx_kl = per_token(kl);
     stats.engine_kl = per_token(engine_kl);
     stats.ref_kl = (ref_tokens > 0.0).then(|| ref_kl / ref_tokens);

@@ -11,8 +11,8 @@ use agl_trainer::engine::{
 };
 use agl_trainer::model::{KvCache, Model};
 use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, LossConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Sample,
-    ScoredRollout, StepConfig, StepStats, build_update, score_old_logprobs, train_step,
+    AdamWConfig, BatchConfig, Correction, LossConfig, LrDecay, LrSchedule, Outcome, RlOptimizer,
+    Sample, ScoredRollout, StepConfig, StepStats, build_update, score_old_logprobs, train_step,
 };
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
@@ -170,7 +170,7 @@ fn step_config(bf16_autocast: bool) -> StepConfig {
         loss: LossConfig {
             eps_low: 0.2,
             eps_high: 0.28,
-            tis_threshold: Some(2.0),
+            correction: Correction::TokenTis { high: 2.0 },
             kl_coef: 0.0,
         },
         temperature: 1.0,

@@ -6,6 +6,7 @@ mod autocast;
 mod checkpoint;
 #[allow(dead_code)] // each module uses a subset
 mod common;
+mod correction;
 mod cuda;
 mod engine;
 mod hf_parity;

@@ -2,7 +2,7 @@
 //! fixed token weights, packing and the LR schedule.
 
 use agl_trainer::rl::{
-    BatchConfig, Estimator, LrDecay, LrSchedule, Outcome, Packing, Sample, ScoredRollout,
+    BatchConfig, Estimator, LossNorm, LrDecay, LrSchedule, Outcome, Packing, Sample, ScoredRollout,
     UpdateCap, build_update, group_advantages, pack_ffd, pack_in_order,
 };
 
@@ -135,7 +135,7 @@ fn system_failures_and_missing_rewards_are_excluded_and_counted() {
     ];
     let cfg = BatchConfig {
         estimator: Estimator::Rloo,
-        cap: UpdateCap::default(),
+        ..BatchConfig::default()
     };
     let p = build_update(rollouts, &cfg).unwrap();
     assert_eq!(p.stats.excluded_system_failure, 1);
@@ -188,7 +188,7 @@ fn untrainable_rollouts_stay_in_the_baseline_but_not_in_n() {
         rollouts,
         &BatchConfig {
             estimator: GRPO_MEAN,
-            cap: UpdateCap::default(),
+            ..BatchConfig::default()
         },
     )
     .unwrap();
@@ -219,6 +219,7 @@ fn the_update_cap_keeps_groups_whole() {
             &BatchConfig {
                 estimator: GRPO_STD,
                 cap,
+                ..BatchConfig::default()
             },
         )
         .unwrap()
@@ -367,4 +368,62 @@ fn lr_warms_up_linearly_then_decays() {
         &[1e-3, mid, 1e-4, 1e-4],
     );
     assert!(cosine.lr_at(3) < 1e-3 && cosine.lr_at(3) > mid);
+}
+
+/// The weight of each trained token, sample by sample.
+fn token_weights(norm: LossNorm) -> Vec<Vec<f32>> {
+    // Group a: a1 (samples with 2 and 1 trained tokens, T = 3), a2 (4).
+    // Group b: b1 (1), b2 (2). N = 4 rollouts, 5 samples, 2 groups,
+    // 10 tokens; group a has 7, group b 3.
+    let rollouts = vec![
+        ok("a1", "a", 1.0, vec![sample(2, 3, 0..2), sample(2, 1, 0..1)]),
+        ok("a2", "a", 0.0, vec![sample(2, 4, 0..4)]),
+        ok("b1", "b", 1.0, vec![sample(2, 1, 0..1)]),
+        ok("b2", "b", 0.0, vec![sample(2, 2, 0..2)]),
+    ];
+    let cfg = BatchConfig {
+        norm,
+        ..BatchConfig::default()
+    };
+    let batch = build_update(rollouts, &cfg).unwrap().batch;
+    batch
+        .samples
+        .iter()
+        .map(|s| s.weights.iter().copied().filter(|w| *w > 0.0).collect())
+        .collect()
+}
+
+#[test]
+fn each_loss_normalisation_weighs_what_it_names() {
+    let cases: [(LossNorm, [f64; 5]); 4] = [
+        // 1 / (N T_i): every rollout weighs 1/4.
+        (
+            LossNorm::Rollout,
+            [1.0 / 12.0, 1.0 / 12.0, 1.0 / 16.0, 1.0 / 4.0, 1.0 / 8.0],
+        ),
+        // 1 / T: every token 1/10.
+        (LossNorm::Token, [0.1; 5]),
+        // 1 / (S T_s): every sample weighs 1/5.
+        (
+            LossNorm::Sequence,
+            [1.0 / 10.0, 1.0 / 5.0, 1.0 / 20.0, 1.0 / 5.0, 1.0 / 10.0],
+        ),
+        // 1 / (G T_g): every group (prompt) weighs 1/2.
+        (
+            LossNorm::Group,
+            [1.0 / 14.0, 1.0 / 14.0, 1.0 / 14.0, 1.0 / 6.0, 1.0 / 6.0],
+        ),
+    ];
+    for (norm, expected) in cases {
+        let got = token_weights(norm);
+        assert_eq!(got.len(), 5, "{norm:?}");
+        for (sample, want) in got.iter().zip(expected) {
+            for w in sample {
+                assert!((*w as f64 - want).abs() < 1e-7, "{norm:?}: {got:?}");
+            }
+        }
+        // Every normalisation is a weighted mean: the weights sum to 1.
+        let total: f64 = got.iter().flatten().map(|w| *w as f64).sum();
+        assert!((total - 1.0).abs() < 1e-6, "{norm:?}: {total}");
+    }
 }

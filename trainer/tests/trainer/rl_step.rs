@@ -6,8 +6,8 @@ use crate::common::tiny_config;
 use agl_trainer::model::{Model, token_logprobs};
 use agl_trainer::rl::loss::{TokenInputs, token_loss};
 use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, Estimator, LossConfig, LrDecay, LrSchedule, Outcome, Packing,
-    RlOptimizer, Sample, ScoredRollout, StepConfig, UpdateBatch, accumulate_gradients,
+    AdamWConfig, BatchConfig, Correction, Estimator, LossConfig, LrDecay, LrSchedule, Outcome,
+    Packing, RlOptimizer, Sample, ScoredRollout, StepConfig, UpdateBatch, accumulate_gradients,
     build_update, evaluate, pack_ffd, score_old_logprobs, train_step,
 };
 use serde_json::json;
@@ -129,7 +129,7 @@ fn cfg() -> StepConfig {
         loss: LossConfig {
             eps_low: 0.2,
             eps_high: 0.28,
-            tis_threshold: Some(2.0),
+            correction: Correction::TokenTis { high: 2.0 },
             kl_coef: 0.05,
         },
         temperature: 0.8,
@@ -147,7 +147,7 @@ fn prepared(model: &Model) -> UpdateBatch {
         rollouts(),
         &BatchConfig {
             estimator: estimator(),
-            cap: Default::default(),
+            ..BatchConfig::default()
         },
     )
     .unwrap();
@@ -324,7 +324,7 @@ fn loss_and_gradient_match_the_naive_formula() {
         "{stats:?}"
     );
     assert!(
-        stats.tis_truncated_fraction > 0.0 && stats.tis_truncated_fraction < 1.0,
+        stats.corrected_fraction > 0.0 && stats.corrected_fraction < 1.0,
         "{stats:?}"
     );
     assert!(stats.ref_kl.is_some_and(|k| k > 0.0) && stats.approx_kl > 0.0);
@@ -335,8 +335,32 @@ fn loss_and_gradient_match_the_naive_formula() {
 fn the_gradient_does_not_depend_on_the_packing() {
     let model = test_model(22);
     let batch = prepared(&model);
-    let c = cfg();
-    let lengths = agl_trainer::rl::step::lengths(&batch);
+    // Sequence-level corrections too: a sequence is one row, whatever the packing.
+    for correction in [
+        Correction::TokenTis { high: 2.0 },
+        Correction::SequenceTis { high: 1.5 },
+        Correction::TokenMask {
+            low: 0.8,
+            high: 1.25,
+        },
+        Correction::SequenceMask {
+            low: 0.5,
+            high: 2.0,
+        },
+    ] {
+        let c = StepConfig {
+            loss: LossConfig {
+                correction,
+                ..cfg().loss
+            },
+            ..cfg()
+        };
+        same_gradient_for_every_packing(&model, &batch, &c);
+    }
+}
+
+fn same_gradient_for_every_packing(model: &Model, batch: &UpdateBatch, c: &StepConfig) {
+    let lengths = agl_trainer::rl::step::lengths(batch);
     let n = lengths.len();
     let packings = [
         Packing::from_groups(&lengths, vec![(0..n).collect()]),
@@ -345,20 +369,28 @@ fn the_gradient_does_not_depend_on_the_packing() {
     ];
     let mut results = Vec::new();
     for packing in &packings {
-        zero_grads(&model);
-        let stats = accumulate_gradients(&model, &batch, packing, &c).unwrap();
-        results.push((stats, grads(&model)));
+        zero_grads(model);
+        let stats = accumulate_gradients(model, batch, packing, c).unwrap();
+        results.push((stats, grads(model)));
     }
     assert!(packings[2].micro_batches.len() > 1 && packings[2].micro_batches.len() < n);
+    // The correction is at work (some tokens truncated or masked), not all.
+    let corrected = results[0].0.corrected_fraction;
+    assert!(corrected > 0.0 && corrected < 1.0, "{corrected}");
     for (stats, g) in &results[1..] {
         let (diff, _) = max_grad_diff(g, &results[0].1);
         println!(
-            "packing: {} micro-batches, grad diff {diff:.2e}",
-            stats.micro_batches
+            "{:?}, packing: {} micro-batches, grad diff {diff:.2e}",
+            c.loss.correction, stats.micro_batches
         );
         assert!(diff < 1e-6, "{diff}");
         assert!((stats.loss - results[0].0.loss).abs() < 1e-6);
         assert_eq!(stats.trainable_tokens, results[0].0.trainable_tokens);
+        assert_eq!(stats.corrected_fraction, results[0].0.corrected_fraction);
+        assert_eq!(
+            stats.outside_sequence_fraction,
+            results[0].0.outside_sequence_fraction
+        );
     }
 }
 
@@ -382,7 +414,7 @@ fn tis_truncates_at_the_threshold() {
     let out = token_loss(&x, &LossConfig::default());
     let expected = -(2.0 + 0.1f64.exp());
     assert!((f64::try_from(&out.loss).unwrap() - expected).abs() < 1e-5);
-    assert_eq!(out.truncated_tokens, 1.0);
+    assert_eq!(out.corrected_tokens, 1.0);
     out.loss.backward();
     let g = Vec::<f32>::try_from(new.grad()).unwrap();
     assert!(
@@ -413,7 +445,7 @@ fn tis_truncates_at_the_threshold() {
             .collect();
     }
     let stats = evaluate(&model, &batch, &c).unwrap();
-    assert_eq!(stats.tis_truncated_fraction, 1.0);
+    assert_eq!(stats.corrected_fraction, 1.0);
     // ratio 1 everywhere, so L = -2 * sum w A = -2 * mean advantage.
     assert!(
         (stats.loss + 2.0 * stats.mean_advantage).abs() < 1e-6,

@@ -10,8 +10,8 @@ use agl_trainer::model::LoraConfig;
 use serde::Deserialize;
 
 use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, Estimator, LossConfig, LrDecay, LrSchedule, ScheduleConfig,
-    StepConfig, UpdateCap,
+    AdamWConfig, BatchConfig, Correction, Estimator, LossConfig, LossNorm, LrDecay, LrSchedule,
+    ScheduleConfig, StepConfig, UpdateCap,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -111,6 +111,29 @@ impl RunConfig {
     }
 }
 
+/// `[train] correction`: how the engine/trainer mismatch is corrected
+/// (`agl_trainer::rl::Correction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CorrectionKind {
+    None,
+    TokenTis,
+    SequenceTis,
+    TokenMask,
+    SequenceMask,
+}
+
+/// `[train] loss_norm`: what weighs the same in the loss
+/// (`agl_trainer::rl::LossNorm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossNormKind {
+    Rollout,
+    Token,
+    Sequence,
+    Group,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EstimatorKind {
@@ -137,8 +160,14 @@ pub struct TrainConfig {
     pub max_grad_norm: Option<f64>,
     pub clip_eps_low: f64,
     pub clip_eps_high: f64,
-    /// Token-level truncated importance sampling threshold (none = off).
-    pub tis_threshold: Option<f64>,
+    /// The off-policy correction and its ratio bounds: `correction_high`
+    /// truncates (TIS) or masks above; `correction_low` masks below (masks
+    /// only). `tis_threshold` is the older name of `correction_high`.
+    pub correction: CorrectionKind,
+    pub correction_low: f64,
+    #[serde(alias = "tis_threshold")]
+    pub correction_high: f64,
+    pub loss_norm: LossNormKind,
     pub kl_coef: f64,
     /// Slots (rows x padded length) per micro-batch.
     pub token_budget: usize,
@@ -167,7 +196,10 @@ impl Default for TrainConfig {
             max_grad_norm: Some(1.0),
             clip_eps_low: loss.eps_low,
             clip_eps_high: loss.eps_high,
-            tis_threshold: loss.tis_threshold,
+            correction: CorrectionKind::TokenTis,
+            correction_low: 0.5,
+            correction_high: 2.0,
+            loss_norm: LossNormKind::Rollout,
             kl_coef: 0.0,
             token_budget: 8192,
             max_groups: None,
@@ -197,6 +229,38 @@ impl TrainConfig {
                 max_samples: self.max_samples,
                 max_tokens: self.max_tokens,
             },
+            norm: match self.loss_norm {
+                LossNormKind::Rollout => LossNorm::Rollout,
+                LossNormKind::Token => LossNorm::Token,
+                LossNormKind::Sequence => LossNorm::Sequence,
+                LossNormKind::Group => LossNorm::Group,
+            },
+        }
+    }
+
+    /// Checks the correction's bounds: `0 < low < 1 < high` (a ratio of 1,
+    /// no mismatch, is always inside).
+    pub fn check(&self) -> Result<(), String> {
+        let (low, high) = (self.correction_low, self.correction_high);
+        if !(high.is_finite() && high > 1.0) {
+            return Err(format!(
+                "correction_high must be a number above 1, got {high}"
+            ));
+        }
+        if !(low > 0.0 && low < 1.0) {
+            return Err(format!("correction_low must lie in (0, 1), got {low}"));
+        }
+        Ok(())
+    }
+
+    fn correction(&self) -> Correction {
+        let (low, high) = (self.correction_low, self.correction_high);
+        match self.correction {
+            CorrectionKind::None => Correction::None,
+            CorrectionKind::TokenTis => Correction::TokenTis { high },
+            CorrectionKind::SequenceTis => Correction::SequenceTis { high },
+            CorrectionKind::TokenMask => Correction::TokenMask { low, high },
+            CorrectionKind::SequenceMask => Correction::SequenceMask { low, high },
         }
     }
 
@@ -205,7 +269,7 @@ impl TrainConfig {
             loss: LossConfig {
                 eps_low: self.clip_eps_low,
                 eps_high: self.clip_eps_high,
-                tis_threshold: self.tis_threshold,
+                correction: self.correction(),
                 kl_coef: self.kl_coef,
             },
             temperature,

@@ -38,6 +38,10 @@ impl RunFolder {
             .run
             .validate()
             .map_err(|e| anyhow::anyhow!("[run]: {e}"))?;
+        config
+            .train
+            .check()
+            .map_err(|e| anyhow::anyhow!("[train]: {e}"))?;
         if let Some(lora) = &config.train.lora {
             lora.check()
                 .map_err(|e| anyhow::anyhow!("[train.lora]: {e}"))?;

@@ -145,7 +145,7 @@ impl ChoiceParts {
         let lp = choice.get("logprobs").filter(|v| !v.is_null());
         self.tokens.response_logprobs.extend(logprobs(api, lp));
         if let Some(entries) = lp.and_then(|v| v.get("content")).and_then(Value::as_array) {
-            let typed = entries.iter().map(|e| TokenLogprob::deserialize(e));
+            let typed = entries.iter().map(TokenLogprob::deserialize);
             self.chat_logprobs.extend(typed.filter_map(Result::ok));
         }
         if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {

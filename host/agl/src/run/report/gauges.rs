@@ -74,7 +74,7 @@ impl TrainerGauges {
             return;
         };
         let t = &st.totals;
-        let gauges: [(&str, Option<f64>); 25] = [
+        let gauges: [(&str, Option<f64>); 29] = [
             ("agl_trainer_step", Some(r.step as f64)),
             ("agl_trainer_total_steps", Some(r.total_steps as f64)),
             ("agl_trainer_weight_version", Some(r.weight_version as f64)),
@@ -92,12 +92,19 @@ impl TrainerGauges {
             ("agl_trainer_tool_use", r.tool_use),
             ("agl_trainer_loss", r.loss),
             ("agl_trainer_clip_fraction", r.clip_fraction),
-            (
-                "agl_trainer_tis_truncated_fraction",
-                r.tis_truncated_fraction,
-            ),
+            ("agl_trainer_corrected_fraction", r.corrected_fraction),
             ("agl_trainer_approx_kl", r.approx_kl),
             ("agl_trainer_engine_kl", r.engine_kl),
+            ("agl_trainer_mismatch_mean", r.mismatch_mean),
+            ("agl_trainer_mismatch_max", r.mismatch_max),
+            (
+                "agl_trainer_outside_token_fraction",
+                r.outside_token_fraction,
+            ),
+            (
+                "agl_trainer_outside_sequence_fraction",
+                r.outside_sequence_fraction,
+            ),
             ("agl_trainer_entropy", r.entropy),
             ("agl_trainer_grad_norm", r.grad_norm),
             ("agl_trainer_lr", r.lr),

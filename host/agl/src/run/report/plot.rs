@@ -167,11 +167,13 @@ pub fn panels(records: &[StepRecord]) -> Vec<Panel> {
             title: "trainer vs engine",
             lines: vec![
                 ("KL(engine || trainer)", train(&|r| r.engine_kl), BLUE),
+                ("mean |logprob gap|", train(&|r| r.mismatch_mean), BLACK),
                 (
-                    "TIS-truncated share",
-                    train(&|r| r.tis_truncated_fraction),
-                    RED,
+                    "tokens outside bounds",
+                    train(&|r| r.outside_token_fraction),
+                    MAGENTA,
                 ),
+                ("corrected share", train(&|r| r.corrected_fraction), RED),
             ],
         },
     ];

@@ -35,9 +35,13 @@ impl TrainerStats for StepRecord {
         }
         self.loss = finite(s.loss);
         self.clip_fraction = finite(s.clip_fraction);
-        self.tis_truncated_fraction = finite(s.tis_truncated_fraction);
+        self.corrected_fraction = finite(s.corrected_fraction);
         self.approx_kl = finite(s.approx_kl);
         self.engine_kl = finite(s.engine_kl);
+        self.mismatch_mean = finite(s.mismatch_mean);
+        self.mismatch_max = finite(s.mismatch_max);
+        self.outside_token_fraction = finite(s.outside_token_fraction);
+        self.outside_sequence_fraction = finite(s.outside_sequence_fraction);
         self.ref_kl = s.ref_kl.and_then(finite);
         self.entropy = finite(s.entropy);
         self.grad_norm = finite(s.grad_norm);
