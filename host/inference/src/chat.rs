@@ -98,6 +98,7 @@ pub fn choice(
         finish_reason: Some(finish.to_string()),
         stop_reason: None,
         token_ids: job.opts.return_token_ids.then(|| sampled.ids.to_vec()),
+        token_weight_versions: job.opts.return_token_ids.then(|| sampled.versions.to_vec()),
     }
 }
 
@@ -170,6 +171,7 @@ pub fn token_chunk(
             delta: Delta::content(text),
             logprobs: job.opts.logprobs.then(|| logprobs(job, token)),
             token_ids: job.opts.return_token_ids.then(|| token.ids.to_vec()),
+            token_weight_versions: job.opts.return_token_ids.then(|| token.versions.to_vec()),
             ..ChunkChoice::default()
         },
     )

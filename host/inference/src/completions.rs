@@ -45,6 +45,7 @@ pub fn choice(
         stop_reason: Some(Value::Null),
         prompt_token_ids: ids.then(|| job.prompt_ids.clone()),
         token_ids: ids.then(|| sampled.ids.to_vec()),
+        token_weight_versions: ids.then(|| sampled.versions.to_vec()),
     }
 }
 
@@ -92,6 +93,7 @@ pub fn token_chunk(
         text: text.to_string(),
         logprobs: job.opts.logprobs.then(|| logprobs(job, token, 0)),
         token_ids: ids.then(|| token.ids.to_vec()),
+        token_weight_versions: ids.then(|| token.versions.to_vec()),
         prompt_token_ids: (ids && first).then(|| job.prompt_ids.clone()),
         ..CompletionChoice::default()
     };

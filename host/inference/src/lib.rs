@@ -209,6 +209,8 @@ pub struct Sampled<'a> {
     pub ids: &'a [u32],
     pub logprobs: &'a [f32],
     pub top: &'a [TopLogprobs],
+    /// The weight version that sampled each token.
+    pub versions: &'a [u64],
 }
 
 impl<'a> Sampled<'a> {
@@ -353,6 +355,7 @@ async fn complete(
             ids: &f.response_ids,
             logprobs: &f.logprobs,
             top: &f.top_logprobs,
+            versions: &f.token_versions,
         };
         match &mut choices {
             Choices::Chat(c) => c.push(chat::choice(&job, index, text, sampled, reason)),

@@ -86,12 +86,18 @@ async fn pump(
     while let Some((index, event)) = merged.next().await {
         let choice = &mut choices[index];
         let frame = match event {
-            EngineEvent::Token { id, logprob, top } => {
+            EngineEvent::Token {
+                id,
+                logprob,
+                top,
+                version,
+            } => {
                 let delta = choice.text.push(id);
                 let token = Sampled {
                     ids: &[id],
                     logprobs: &[logprob],
                     top: std::slice::from_ref(&top),
+                    versions: &[version],
                 };
                 let frame = match job.api {
                     Api::Chat => sse(&chat::token_chunk(&job, index, token, &delta)),

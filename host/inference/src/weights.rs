@@ -3,8 +3,10 @@
 //! "weight_version"}` loads every `*.safetensors` file of the folder `path`
 //! (Hugging Face names: what the trainer saves) into the engine between
 //! steps and sets the weight version; `GET /weight_info` answers
-//! `{"weight_version"}`. Sequences running while weights load end, so the
-//! caller pauses and drains its gateway first (`agl train` does).
+//! `{"weight_version"}`. Sequences running while weights load end
+//! (`"in_flight": "abort"`, the default: the caller pauses and drains its
+//! gateway first), or go on under the new weights (`"continue"`: partial
+//! rollouts, each token reporting the version that sampled it).
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +17,7 @@ use serde_json::{Value, json};
 use tch::Tensor;
 
 use crate::InferenceServer;
+use agl_trainer::engine::InFlight;
 use agl_wire::ApiError;
 
 #[derive(Deserialize)]
@@ -23,6 +26,17 @@ pub struct LoadWeights {
     path: PathBuf,
     /// A decimal number, as vLLM and SGLang take it.
     weight_version: String,
+    #[serde(default)]
+    in_flight: InFlightMode,
+}
+
+/// `in_flight` of `POST /load_weights`.
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum InFlightMode {
+    #[default]
+    Abort,
+    Continue,
 }
 
 pub async fn load(
@@ -42,7 +56,14 @@ pub async fn load(
         .map_err(|e| ApiError::internal(format!("reading weights: {e}")))??;
     let n = tensors.len();
     s.engine()
-        .update_weights(tensors, version)
+        .update_weights(
+            tensors,
+            version,
+            match body.in_flight {
+                InFlightMode::Abort => InFlight::Abort,
+                InFlightMode::Continue => InFlight::Continue,
+            },
+        )
         .await
         .map_err(|e| ApiError::bad_request(format!("loading {}: {e}", body.path.display())))?;
     tracing::info!(version, tensors = n, path = %body.path.display(), "weights loaded");

@@ -61,6 +61,7 @@ impl Call {
             finish_reason: Some(self.plan.finish.as_str().to_string()),
             stop_reason: None,
             token_ids: with_ids.then(|| ids.clone()),
+            token_weight_versions: None,
         };
         ChatCompletion {
             id: self.id.clone(),
@@ -89,6 +90,7 @@ impl Call {
             // vLLM puts completions' prompt ids on the choice.
             prompt_token_ids: with_ids.then(|| self.params.prompt_ids.clone()),
             token_ids: with_ids.then_some(ids),
+            token_weight_versions: None,
         };
         Completion {
             choices: vec![choice],

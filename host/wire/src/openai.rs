@@ -68,6 +68,10 @@ pub struct ChatChoice {
     /// vLLM's `return_token_ids`: the sampled ids.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// agl's engine, beside `token_ids`: the weight version that sampled
+    /// each token (two versions when an update came while the choice ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_weight_versions: Option<Vec<u64>>,
 }
 
 /// The assistant `message` of a chat answer.
@@ -193,6 +197,9 @@ pub struct ChunkChoice {
     pub logprobs: Option<ChatLogprobs>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// agl's engine: the version that sampled each of `token_ids`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_weight_versions: Option<Vec<u64>>,
     pub finish_reason: Option<String>,
     /// vLLM's, on the closing chunk.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -328,6 +335,9 @@ pub struct CompletionChoice {
     pub prompt_token_ids: Option<Vec<u32>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// agl's engine: the version that sampled each of `token_ids`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_weight_versions: Option<Vec<u64>>,
 }
 
 /// Legacy (completions) logprobs: per token its text, logprob, a map of

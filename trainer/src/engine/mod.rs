@@ -25,10 +25,15 @@
 //! else is in the batch.
 //!
 //! **Weights in place.** [`EngineHandle::update_weights`] is applied between
-//! steps. Sequences still running at that moment are finished with
-//! [`FinishReason::Abort`] (their cache and tokens came from the old
-//! weights), so every finished sequence was produced by exactly one weight
-//! version: the one it reports. Pause callers before updating to lose none.
+//! steps, that is at a token boundary of every running sequence. What
+//! happens to those sequences is the caller's [`InFlight`] choice: `Abort`
+//! finishes them with [`FinishReason::Abort`], so every finished sequence
+//! was produced by one weight version (pause callers first to lose none);
+//! `Continue` keeps them (a partial rollout): they go on under the new
+//! weights from their next token, their cache entries kept as computed (as
+//! vLLM's `pause?mode=keep` keeps them), and every token reports the
+//! version that sampled it ([`EngineEvent::Token`], [`Finished::token_versions`]),
+//! so its logprob is the behaviour logprob of its own version.
 
 mod sampling;
 mod scheduler;
@@ -98,7 +103,11 @@ pub struct Finished {
     pub logprobs: Vec<f32>,
     /// Per sampled token, its request's `top_logprobs` most likely tokens.
     pub top_logprobs: Vec<TopLogprobs>,
+    /// The version of the weights when the sequence finished.
     pub weight_version: u64,
+    /// Per sampled token, the version that sampled it: one value unless an
+    /// update with [`InFlight::Continue`] came while it ran.
+    pub token_versions: Vec<u64>,
     /// The request had a [`TokenConstraint`]: its logprobs are under the
     /// masked distributions.
     pub constrained: bool,
@@ -112,8 +121,20 @@ pub enum EngineEvent {
         id: u32,
         logprob: f32,
         top: TopLogprobs,
+        /// The weight version that sampled it.
+        version: u64,
     },
     Finished(Finished),
+}
+
+/// What a weight update does with the sequences running when it comes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InFlight {
+    /// Finish them with [`FinishReason::Abort`].
+    #[default]
+    Abort,
+    /// Keep them going under the new weights (partial rollouts).
+    Continue,
 }
 
 #[derive(Debug, Clone)]
@@ -151,6 +172,7 @@ enum Command {
     Update {
         tensors: Vec<(String, Tensor)>,
         version: u64,
+        in_flight: InFlight,
         done: oneshot::Sender<Result<(), ModelError>>,
     },
 }
@@ -229,13 +251,15 @@ impl EngineHandle {
     }
 
     /// Loads `tensors` (Hugging Face names) into the model between steps and
-    /// sets the weight version; running sequences end with `Abort`.
+    /// sets the weight version; running sequences end or go on as
+    /// `in_flight` says.
     pub async fn update_weights(
         &self,
         tensors: Vec<(String, Tensor)>,
         version: u64,
+        in_flight: InFlight,
     ) -> Result<(), EngineError> {
-        let rx = self.send_update(tensors, version)?;
+        let rx = self.send_update(tensors, version, in_flight)?;
         Ok(rx.await.map_err(|_| EngineError::Stopped)??)
     }
 
@@ -244,8 +268,9 @@ impl EngineHandle {
         &self,
         tensors: Vec<(String, Tensor)>,
         version: u64,
+        in_flight: InFlight,
     ) -> Result<(), EngineError> {
-        let rx = self.send_update(tensors, version)?;
+        let rx = self.send_update(tensors, version, in_flight)?;
         Ok(rx.blocking_recv().map_err(|_| EngineError::Stopped)??)
     }
 
@@ -254,12 +279,14 @@ impl EngineHandle {
         &self,
         tensors: Vec<(String, Tensor)>,
         version: u64,
+        in_flight: InFlight,
     ) -> Result<oneshot::Receiver<Result<(), ModelError>>, EngineError> {
         let (done, rx) = oneshot::channel();
         self.commands
             .send(Command::Update {
                 tensors,
                 version,
+                in_flight,
                 done,
             })
             .map_err(|_| EngineError::Stopped)?;

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tch::{Kind, Tensor};
 
 use super::sampling::{Rng, TopLogprobs, sample};
-use super::{Command, EngineConfig, EngineEvent, FinishReason, Finished, Pending};
+use super::{Command, EngineConfig, EngineEvent, FinishReason, Finished, InFlight, Pending};
 use crate::model::{KvCache, Model, SlotId};
 
 /// A sequence holding a cache slot.
@@ -22,6 +22,8 @@ struct Active {
     logprobs: Vec<f32>,
     /// One list per sampled token; empty lists unless asked for.
     top_logprobs: Vec<TopLogprobs>,
+    /// The weight version that sampled each token.
+    versions: Vec<u64>,
 }
 
 struct Scheduler {
@@ -84,11 +86,15 @@ impl Scheduler {
             Command::Update {
                 tensors,
                 version,
+                in_flight,
                 done,
             } => {
-                // Running sequences mixed two policies from here on: end them.
-                for seq in std::mem::take(&mut self.active) {
-                    self.finish(seq, FinishReason::Abort);
+                // Running sequences would mix two policies from here on:
+                // end them, unless the caller keeps them (partial rollouts).
+                if in_flight == InFlight::Abort {
+                    for seq in std::mem::take(&mut self.active) {
+                        self.finish(seq, FinishReason::Abort);
+                    }
                 }
                 let result = self.model.load_weights_in_place(&tensors);
                 if result.is_ok() {
@@ -132,6 +138,7 @@ impl Scheduler {
                 response: Vec::new(),
                 logprobs: Vec::new(),
                 top_logprobs: Vec::new(),
+                versions: Vec::new(),
             });
         }
         if admitted.is_empty() {
@@ -224,13 +231,17 @@ impl Scheduler {
             };
             let params = &seq.pending.request.params;
             let (id, logprob, top) = sample(&row, params, mask.as_deref(), &mut seq.rng);
+            let version = self.version.load(Ordering::SeqCst);
             seq.response.push(id);
             seq.logprobs.push(logprob);
             seq.top_logprobs.push(top.clone());
-            let _ = seq
-                .pending
-                .events
-                .send(EngineEvent::Token { id, logprob, top });
+            seq.versions.push(version);
+            let _ = seq.pending.events.send(EngineEvent::Token {
+                id,
+                logprob,
+                top,
+                version,
+            });
             let complete = match seq.pending.request.constraint.as_mut() {
                 Some(c) => c.commit(id),
                 None => Ok(false),
@@ -289,6 +300,7 @@ impl Scheduler {
             logprobs: seq.logprobs,
             top_logprobs: seq.top_logprobs,
             weight_version: self.version.load(Ordering::SeqCst),
+            token_versions: seq.versions,
             constrained,
         }));
     }

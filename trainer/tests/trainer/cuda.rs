@@ -7,7 +7,7 @@
 use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
 use agl_trainer::autocast::with_bf16_autocast;
 use agl_trainer::engine::{
-    EngineConfig, EngineEvent, EngineHandle, Finished, Request, SamplingParams,
+    EngineConfig, EngineEvent, EngineHandle, Finished, InFlight, Request, SamplingParams,
 };
 use agl_trainer::model::{KvCache, Model};
 use agl_trainer::rl::{
@@ -133,7 +133,9 @@ fn engine_on_cuda_matches_the_cpu_engine() {
     assert!(worst < 1e-3, "{worst}");
 
     let new: Vec<(String, Tensor)> = cpu_model(3).var_store().variables().into_iter().collect();
-    on_gpu.update_weights_blocking(new, 2).unwrap();
+    on_gpu
+        .update_weights_blocking(new, 2, InFlight::Abort)
+        .unwrap();
     assert_eq!(on_gpu.weight_version(), 2);
     let after = greedy_all(&on_gpu, &prompts[..1]);
     assert_eq!(after[0].weight_version, 2);

@@ -3,7 +3,8 @@
 
 use crate::common::{random_model, tiny_config};
 use agl_trainer::engine::{
-    EngineConfig, EngineEvent, EngineHandle, FinishReason, Finished, Request, SamplingParams,
+    EngineConfig, EngineEvent, EngineHandle, FinishReason, Finished, InFlight, Request,
+    SamplingParams,
 };
 use agl_trainer::model::{Model, token_logprobs};
 use serde_json::json;
@@ -226,7 +227,8 @@ fn weight_update_changes_outputs_and_version() {
     let before = collect(e.submit(request(PROMPTS[1], greedy(8))).unwrap());
     let new = model(99);
     let tensors: Vec<(String, Tensor)> = new.var_store().variables().into_iter().collect();
-    e.update_weights_blocking(tensors, 4).unwrap();
+    e.update_weights_blocking(tensors, 4, InFlight::Abort)
+        .unwrap();
     assert_eq!(e.weight_version(), 4);
     let after = collect(e.submit(request(PROMPTS[1], greedy(8))).unwrap());
     assert_eq!(after.weight_version, 4);
@@ -238,9 +240,71 @@ fn weight_update_changes_outputs_and_version() {
                 "nope".into(),
                 Tensor::zeros([1], (Kind::Float, tch::Device::Cpu))
             )],
-            5
+            5,
+            InFlight::Abort,
         )
         .is_err()
     );
     assert_eq!(e.weight_version(), 4);
+}
+
+#[test]
+fn an_update_that_keeps_running_sequences_stamps_each_token_with_its_version() {
+    let e = engine(2, 64);
+    // A slowed sequence (5 ms per token) so the update lands mid-way.
+    let slow = Request {
+        stop_hook: Some(Box::new(|_: &[u32]| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            false
+        })),
+        ..request(PROMPTS[1], greedy(40))
+    };
+    let mut rx = e.submit(slow).unwrap();
+    let mut versions = Vec::new();
+    while versions.len() < 3 {
+        if let EngineEvent::Token { version, .. } = rx.blocking_recv().unwrap() {
+            versions.push(version);
+        }
+    }
+    let tensors: Vec<(String, Tensor)> = model(99).var_store().variables().into_iter().collect();
+    e.update_weights_blocking(tensors, 4, InFlight::Continue)
+        .unwrap();
+    let finished = loop {
+        match rx.blocking_recv().unwrap() {
+            EngineEvent::Token { version, .. } => versions.push(version),
+            EngineEvent::Finished(f) => break f,
+        }
+    };
+    // Neither cut nor waited for: it ran to its length on both versions.
+    assert_eq!(finished.finish_reason, FinishReason::Length);
+    assert_eq!(finished.response_ids.len(), 40);
+    assert_eq!(finished.token_versions, versions);
+    let switch = versions.iter().position(|&v| v == 4).expect("tokens of v4");
+    assert!(switch >= 3, "{versions:?}");
+    assert_ne!(versions[0], 4);
+    assert!(versions[..switch].iter().all(|&v| v == versions[0]));
+    assert!(versions[switch..].iter().all(|&v| v == 4));
+    assert_eq!(finished.weight_version, 4);
+
+    // The default still ends running sequences, each from one version.
+    let mut rx = e
+        .submit(Request {
+            stop_hook: Some(Box::new(|_: &[u32]| {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                false
+            })),
+            ..request(PROMPTS[1], greedy(40))
+        })
+        .unwrap();
+    let _ = rx.blocking_recv();
+    let tensors: Vec<(String, Tensor)> = model(11).var_store().variables().into_iter().collect();
+    e.update_weights_blocking(tensors, 5, InFlight::Abort)
+        .unwrap();
+    let aborted = loop {
+        if let EngineEvent::Finished(f) = rx.blocking_recv().unwrap() {
+            break f;
+        }
+    };
+    assert_eq!(aborted.finish_reason, FinishReason::Abort);
+    assert!(aborted.token_versions.iter().all(|&v| v == 4));
 }

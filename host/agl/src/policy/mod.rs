@@ -17,7 +17,7 @@ use anyhow::Context;
 use agl_gateway::Gateway;
 use agl_inference::InferenceServer;
 use agl_store::Store;
-use agl_trainer::engine::EngineConfig as TchEngineConfig;
+use agl_trainer::engine::{EngineConfig as TchEngineConfig, InFlight};
 use agl_wire::api::{Engine, RegisterEngine, Render};
 use agl_wire::urls;
 
@@ -146,7 +146,7 @@ impl Policy {
                 let tensors = trainer.weights().await?;
                 server
                     .engine()
-                    .update_weights(tensors, version)
+                    .update_weights(tensors, version, InFlight::Abort)
                     .await
                     .context("loading new weights into the embedded engine")?;
             }

@@ -13,7 +13,7 @@ use agl_gateway::GatewayConfig;
 use agl_inference::InferenceServer;
 use agl_store::{Mode, NewRollout, Render, Store};
 use agl_tokenizer::Tokenizer;
-use agl_trainer::engine::EngineConfig;
+use agl_trainer::engine::{EngineConfig, InFlight};
 use agl_trainer::model::{Model, ModelConfig, token_logprobs};
 use agl_wire::WEIGHT_VERSION_HEADER;
 use agl_wire::api::StatusPatch;
@@ -363,10 +363,21 @@ async fn seeds_stops_lengths_and_weight_versions() {
     )
     .unwrap();
     let tensors: Vec<(String, Tensor)> = other.var_store().variables().into_iter().collect();
-    s.engine().update_weights(tensors, 7).await.unwrap();
+    s.engine()
+        .update_weights(tensors, 7, InFlight::Abort)
+        .await
+        .unwrap();
     let (v1, after) = post(&s, "/v1/chat/completions", greedy).await;
     assert_eq!((v1, after["weight_version"].as_u64()), (7, Some(7)));
     assert_ne!(ids(&after), ids(&g));
+    // Beside the ids, the version that sampled each one.
+    let versions = &after["choices"][0]["token_weight_versions"];
+    assert_eq!(
+        versions.as_array().map(Vec::len),
+        ids(&after).as_array().map(Vec::len),
+        "{after}"
+    );
+    assert!(versions.as_array().unwrap().iter().all(|v| v == 7));
 
     // Bad requests are OpenAI-shaped 400s.
     let (v, bad) = post(&s, "/v1/chat/completions", json!({"messages": "no"})).await;

@@ -218,6 +218,7 @@ impl ChoiceParts {
             finish_reason: t.finish_reason.clone(),
             stop_reason: None,
             token_ids: Some(t.response_ids.clone()),
+            token_weight_versions: None,
         }
     }
 
@@ -238,6 +239,7 @@ impl ChoiceParts {
             stop_reason: None,
             prompt_token_ids: Some(t.prompt_ids.clone()),
             token_ids: Some(t.response_ids.clone()),
+            token_weight_versions: None,
         }
     }
 }

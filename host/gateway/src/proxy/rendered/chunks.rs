@@ -115,6 +115,7 @@ impl ChatChunks {
             delta,
             logprobs: chat_logprobs(choice.logprobs.as_ref(), self.top_logprobs),
             token_ids: Some(choice.token_ids.clone().unwrap_or_default()),
+            token_weight_versions: choice.token_weight_versions.clone(),
             ..ChunkChoice::default()
         }]);
         if std::mem::take(&mut self.first) {

@@ -358,6 +358,7 @@ impl RenderedCall {
                 finish_reason,
                 stop_reason: None,
                 token_ids: Some(choice.token_ids.unwrap_or_default()),
+                token_weight_versions: choice.token_weight_versions,
             });
             turns.push(turn);
         }

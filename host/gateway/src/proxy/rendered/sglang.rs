@@ -262,6 +262,7 @@ pub fn completion_bytes(bytes: &[u8], prompt_ids: &[u32], model: &str) -> Vec<u8
             stop_reason: None,
             prompt_token_ids: Some(prompt_ids.to_vec()),
             token_ids: Some(s.ids.clone()),
+            token_weight_versions: None,
         }],
         usage: Some(Usage::new(prompt_ids.len(), s.ids.len())),
         ..completion_head(&v, model)
