@@ -53,6 +53,7 @@ fn long_rollout() -> Rollout {
             response_ids: response.clone(),
             response_logprobs: vec![-0.5; RESPONSE],
             weight_version: 0,
+            response_versions: None,
             finish_reason: Some("stop".into()),
             started_at_ms: 0,
             finished_at_ms: 0,

@@ -119,6 +119,7 @@ fn call(
         prompt_ids,
         response_ids,
         weight_version: 0,
+        response_versions: None,
         finish_reason: Some("stop".into()),
         started_at_ms: 0,
         finished_at_ms: 0,

@@ -180,6 +180,7 @@ impl<'a> Recorder<'a> {
             response_ids,
             response_logprobs,
             weight_version: 0,
+            response_versions: None,
             finish_reason: Some(finish.to_string()),
             started_at_ms: self.clock,
             finished_at_ms: self.clock + 400,

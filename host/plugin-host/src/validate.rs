@@ -131,6 +131,7 @@ mod tests {
                     response_ids: vec![3, 4, 5],
                     response_logprobs: vec![-0.1; 3],
                     weight_version: 0,
+                    response_versions: None,
                     finish_reason: None,
                     started_at_ms: 0,
                     finished_at_ms: 0,

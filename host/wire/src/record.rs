@@ -45,6 +45,12 @@ pub struct ModelRequest<Req = JsonText> {
     pub response_logprobs: Vec<f32>,
     #[serde(default)]
     pub weight_version: u64,
+    /// The weight version that sampled each response token, when the
+    /// engine reported one (agl's `token_weight_versions`) that is not
+    /// `weight_version`: an update came while the call ran (partial
+    /// rollouts). `None`: every token is of `weight_version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_versions: Option<Vec<u64>>,
     /// The weight version the engine itself reported with its answer
     /// (SGLang's `meta_info.weight_version`), when it reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,6 +114,7 @@ impl ModelRequest<JsonText> {
             response_ids: self.response_ids,
             response_logprobs: self.response_logprobs,
             weight_version: self.weight_version,
+            response_versions: self.response_versions,
             finish_reason: self.finish_reason,
             started_at_ms: self.started_at_ms,
             finished_at_ms: self.finished_at_ms,
@@ -177,9 +184,11 @@ mod tests {
             request: &raw,
             response: JsonText::from(serde_json::json!({"id": "x"})),
             prompt_ids: vec![1, 2],
-            response_ids: vec![3],
-            response_logprobs: vec![-0.25],
+            response_ids: vec![3, 8],
+            response_logprobs: vec![-0.25, -0.5],
             weight_version: 4,
+            // The second token came after an update (a partial rollout).
+            response_versions: Some(vec![4, 5]),
             engine_weight_version: Some("4".into()),
             finish_reason: Some("stop".into()),
             started_at_ms: 10,
@@ -198,7 +207,8 @@ mod tests {
         let call = read.into_call(7, None);
         assert_eq!(call.index, 7);
         assert_eq!(call.request.as_str(), raw.get());
-        assert_eq!(call.response_logprobs, vec![-0.25]);
+        assert_eq!(call.response_logprobs, vec![-0.25, -0.5]);
+        assert_eq!(call.token_versions(), vec![4, 5]);
         assert_eq!(call.tags["x-agl-agent"], "main");
         assert_eq!(call.choice, Some(Choice { index: 1, count: 3 }));
         // An errored call without token fields still reads.
@@ -207,5 +217,9 @@ mod tests {
                 .unwrap();
         assert_eq!(failed.status, CallStatus::Error);
         assert!(failed.prompt_ids.is_empty());
+        // A call without per-token versions is all of its one version.
+        let mut whole = call.clone();
+        whole.response_versions = None;
+        assert_eq!(whole.token_versions(), vec![4, 4]);
     }
 }

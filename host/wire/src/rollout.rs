@@ -129,6 +129,10 @@ pub struct ModelCall {
     pub response_logprobs: Vec<f32>,
     #[serde(default)]
     pub weight_version: u64,
+    /// The version that sampled each response token when not all are
+    /// `weight_version` (see [`ModelCall::token_versions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_versions: Option<Vec<u64>>,
     #[serde(default)]
     pub finish_reason: Option<String>,
     #[serde(default)]
@@ -150,6 +154,17 @@ pub struct ModelCall {
     /// each choice is its own call, its siblings the calls next to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub choice: Option<Choice>,
+}
+
+impl ModelCall {
+    /// The weight version that sampled each response token: the recorded
+    /// ones, or `weight_version` for all.
+    pub fn token_versions(&self) -> Vec<u64> {
+        match &self.response_versions {
+            Some(v) if v.len() == self.response_ids.len() => v.clone(),
+            _ => vec![self.weight_version; self.response_ids.len()],
+        }
+    }
 }
 
 /// One choice of a request that asked for `count` > 1 (`n`): the gateway

@@ -8,7 +8,7 @@ use agl_wire::openai::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::record::{Tokens, ids, logprobs, version_text};
+use super::record::{Tokens, ids, logprobs, version_text, versions};
 use agl_wire::rollout::ApiKind;
 
 #[derive(Default)]
@@ -142,6 +142,9 @@ impl ChoiceParts {
         self.tokens
             .response_ids
             .extend(ids(choice.get("token_ids")));
+        self.tokens
+            .response_versions
+            .extend(versions(choice.get("token_weight_versions")));
         let lp = choice.get("logprobs").filter(|v| !v.is_null());
         self.tokens.response_logprobs.extend(logprobs(api, lp));
         if let Some(entries) = lp.and_then(|v| v.get("content")).and_then(Value::as_array) {
@@ -331,5 +334,16 @@ mod tests {
         let (first, tokens) = a.choice(0);
         assert_eq!(first["choices"][0]["text"], "ab");
         assert_eq!(tokens.response_ids, vec![10, 11]);
+
+        // Per-token versions, chunk by chunk (a partial rollout).
+        let mut a = Assembler::new(ApiKind::Completions);
+        for (id, v) in [(1, 3), (2, 3), (3, 4)] {
+            a.push(
+                &json!({"choices": [{"index": 0, "text": "x", "token_ids": [id],
+                           "token_weight_versions": [v]}]}),
+            );
+        }
+        let (_, tokens) = a.choice(0);
+        assert_eq!(tokens.response_versions, vec![3, 3, 4]);
     }
 }

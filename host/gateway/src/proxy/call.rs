@@ -141,6 +141,7 @@ impl Call {
         } else {
             &self.request
         };
+        let response_versions = out.tokens.versions_to_record(self.weight_version);
         let mut record = ModelRequest::<&RawValue> {
             api: self.api,
             request,
@@ -149,6 +150,7 @@ impl Call {
             response_ids: out.tokens.response_ids,
             response_logprobs: out.tokens.response_logprobs,
             weight_version: self.weight_version,
+            response_versions,
             engine_weight_version: out.tokens.engine_weight_version,
             finish_reason: out.tokens.finish_reason,
             started_at_ms: self.started_ms,

@@ -20,7 +20,7 @@ pub fn agl_tags(headers: &HeaderMap) -> BTreeMap<String, String> {
 }
 
 /// Token data of a complete (non-streamed) response body.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tokens {
     pub prompt_ids: Vec<u32>,
     pub response_ids: Vec<u32>,
@@ -29,6 +29,18 @@ pub struct Tokens {
     /// The weight version the engine reported (`weight_version` at the
     /// top of its normalised answer).
     pub engine_weight_version: Option<String>,
+    /// The version that sampled each response token, when the engine
+    /// reports them (agl's `token_weight_versions`); empty when it does not.
+    pub response_versions: Vec<u64>,
+}
+
+impl Tokens {
+    /// The per-token versions to record for a call served at `version`:
+    /// none when the engine gave none for these tokens or all are `version`.
+    pub fn versions_to_record(&self, version: u64) -> Option<Vec<u64>> {
+        let v = &self.response_versions;
+        (v.len() == self.response_ids.len() && v.iter().any(|&x| x != version)).then(|| v.clone())
+    }
 }
 
 /// The token fields of each choice of a complete response body, read
@@ -48,6 +60,7 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
     struct Choice {
         prompt_token_ids: Option<Vec<u32>>,
         token_ids: Option<Vec<u32>>,
+        token_weight_versions: Option<Vec<u64>>,
         logprobs: Option<Logprobs>,
         finish_reason: Option<String>,
     }
@@ -83,6 +96,7 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
             response_logprobs: logprobs.unwrap_or_default(),
             finish_reason: choice.finish_reason,
             engine_weight_version: version.clone(),
+            response_versions: choice.token_weight_versions.unwrap_or_default(),
         }
     });
     Some(choices.collect())
@@ -114,6 +128,7 @@ pub fn tokens_of(api: ApiKind, body: &Value) -> Vec<Tokens> {
                     .and_then(Value::as_str)
                     .map(str::to_string),
                 engine_weight_version: body.get("weight_version").and_then(version_text),
+                response_versions: versions(choice.get("token_weight_versions")),
             }
         })
         .collect()
@@ -153,6 +168,19 @@ pub fn version_text(v: &Value) -> Option<String> {
 }
 
 /// A JSON list of token ids; anything else is empty.
+/// A list of versions (`token_weight_versions`); empty when absent or not
+/// a list of whole numbers.
+pub fn versions(v: Option<&Value>) -> Vec<u64> {
+    let list = v
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    list.iter()
+        .map(Value::as_u64)
+        .collect::<Option<_>>()
+        .unwrap_or_default()
+}
+
 pub fn ids(v: Option<&Value>) -> Vec<u32> {
     v.and_then(Value::as_array)
         .map(|a| {
@@ -205,10 +233,25 @@ mod tests {
         assert_eq!(t.response_logprobs, vec![-0.5]);
         assert_eq!(t.finish_reason.as_deref(), Some("stop"));
         let comp = json!({"choices": [{"prompt_token_ids": [7], "token_ids": [8, 9],
+            "token_weight_versions": [3, 4],
             "logprobs": {"token_logprobs": [-1.0, -2.0]}, "finish_reason": "length"}]});
         let t = &tokens_of(ApiKind::Completions, &comp)[0];
         assert_eq!(t.prompt_ids, vec![7]);
         assert_eq!(t.response_logprobs, vec![-1.0, -2.0]);
+        // A partial rollout's tokens keep their versions; one version is
+        // the call's own and recorded as such.
+        assert_eq!(t.response_versions, vec![3, 4]);
+        assert_eq!(t.versions_to_record(3), Some(vec![3, 4]));
+        let same = Tokens {
+            response_versions: vec![3, 3],
+            ..t.clone()
+        };
+        assert_eq!(same.versions_to_record(3), None);
+        let short = Tokens {
+            response_versions: vec![4],
+            ..t.clone()
+        };
+        assert_eq!(short.versions_to_record(3), None, "not one per token");
         assert_eq!(
             tokens_of(ApiKind::Completions, &json!(null)),
             [Tokens::default()]
