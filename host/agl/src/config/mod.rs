@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod train;
-pub use train::{EngineKind, LoopMode, PauseMode, PolicyEngineConfig, RunConfig, TrainConfig};
+pub use train::{
+    EngineKind, InFlightMode, LoopMode, PauseMode, PolicyEngineConfig, RunConfig, TrainConfig,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

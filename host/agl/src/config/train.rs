@@ -24,6 +24,38 @@ pub enum LoopMode {
     Async,
 }
 
+/// `[run] in_flight`: the model calls running when new weights are
+/// published.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlightMode {
+    /// Wait for them (up to `drain_timeout_secs`): every call is sampled by
+    /// one version.
+    #[default]
+    Drain,
+    /// Partial rollouts: the engine pauses them at a token boundary and
+    /// they go on under the new weights, each token recorded with the
+    /// version that sampled it; the update waits for no call.
+    Continue,
+}
+
+impl InFlightMode {
+    /// What the engine does with its running sequences.
+    pub fn engine(self) -> agl_trainer::engine::InFlight {
+        match self {
+            InFlightMode::Drain => agl_trainer::engine::InFlight::Abort,
+            InFlightMode::Continue => agl_trainer::engine::InFlight::Continue,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InFlightMode::Drain => "drain",
+            InFlightMode::Continue => "continue",
+        }
+    }
+}
+
 /// `[run]`: the data and the shape of the loop.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -52,7 +84,11 @@ pub struct RunConfig {
     /// Checkpoint every this many steps (0 = only at the end).
     pub checkpoint_every: u64,
     pub keep_checkpoints: usize,
-    /// How long the gateway waits for in-flight calls before a weight update.
+    /// What a weight update does with the model calls in flight: wait for
+    /// them (`drain`) or let them go on under the new weights (`continue`).
+    pub in_flight: InFlightMode,
+    /// How long the gateway waits for in-flight calls before a weight update
+    /// (`in_flight = "drain"`).
     pub drain_timeout_secs: u64,
     /// Seeds the data order.
     pub seed: u64,
@@ -75,6 +111,7 @@ impl Default for RunConfig {
             val_size: 32,
             checkpoint_every: 5,
             keep_checkpoints: 2,
+            in_flight: InFlightMode::Drain,
             drain_timeout_secs: 60,
             seed: 0,
             progress: true,

@@ -6,7 +6,10 @@
 //! safetensors file (LoRA merged) and loaded through its `/load_weights`;
 //! external = kept.
 
+mod publish;
 mod reload;
+
+pub use publish::{Publish, publish};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -138,26 +141,37 @@ impl Policy {
         }
     }
 
-    /// Gives the engine the trainer's current weights as `version`. The
-    /// gateway is paused and drained around this.
-    pub async fn update(&self, trainer: &Trainer, version: u64) -> anyhow::Result<()> {
+    /// Gives the engine the trainer's current weights as `version`, its
+    /// running sequences ended or kept as `in_flight` says. The gateway is
+    /// paused (and drained, unless they are kept) around this.
+    pub async fn update(
+        &self,
+        trainer: &Trainer,
+        version: u64,
+        in_flight: InFlight,
+    ) -> anyhow::Result<()> {
         match self {
             Policy::Embedded(server) => {
                 let tensors = trainer.weights().await?;
                 server
                     .engine()
-                    .update_weights(tensors, version, InFlight::Abort)
+                    .update_weights(tensors, version, in_flight)
                     .await
                     .context("loading new weights into the embedded engine")?;
             }
-            Policy::Remote(remote) => remote.update(trainer, version).await?,
+            Policy::Remote(remote) => remote.update(trainer, version, in_flight).await?,
         }
         Ok(())
     }
 }
 
 impl Remote {
-    async fn update(&self, trainer: &Trainer, version: u64) -> anyhow::Result<()> {
+    async fn update(
+        &self,
+        trainer: &Trainer,
+        version: u64,
+        in_flight: InFlight,
+    ) -> anyhow::Result<()> {
         let Some(reloader) = &self.reloader else {
             return Ok(());
         };
@@ -169,7 +183,7 @@ impl Remote {
             } else {
                 trainer.save_model(&dir).await?;
             }
-            reloader.load_weights(&dir, version).await?;
+            reloader.load_weights(&dir, version, in_flight).await?;
             // Keep only the folder the engine now serves.
             prune_except(&self.weights_dir, &dir);
             return Ok(());

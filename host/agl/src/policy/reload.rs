@@ -28,6 +28,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{Value, json};
 
+use agl_trainer::engine::InFlight;
+
 use crate::config::{EngineKind, PauseMode};
 
 /// The engine end of a reload.
@@ -121,14 +123,21 @@ impl Reloader {
 
     /// Loads the full weights in `dir` as `version`; on success the engine
     /// reports that version.
-    pub async fn load_weights(&self, dir: &Path, version: u64) -> anyhow::Result<()> {
+    /// `in_flight`: agl's engine keeps or ends its running sequences as
+    /// asked; vLLM and SGLang do what `pause_mode` says (`keep` keeps them).
+    pub async fn load_weights(
+        &self,
+        dir: &Path,
+        version: u64,
+        in_flight: InFlight,
+    ) -> anyhow::Result<()> {
         if self.kind == EngineKind::Agl {
             // Loaded between engine steps: no pause of its own.
-            self.swap_weights(dir, version).await?;
+            self.swap_weights(dir, version, in_flight).await?;
             return self.check_version(version).await;
         }
         self.pause().await.context("pausing the engine")?;
-        let loaded = self.swap_weights(dir, version).await;
+        let loaded = self.swap_weights(dir, version, in_flight).await;
         let resumed = self.resume().await.context("resuming the engine");
         loaded?;
         resumed?;
@@ -144,13 +153,23 @@ impl Reloader {
         Ok(())
     }
 
-    async fn swap_weights(&self, dir: &Path, version: u64) -> anyhow::Result<()> {
+    async fn swap_weights(
+        &self,
+        dir: &Path,
+        version: u64,
+        in_flight: InFlight,
+    ) -> anyhow::Result<()> {
         let path = dir.display().to_string();
         match self.kind {
             EngineKind::Agl => {
+                let in_flight = match in_flight {
+                    InFlight::Abort => "abort",
+                    InFlight::Continue => "continue",
+                };
                 self.post(
                     "/load_weights",
-                    json!({"path": path, "weight_version": version.to_string()}),
+                    json!({"path": path, "weight_version": version.to_string(),
+                           "in_flight": in_flight}),
                 )
                 .await
                 .context("loading the weights")?;

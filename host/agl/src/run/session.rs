@@ -28,6 +28,29 @@ pub struct RunFolder {
     pub out_dir: PathBuf,
 }
 
+/// `[run] in_flight = "continue"` needs an engine that keeps its requests
+/// across an update under the same model name.
+fn check_in_flight(config: &Config) -> anyhow::Result<()> {
+    use crate::config::{EngineKind, InFlightMode, PauseMode};
+    let engine = &config.engine;
+    let external = matches!(engine.kind, EngineKind::Vllm | EngineKind::Sglang);
+    if config.run.in_flight != InFlightMode::Continue || !external {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        engine.pause_mode == PauseMode::Keep,
+        "[run] in_flight = \"continue\" keeps calls running across an update, but \
+         engine.pause_mode = \"abort\" ends them: set pause_mode = \"keep\" or in_flight = \"drain\""
+    );
+    anyhow::ensure!(
+        config.train.lora.is_none(),
+        "[run] in_flight = \"continue\" with [train.lora] on {:?}: calls in flight use the \
+         previous adapter, which the update unloads; use in_flight = \"drain\"",
+        engine.kind
+    );
+    Ok(())
+}
+
 impl RunFolder {
     /// Checks the config, creates the folder (0700: it holds prompts,
     /// responses and weights) and opens the run's log in it. A folder that
@@ -42,6 +65,7 @@ impl RunFolder {
             .train
             .check()
             .map_err(|e| anyhow::anyhow!("[train]: {e}"))?;
+        check_in_flight(config)?;
         if let Some(lora) = &config.train.lora {
             lora.check()
                 .map_err(|e| anyhow::anyhow!("[train.lora]: {e}"))?;
@@ -198,7 +222,10 @@ impl Session<'_> {
                     Some(v) if v > meta.weight_version => v + 1,
                     _ => meta.weight_version,
                 };
-                policy.update(&trainer, version).await?;
+                // Nothing of this run is in flight yet.
+                policy
+                    .update(&trainer, version, agl_trainer::engine::InFlight::Abort)
+                    .await?;
                 tracing::info!(step = meta.step, version, path = %path.display(), "resumed");
                 Start {
                     step: meta.step,
@@ -263,4 +290,33 @@ fn finish_report(metrics_path: &Path, out_dir: &Path) -> anyhow::Result<()> {
     }
     println!("{}", report::summary_table(&records));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continuing_calls_across_an_update_needs_an_engine_that_keeps_them() {
+        let load = |extra: &[&str]| {
+            let mut set: Vec<String> = vec!["run.in_flight=continue".into()];
+            set.extend(extra.iter().map(|s| s.to_string()));
+            Config::load(None, &set).unwrap()
+        };
+        // The embedded engine and agl's keep them whatever the rest says.
+        check_in_flight(&load(&[])).unwrap();
+        check_in_flight(&load(&["engine.kind=vllm"])).unwrap();
+        let e =
+            check_in_flight(&load(&["engine.kind=vllm", "engine.pause_mode=abort"])).unwrap_err();
+        assert!(e.to_string().contains("pause_mode = \"keep\""), "{e}");
+        let e = check_in_flight(&load(&["engine.kind=sglang", "train.lora.rank=8"])).unwrap_err();
+        assert!(e.to_string().contains("previous adapter"), "{e}");
+        // Draining is always possible.
+        let drain = Config::load(
+            None,
+            &["engine.kind=vllm".into(), "engine.pause_mode=abort".into()],
+        )
+        .unwrap();
+        check_in_flight(&drain).unwrap();
+    }
 }

@@ -33,6 +33,11 @@ fn fixture_tokenizer() -> PathBuf {
 /// A tiny random Llama whose vocabulary is the fixture tokenizer's, saved as
 /// a Hugging Face folder with that tokenizer.
 pub(crate) fn model_dir(seed: i64) -> tempfile::TempDir {
+    model_dir_of(seed, 512)
+}
+
+/// [`model_dir`] with `positions` positions.
+pub(crate) fn model_dir_of(seed: i64, positions: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for f in ["tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(fixture_tokenizer().join(f), dir.path().join(f)).unwrap();
@@ -44,7 +49,7 @@ pub(crate) fn model_dir(seed: i64) -> tempfile::TempDir {
         "model_type": "llama", "vocab_size": vocab, "hidden_size": 64,
         "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "max_position_embeddings": 512, "tie_word_embeddings": false,
+        "max_position_embeddings": positions, "tie_word_embeddings": false,
         // Peaked logits, so greedy choices are far from ties.
         "initializer_range": 0.5,
     }))
@@ -189,7 +194,7 @@ fn reference_greedy(model: &Model, eos: u32, prompt: &[u32], n: usize) -> Vec<u3
     seq[prompt.len()..].iter().map(|&t| t as u32).collect()
 }
 
-fn reference_logprobs(model: &Model, prompt: &[u32], response: &[u32]) -> Vec<f32> {
+pub(crate) fn reference_logprobs(model: &Model, prompt: &[u32], response: &[u32]) -> Vec<f32> {
     let all: Vec<i64> = prompt.iter().chain(response).map(|&t| t as i64).collect();
     let tokens = Tensor::from_slice(&all).view([1, -1]);
     let lp = token_logprobs(&model.forward(&tokens, None).unwrap(), &tokens, 1.0);

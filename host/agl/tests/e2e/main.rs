@@ -14,6 +14,7 @@ mod engine_server;
 mod layering;
 mod mini_swe;
 mod model_import;
+mod partial_rollouts;
 #[allow(dead_code)]
 #[path = "../../../../tests/support/policy.rs"]
 mod policy;

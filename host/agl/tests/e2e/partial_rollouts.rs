@@ -1,0 +1,188 @@
+//! Partial rollouts (`[run] in_flight = "continue"`): a publish while a long
+//! streamed call is in flight neither cancels the call nor waits for it; the
+//! engine goes on under the new weights, the client sees one uninterrupted
+//! stream, and the record and the export keep which version sampled each
+//! token, with the behaviour logprobs of both.
+
+use std::time::Duration;
+
+use agl::config::InFlightMode;
+use agl::link::Link;
+use agl::policy::{Policy, Publish, embed, publish};
+use agl::trainer::{Trainer, TrainerSpec};
+use agl_client::GatewayClient;
+use agl_gateway::{Gateway, GatewayConfig};
+use agl_inference::InferenceServer;
+use agl_store::{Mode, NewRollout, Render, Store};
+use agl_trainer::engine::EngineConfig;
+use agl_trainer::model::Model;
+use agl_trainer::rl::{AdamWConfig, LrDecay, LrSchedule};
+use agl_wire::api::StatusPatch;
+use agl_wire::rollout::RolloutStatus;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tch::{Device, Kind};
+
+use crate::engine_server::{model_dir_of, reference_logprobs};
+
+const ADMIN: &str = "admin-key";
+/// Long enough for a publish to land mid-way, even on a loaded machine
+/// (about a second of decoding; the publish takes milliseconds).
+const ANSWER_TOKENS: usize = 1500;
+const POSITIONS: usize = 2048;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_mid_stream_neither_cancels_nor_waits_for_the_call() {
+    // The engine serves model A; the trainer holds model B (other weights).
+    let (engine_dir, trainer_dir) = (model_dir_of(8, POSITIONS), model_dir_of(9, POSITIONS));
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("agl.db")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let config = GatewayConfig {
+        listen: base.trim_start_matches("http://").to_string(),
+        admin_key: Some(ADMIN.into()),
+        ..GatewayConfig::default()
+    };
+    let gateway = Gateway::new(store.clone(), config);
+    let engine = EngineConfig {
+        max_seqs: 2,
+        max_len: POSITIONS,
+        weight_version: 0,
+    };
+    let server = InferenceServer::load(engine_dir.path(), "tiny", Kind::Float, engine).unwrap();
+    embed(&gateway, &store, "embedded", &server, Render::Engine)
+        .await
+        .unwrap();
+    tokio::spawn(gateway.serve(listener, std::future::pending()));
+    store
+        .create_rollouts(vec![NewRollout {
+            id: Some("r1".into()),
+            group_id: "g".into(),
+            mode: Mode::Train,
+            input: Default::default(),
+            config: Default::default(),
+        }])
+        .await
+        .unwrap();
+    store
+        .set_status("r1", &StatusPatch::to(1, RolloutStatus::Running))
+        .await
+        .unwrap();
+    let trainer = Trainer::start(TrainerSpec {
+        model_dir: trainer_dir.path().to_path_buf(),
+        kind: Kind::Float,
+        device: Device::Cpu,
+        adamw: AdamWConfig::default(),
+        schedule: LrSchedule {
+            peak_lr: 1e-3,
+            warmup_steps: 0,
+            decay: LrDecay::Constant,
+        },
+        lora: None,
+        reference: false,
+    })
+    .await
+    .unwrap();
+    let link = Link::Remote(GatewayClient::new(&base, Some(ADMIN.into())).unwrap());
+    let policy = Policy::Embedded(server.clone());
+
+    // A long greedy stream through the gateway.
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/proxy/r1/1/train/openai/v1/completions"))
+        .bearer_auth(ADMIN)
+        .json(
+            &json!({"model": "tiny", "prompt": "hello there", "max_tokens": ANSWER_TOKENS,
+                      "temperature": 0, "ignore_eos": true, "stream": true,
+                      "return_token_ids": true}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let mut body = resp.bytes_stream();
+    let (mut buf, mut chunks, mut done) = (String::new(), Vec::<Value>::new(), false);
+    let mut published = None;
+    while let Some(bytes) = body.next().await {
+        buf.push_str(&String::from_utf8_lossy(
+            &bytes.expect("an uninterrupted stream"),
+        ));
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let data = event.trim().trim_start_matches("data: ");
+            if data == "[DONE]" {
+                done = true;
+            } else {
+                chunks.push(serde_json::from_str(data).unwrap());
+            }
+        }
+        // A few tokens in: publish version 1, the call left running.
+        if published.is_none() && chunks.len() >= 5 {
+            let p = Publish {
+                version: 1,
+                step: 1,
+                in_flight: InFlightMode::Continue,
+                drain_timeout: Duration::from_secs(60),
+            };
+            let took = publish(&link, &policy, &trainer, &p).await.unwrap();
+            published = Some((took, chunks.len()));
+        }
+    }
+    let (took, at) = published.expect("the publish ran while the call streamed");
+    assert!(done, "the stream ended with [DONE]");
+    assert!(
+        chunks.len() > at,
+        "the call went on after the publish ({took:.3}s)"
+    );
+
+    // The client's stream: every token, its version, the finish.
+    let field = |c: &Value, k: &str| -> Vec<u64> {
+        c["choices"][0][k]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    let streamed: Vec<u64> = chunks.iter().flat_map(|c| field(c, "token_ids")).collect();
+    let versions: Vec<u64> = chunks
+        .iter()
+        .flat_map(|c| field(c, "token_weight_versions"))
+        .collect();
+    assert_eq!(streamed.len(), ANSWER_TOKENS);
+    assert_eq!(versions.len(), ANSWER_TOKENS);
+    let finish = chunks
+        .iter()
+        .rev()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+    assert_eq!(finish, Some("length"), "neither cancelled nor aborted");
+
+    // The record and the export: both versions, token by token.
+    let rollout = store.export_rollout("r1").await.unwrap();
+    assert_eq!(rollout.calls.len(), 1);
+    let call = &rollout.calls[0];
+    assert_eq!(call.weight_version, 0, "the version the call started under");
+    assert_eq!(call.token_versions(), versions);
+    let switch = versions.iter().position(|&v| v == 1).expect("tokens of v1");
+    assert!(
+        switch >= 5 && versions[..switch].iter().all(|&v| v == 0),
+        "{versions:?}"
+    );
+    assert!(versions[switch..].iter().all(|&v| v == 1));
+    // Behaviour logprobs from both: before the switch exactly model A's;
+    // after it, the new weights' (no longer A's).
+    let a = Model::load(engine_dir.path(), Kind::Float, Device::Cpu).unwrap();
+    let reference = reference_logprobs(&a, &call.prompt_ids, &call.response_ids);
+    let gap = |range: std::ops::Range<usize>| {
+        range
+            .map(|i| (call.response_logprobs[i] - reference[i]).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(gap(0..switch) < 1e-4, "{}", gap(0..switch));
+    assert!(
+        gap(switch..ANSWER_TOKENS) > 1e-2,
+        "{}",
+        gap(switch..ANSWER_TOKENS)
+    );
+    let meta = store.latest_weight_version().await.unwrap().unwrap().meta;
+    let meta = meta.parse().unwrap();
+    assert_eq!(meta["in_flight"], "continue", "{meta}");
+}
