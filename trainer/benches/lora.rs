@@ -91,6 +91,7 @@ fn batch(vocab: i64) -> agl_trainer::rl::UpdateBatch {
                     mask: vec![true; response],
                     engine_logprobs: vec![-5.0; response],
                     weight_version: 0,
+                    token_versions: None,
                     ref_logprobs: None,
                 }],
             }

@@ -77,6 +77,7 @@ fn batch(rng: &mut Rng, vocab: i64) -> UpdateBatch {
                     mask: vec![true; response],
                     engine_logprobs: (0..response).map(|_| -9.0 - rng.next() as f32).collect(),
                     weight_version: 0,
+                    token_versions: None,
                     ref_logprobs: None,
                 }],
             }

@@ -70,6 +70,9 @@ pub struct StepRecord {
     pub plugin_failures: usize,
     /// Rollouts dropped for being too many versions behind.
     pub dropped_stale: usize,
+    /// Under partial rollouts: trained tokens masked for having been
+    /// sampled too many versions behind.
+    pub stale_tokens: usize,
     /// Whole groups held back for a later update (update cap).
     pub carried_groups: usize,
     pub loss: Option<f64>,

@@ -3,6 +3,9 @@
 //!
 //! Order of operations in [`build_update`]:
 //! 1. validate every sample (lengths agree, a non-empty prompt, ids >= 0);
+//!    With a per-token staleness bound ([`StaleTokens`], partial rollouts),
+//!    trained tokens sampled more than `max` versions before `current` are
+//!    masked (counted in `stale_tokens`);
 //! 2. exclude (and count) rollouts that failed for system reasons or have no
 //!    reward: they are never trained as reward 0. An agent failure with a
 //!    reward is trained with that reward;
@@ -53,8 +56,13 @@ pub struct Sample {
     /// The engine's logprob of each response token (same convention as
     /// [`crate::model::token_logprobs`]); masked-out entries are ignored.
     pub engine_logprobs: Vec<f32>,
-    /// The weight version the engine sampled with.
+    /// The weight version the engine sampled with (the oldest, when the
+    /// tokens came from several).
     pub weight_version: u64,
+    /// Per response token, the version that sampled it, when an update
+    /// came while the sample was generated (partial rollouts); `None`: all
+    /// `weight_version`.
+    pub token_versions: Option<Vec<u64>>,
     /// A reference model's logprobs of the response tokens, for the KL term.
     pub ref_logprobs: Option<Vec<f32>>,
 }
@@ -75,12 +83,32 @@ impl Sample {
         self.mask.iter().filter(|m| **m).count()
     }
 
+    /// Masks the trained tokens sampled too long ago; returns how many.
+    fn mask_stale(&mut self, bound: StaleTokens) -> usize {
+        let Some(versions) = &self.token_versions else {
+            return 0;
+        };
+        let mut masked = 0;
+        for (m, &v) in self.mask.iter_mut().zip(versions) {
+            if *m && bound.too_old(v) {
+                *m = false;
+                masked += 1;
+            }
+        }
+        masked
+    }
+
     fn validate(&self) -> Result<(), String> {
         let n = self.response_ids.len();
         if self.prompt_ids.is_empty() {
             return Err(
                 "empty prompt (the first response token needs a position before it)".into(),
             );
+        }
+        if let Some(v) = &self.token_versions
+            && v.len() != n
+        {
+            return Err(format!("{n} response ids but {} token versions", v.len()));
         }
         if self.mask.len() != n || self.engine_logprobs.len() != n {
             return Err(format!(
@@ -132,6 +160,23 @@ pub struct BatchConfig {
     pub estimator: Estimator,
     pub cap: UpdateCap,
     pub norm: LossNorm,
+    /// Per-token staleness (partial rollouts): tokens sampled more than
+    /// `max` versions before `current` are masked out of training.
+    pub stale_tokens: Option<StaleTokens>,
+}
+
+/// The per-token staleness bound: what the update trains on is the policy
+/// of version `current`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleTokens {
+    pub current: u64,
+    pub max: u64,
+}
+
+impl StaleTokens {
+    fn too_old(&self, version: u64) -> bool {
+        self.current.saturating_sub(version) > self.max
+    }
 }
 
 /// How the loss is normalised: what weighs the same.
@@ -203,6 +248,8 @@ pub struct BatchStats {
     pub excluded_no_reward: usize,
     /// Kept rollouts with no trainable token (in the baseline, not in N).
     pub untrainable_rollouts: usize,
+    /// Trained tokens masked for being sampled too many versions ago.
+    pub stale_tokens: usize,
     pub carried_groups: usize,
     /// Means over the kept rollouts.
     pub mean_reward: f64,
@@ -222,11 +269,16 @@ pub fn build_update(rollouts: Vec<ScoredRollout>, cfg: &BatchConfig) -> Result<P
     let mut stats = BatchStats::default();
     let mut order: Vec<String> = Vec::new();
     let mut groups: HashMap<String, Vec<(ScoredRollout, f64)>> = HashMap::new();
-    for rollout in rollouts {
+    for mut rollout in rollouts {
         for (k, sample) in rollout.samples.iter().enumerate() {
             sample
                 .validate()
                 .map_err(|e| RlError::Input(format!("rollout {} sample {k}: {e}", rollout.id)))?;
+        }
+        if let Some(bound) = cfg.stale_tokens {
+            for sample in &mut rollout.samples {
+                stats.stale_tokens += sample.mask_stale(bound);
+            }
         }
         let reward = match (rollout.outcome, rollout.reward) {
             (Outcome::SystemFailure, _) => {

@@ -30,8 +30,8 @@ pub mod step;
 pub use adamw::{AdamW, AdamWConfig, AdamWError};
 pub use advantage::{Estimator, group_advantages};
 pub use batch::{
-    BatchConfig, BatchStats, LossNorm, Outcome, Prepared, Sample, ScoredRollout, TrainSample,
-    UpdateBatch, UpdateCap, build_update,
+    BatchConfig, BatchStats, LossNorm, Outcome, Prepared, Sample, ScoredRollout, StaleTokens,
+    TrainSample, UpdateBatch, UpdateCap, build_update,
 };
 pub use loss::{Correction, LossConfig};
 pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};

@@ -46,6 +46,7 @@ impl Rng {
                 .map(|_| (-8.0 + 3.0 * self.next()) as f32)
                 .collect(),
             weight_version: 0,
+            token_versions: None,
             ref_logprobs: None,
         }
     }

@@ -154,6 +154,7 @@ fn rollouts() -> Vec<ScoredRollout> {
         mask: Sample::mask_from_spans(response, &[0..response / 2, response / 2 + 1..response]),
         engine_logprobs: (0..response).map(|t| -5.0 - (t % 5) as f32 * 0.3).collect(),
         weight_version: 0,
+        token_versions: None,
         ref_logprobs: None,
     };
     (0..6)

@@ -3,7 +3,7 @@
 
 use agl_trainer::rl::{
     BatchConfig, Estimator, LossNorm, LrDecay, LrSchedule, Outcome, Packing, Sample, ScoredRollout,
-    UpdateCap, build_update, group_advantages, pack_ffd, pack_in_order,
+    StaleTokens, UpdateCap, build_update, group_advantages, pack_ffd, pack_in_order,
 };
 
 fn close(a: &[f64], b: &[f64]) {
@@ -81,6 +81,7 @@ fn sample(prompt: usize, response: usize, trained: std::ops::Range<usize>) -> Sa
         mask: Sample::mask_from_spans(response, &[trained]),
         engine_logprobs: vec![-1.0; response],
         weight_version: 0,
+        token_versions: None,
         ref_logprobs: None,
     }
 }
@@ -426,4 +427,35 @@ fn each_loss_normalisation_weighs_what_it_names() {
         let total: f64 = got.iter().flatten().map(|w| *w as f64).sum();
         assert!((total - 1.0).abs() < 1e-6, "{norm:?}: {total}");
     }
+}
+
+#[test]
+fn tokens_sampled_too_many_versions_ago_are_masked() {
+    // Four trained tokens of versions 0..=3; the update trains version 3
+    // with at most 1 version of staleness: versions 0 and 1 are too old.
+    let mut s = sample(2, 4, 0..4);
+    s.token_versions = Some(vec![0, 1, 2, 3]);
+    let cfg = BatchConfig {
+        stale_tokens: Some(StaleTokens { current: 3, max: 1 }),
+        ..BatchConfig::default()
+    };
+    let p = build_update(vec![ok("a", "g", 1.0, vec![s.clone()])], &cfg).unwrap();
+    assert_eq!(p.stats.stale_tokens, 2);
+    let weights = &p.batch.samples[0].weights;
+    assert_eq!(weights.iter().filter(|w| **w > 0.0).count(), 2);
+    assert!(weights[0] == 0.0 && weights[1] == 0.0 && weights[2] > 0.0);
+    // Without the bound every token trains.
+    let p = build_update(
+        vec![ok("a", "g", 1.0, vec![s.clone()])],
+        &BatchConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (p.stats.stale_tokens, p.batch.samples[0].trainable_tokens()),
+        (0, 4)
+    );
+    // One version per token, or the sample is refused.
+    s.token_versions = Some(vec![3]);
+    let e = build_update(vec![ok("a", "g", 1.0, vec![s])], &cfg).unwrap_err();
+    assert!(e.to_string().contains("token versions"), "{e}");
 }

@@ -51,6 +51,7 @@ fn sample(rng: &mut Rng, prompt: usize, response: usize, with_ref: bool) -> Samp
         mask: Sample::mask_from_spans(response, &[0..response / 2, response / 2 + 2..response]),
         engine_logprobs: rng.uniform(response, -8.0, -4.5),
         weight_version: 0,
+        token_versions: None,
         ref_logprobs: with_ref.then(|| rng.uniform(response, -7.0, -5.0)),
     }
 }

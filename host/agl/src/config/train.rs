@@ -75,7 +75,8 @@ pub struct RunConfig {
     /// Groups kept in flight in async mode (B_async >= B_train).
     pub groups_in_flight: usize,
     /// Async: a complete group launched more than this many weight versions
-    /// ago is dropped, not trained.
+    /// ago is dropped, not trained; under `in_flight = "continue"`, tokens
+    /// sampled more than this many versions ago are masked instead.
     pub max_staleness: Option<u64>,
     /// Validate before training and every this many steps (0 = never).
     pub val_every: u64,
@@ -126,7 +127,12 @@ impl RunConfig {
             LoopMode::Async => ScheduleConfig {
                 groups_in_flight: self.groups_in_flight.max(self.groups_per_step),
                 groups_per_update: self.groups_per_step,
-                max_staleness: self.max_staleness,
+                // Partial rollouts: staleness is per token (the batch masks
+                // tokens sampled too long ago), not per launch.
+                max_staleness: match self.in_flight {
+                    InFlightMode::Drain => self.max_staleness,
+                    InFlightMode::Continue => None,
+                },
             },
         }
     }
@@ -266,6 +272,8 @@ impl TrainConfig {
                 max_samples: self.max_samples,
                 max_tokens: self.max_tokens,
             },
+            // Set by the loop under `in_flight = "continue"`.
+            stale_tokens: None,
             norm: match self.loss_norm {
                 LossNormKind::Rollout => LossNorm::Rollout,
                 LossNormKind::Token => LossNorm::Token,

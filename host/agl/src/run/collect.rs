@@ -10,7 +10,7 @@ use crate::link::Link;
 use crate::plugins::{Plugins, describe, score};
 use agl_wire::api::{LoadedPlugin, PluginRole};
 use agl_wire::record::TOOL_CALL;
-use agl_wire::rollout::{FailureKind, Rollout, RolloutStatus, Sample};
+use agl_wire::rollout::{FailureKind, ModelCall, Rollout, RolloutStatus, Sample};
 
 /// One finished rollout as the trainer sees it, plus what the report counts.
 pub struct Collected {
@@ -121,7 +121,13 @@ pub async fn collect(link: &Link, plugins: &Plugins, id: &str) -> anyhow::Result
                     *out.breaks.entry(b.kind.as_str().to_string()).or_default() += 1;
                 }
             }
-            out.rollout.samples = samples.into_iter().map(to_trainer).collect();
+            out.rollout.samples = samples
+                .into_iter()
+                .map(|s| {
+                    let versions = token_versions(&s, &exported.calls);
+                    to_trainer(s, versions)
+                })
+                .collect();
         }
         Err(e) => {
             tracing::warn!(rollout = id, error = %e, "sample adapter failed; rollout excluded");
@@ -143,7 +149,39 @@ pub async fn collect(link: &Link, plugins: &Plugins, id: &str) -> anyhow::Result
     Ok(out)
 }
 
-fn to_trainer(s: Sample) -> rl::Sample {
+/// The weight version that sampled each response token of `sample`, from
+/// its source calls: its trained tokens are those calls' sampled tokens, in
+/// order (what the SDKs' merge builds), so the k-th trained token has the
+/// k-th sampled token's version; masked positions get the sample's version.
+/// `None` when every token is of the sample's version (nothing to tell
+/// apart), or when the spans do not line up with the calls' tokens (a
+/// plugin that trains otherwise): the sample's version then stands for all.
+pub fn token_versions(sample: &Sample, calls: &[ModelCall]) -> Option<Vec<u64>> {
+    let sources: Vec<&ModelCall> = sample
+        .source_calls
+        .iter()
+        .filter_map(|&i| calls.iter().find(|c| c.index == i))
+        .collect();
+    let sampled: Vec<u64> = sources.iter().flat_map(|c| c.token_versions()).collect();
+    if sampled.iter().all(|&v| v == sample.weight_version)
+        || sampled.len() != sample.trainable_tokens()
+    {
+        return None;
+    }
+    let mut versions = vec![sample.weight_version; sample.response_ids.len()];
+    let trained = sample
+        .trainable
+        .iter()
+        .flat_map(|s| s.start as usize..s.end as usize);
+    for (at, v) in trained.zip(sampled) {
+        if let Some(slot) = versions.get_mut(at) {
+            *slot = v;
+        }
+    }
+    Some(versions)
+}
+
+fn to_trainer(s: Sample, token_versions: Option<Vec<u64>>) -> rl::Sample {
     let spans: Vec<std::ops::Range<usize>> = s
         .trainable
         .iter()
@@ -155,6 +193,7 @@ fn to_trainer(s: Sample) -> rl::Sample {
         response_ids: s.response_ids.iter().map(|&t| i64::from(t)).collect(),
         engine_logprobs: s.logprobs,
         weight_version: s.weight_version,
+        token_versions,
         ref_logprobs: None,
     }
 }
@@ -227,5 +266,51 @@ mod tests {
             Outcome::SystemFailure
         );
         assert_eq!(outcome(Cancelled, None), Outcome::SystemFailure);
+    }
+
+    #[test]
+    fn a_samples_tokens_take_the_versions_of_the_calls_it_merges() {
+        // Call 0 was updated mid-way (versions 4, 4, 5); call 1 ran on 5.
+        let call = |index: u32, ids: &[u32], version: u64, versions: Option<&[u64]>| {
+            let mut c = serde_json::json!({
+                "index": index, "api": "chat_completions", "request": {}, "response": {},
+                "prompt_ids": [1], "response_ids": ids,
+                "response_logprobs": vec![-0.5; ids.len()], "weight_version": version,
+            });
+            if let Some(v) = versions {
+                c["response_versions"] = serde_json::json!(v);
+            }
+            serde_json::from_value::<ModelCall>(c).unwrap()
+        };
+        let calls = [
+            call(0, &[7, 8, 9], 4, Some(&[4, 4, 5])),
+            call(1, &[10, 11], 5, None),
+        ];
+        // Response: call 0's tokens, a 2-token tool result, call 1's.
+        let sample: Sample = serde_json::from_value(serde_json::json!({
+            "prompt_ids": [1], "response_ids": [7, 8, 9, 20, 21, 10, 11],
+            "trainable": [{"start": 0, "end": 3}, {"start": 5, "end": 7}],
+            "logprobs": [-0.5, -0.5, -0.5, 0.0, 0.0, -0.5, -0.5],
+            "source_calls": [0, 1], "weight_version": 4,
+            "agent": null, "break_before": null,
+        }))
+        .unwrap();
+        assert_eq!(
+            token_versions(&sample, &calls),
+            Some(vec![4, 4, 5, 4, 4, 5, 5])
+        );
+        // Spans that are not the calls' tokens: the sample's version stands.
+        let mut other = sample.clone();
+        other.trainable.pop();
+        assert_eq!(token_versions(&other, &calls), None);
+        // Calls of one version each still tell their tokens apart...
+        let whole = [call(0, &[7, 8, 9], 4, None), call(1, &[10, 11], 5, None)];
+        assert_eq!(
+            token_versions(&sample, &whole),
+            Some(vec![4, 4, 4, 4, 4, 5, 5])
+        );
+        // ...and a sample of one version needs none.
+        let one = [call(0, &[7, 8, 9], 4, None), call(1, &[10, 11], 4, None)];
+        assert_eq!(token_versions(&sample, &one), None);
     }
 }

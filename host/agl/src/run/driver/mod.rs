@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use agl_trainer::rl::{self, GroupScheduler, Outcome, build_update};
+use agl_trainer::rl::{self, GroupScheduler, Outcome, StaleTokens, build_update};
 
 use super::collect::{Collected, TurnTally};
 use super::data::{Cursor, Dataset};
 use super::report::{MetricsLog, Progress, StepRecord, TrainerGauges, TrainerStats};
-use crate::config::{RunConfig, TrainConfig};
+use crate::config::{InFlightMode, RunConfig, TrainConfig};
 use crate::link::Link;
 use crate::plugins::Plugins;
 use crate::policy::Policy;
@@ -281,7 +281,15 @@ impl Driver {
         record.mean_staleness = mean(&staleness).unwrap_or(0.0);
         record.calls_per_rollout = turns.calls_per_rollout();
         record.tool_use = turns.tool_use();
-        let prepared = build_update(rollouts, &self.train.batch())?;
+        let mut batch_cfg = self.train.batch();
+        if self.cfg.in_flight == InFlightMode::Continue {
+            // The update trains the policy of `self.version`.
+            batch_cfg.stale_tokens = self.cfg.max_staleness.map(|max| StaleTokens {
+                current: self.version,
+                max,
+            });
+        }
+        let prepared = build_update(rollouts, &batch_cfg)?;
         record.set_batch_stats(&prepared.stats);
         self.carried = prepared.carried;
         let batch = prepared.batch;

@@ -20,6 +20,7 @@ impl TrainerStats for StepRecord {
         self.excluded_system = s.excluded_system_failure;
         self.excluded_no_reward = s.excluded_no_reward;
         self.carried_groups = s.carried_groups;
+        self.stale_tokens = s.stale_tokens;
         self.reward_mean = (s.rollouts > 0).then_some(s.mean_reward).and_then(finite);
     }
 

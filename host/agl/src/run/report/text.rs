@@ -74,6 +74,7 @@ pub fn summary_lines(r: &StepRecord, tools: bool) -> String {
     for (label, n) in [
         ("plugin failures", r.plugin_failures),
         ("stale dropped", r.dropped_stale),
+        ("stale tokens masked", r.stale_tokens),
         ("carried groups", r.carried_groups),
     ] {
         if n > 0 {
