@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use agl_trainer::model::{Model, ModelConfig};
 use agl_trainer::rl::{
-    BatchConfig, Correction, Outcome, Packing, Sample, ScheduleConfig, ScoredRollout, SimConfig,
-    SimResult, StepConfig, UpdateBatch, accumulate_gradients, build_update, pack_ffd,
+    BatchConfig, CallDrain, Correction, Outcome, Packing, Sample, ScheduleConfig, ScoredRollout,
+    SimConfig, SimResult, StepConfig, UpdateBatch, accumulate_gradients, build_update, pack_ffd,
     pack_in_order, simulate,
 };
 use serde_json::json;
@@ -125,11 +125,69 @@ fn zero_grads(model: &Model) {
     }
 }
 
+/// Drain vs partial rollouts on the same workload and seeds: before each
+/// update the proxy drains in-flight model calls (each running rollout's
+/// current call runs on: log-normal, median `call` s) or leaves them to go
+/// on under the new weights; the weight load pauses both alike.
+fn drain_vs_partial() -> anyhow::Result<()> {
+    let load_secs = 2.0;
+    let base = SimConfig {
+        schedule: ScheduleConfig {
+            groups_in_flight: 16,
+            groups_per_update: SIM_TRAIN,
+            max_staleness: Some(2),
+        },
+        group_size: SIM_GROUP,
+        updates: 20,
+        rollout_median_secs: 60.0,
+        rollout_sigma: 1.0,
+        train_step_secs: 15.0,
+        update_pause_secs: load_secs,
+        max_concurrent_rollouts: Some(SIM_CAP),
+        cancel_stale_in_flight: true,
+        drain: None,
+        seed: 0,
+    };
+    println!(
+        "\ndrain vs partial rollouts, simulated: async B_async 16 / B_train {SIM_TRAIN} groups x n {SIM_GROUP}, \
+         rollouts log-normal (median {} s, sigma {}), train step {} s, weight load {load_secs} s, \
+         at most {SIM_CAP} rollouts running; mean of {SIM_SEEDS} seeds, the same seeds both ways",
+        base.rollout_median_secs, base.rollout_sigma, base.train_step_secs
+    );
+    println!(
+        "| calls: median s, sigma | in flight | step s | drain s / update | engine idle | trainer idle |"
+    );
+    println!(
+        "|------------------------|-----------|--------|------------------|-------------|--------------|"
+    );
+    for (median, sigma) in [(5.0, 1.0), (10.0, 1.0), (10.0, 1.5)] {
+        let drain = Some(CallDrain {
+            call_median_secs: median,
+            call_sigma: sigma,
+        });
+        for (name, drain) in [("drain", drain), ("continue", None)] {
+            let r = sim_mean(&SimConfig {
+                drain,
+                ..base.clone()
+            })?;
+            println!(
+                "| {median:>9.0}, {sigma:<11.1} | {name:>9} | {:6.1} | {:16.1} | {:10.1}% | {:11.1}% |",
+                r.wall_secs / base.updates as f64,
+                r.drain_secs,
+                100.0 * r.engine_idle_fraction,
+                100.0 * r.trainer_idle_fraction,
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     if !std::env::args().any(|a| a == "--sim-only") {
         step_and_packing()?;
     }
-    async_vs_sync()
+    async_vs_sync()?;
+    drain_vs_partial()
 }
 
 fn step_and_packing() -> anyhow::Result<()> {
@@ -227,6 +285,8 @@ struct SimMean {
     /// Complete groups dropped plus in-flight groups cancelled, per run.
     discarded_groups: f64,
     trainer_idle_fraction: f64,
+    drain_secs: f64,
+    engine_idle_fraction: f64,
 }
 
 fn sim_mean(cfg: &SimConfig) -> anyhow::Result<SimMean> {
@@ -245,6 +305,8 @@ fn sim_mean(cfg: &SimConfig) -> anyhow::Result<SimMean> {
         max_staleness: runs.iter().map(|r| r.max_staleness).max().unwrap_or(0),
         discarded_groups: mean(&|r| (r.dropped_groups + r.cancelled_groups) as f64),
         trainer_idle_fraction: mean(&|r| r.trainer_idle_fraction),
+        drain_secs: mean(&|r| r.drain_secs),
+        engine_idle_fraction: mean(&|r| r.engine_idle_fraction),
     })
 }
 
@@ -261,6 +323,7 @@ fn async_vs_sync() -> anyhow::Result<()> {
         update_pause_secs: 5.0,
         max_concurrent_rollouts: Some(SIM_CAP),
         cancel_stale_in_flight: false,
+        drain: None,
         seed: 0,
     };
     // (B_async, max staleness, cancel stale in-flight groups)

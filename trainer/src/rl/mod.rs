@@ -36,7 +36,7 @@ pub use batch::{
 pub use loss::{Correction, LossConfig};
 pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};
 pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
-pub use schedule_sim::{SimConfig, SimResult, simulate};
+pub use schedule_sim::{CallDrain, SimConfig, SimResult, simulate};
 pub use step::{
     LrDecay, LrSchedule, RlOptimizer, StepConfig, StepStats, accumulate_gradients, evaluate,
     score_old_logprobs, score_ref_logprobs, train_step,

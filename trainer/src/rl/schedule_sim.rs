@@ -10,6 +10,14 @@
 //! scheduler's freed slots are refilled. ScoredRollout durations are drawn in
 //! launch order from one seeded stream, so group i gets the same durations
 //! under every schedule (common random numbers).
+//!
+//! An update either drains first ([`CallDrain`]: the proxy stops new model
+//! calls, each running rollout's current call runs on, log-normal and at
+//! most the rollout's remaining work, then the rollout waits; the drain
+//! ends with the longest call), or does not (partial rollouts: calls are
+//! paused at a token boundary and go on after the load). Then the weight
+//! load freezes every rollout. The engine's idle share counts the load and,
+//! during a drain, the share of the running rollouts that wait.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -26,13 +34,26 @@ pub struct SimConfig {
     pub rollout_median_secs: f64,
     pub rollout_sigma: f64,
     pub train_step_secs: f64,
-    /// Drain + weight load: no rollout progresses.
+    /// The weight load (plus, without `drain`, a fixed drain): no rollout
+    /// progresses.
     pub update_pause_secs: f64,
+    /// Drain in-flight model calls before each update; `None`: they go on
+    /// under the new weights (partial rollouts) or the drain is in
+    /// `update_pause_secs`.
+    pub drain: Option<CallDrain>,
     /// Most rollouts running at once; `None` = unlimited.
     pub max_concurrent_rollouts: Option<usize>,
     /// Abort in-flight groups as soon as they are too stale to be trained.
     pub cancel_stale_in_flight: bool,
     pub seed: u64,
+}
+
+/// The model calls a drain waits for: a running rollout's current call has
+/// LogNormal(ln(median), sigma) seconds left (at most the rollout's rest).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallDrain {
+    pub call_median_secs: f64,
+    pub call_sigma: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +70,11 @@ pub struct SimResult {
     pub launched_groups: usize,
     /// Share of the wall time the trainer waited for data.
     pub trainer_idle_fraction: f64,
+    /// Mean drain per update, seconds (0 without [`CallDrain`]).
+    pub drain_secs: f64,
+    /// Share of the wall time the engine generated nothing, counted per
+    /// running rollout: the weight loads, and the waits of a drain.
+    pub engine_idle_fraction: f64,
 }
 
 /// xorshift64*, seeded through splitmix64 (never the all-zero state).
@@ -87,6 +113,10 @@ struct Sim<'a> {
     cfg: &'a SimConfig,
     sched: GroupScheduler<usize>,
     rng: Rng,
+    /// Call lengths, apart so rollout durations stay common random numbers.
+    calls: Rng,
+    /// No rollout starts while the proxy is paused.
+    draining: bool,
     version: u64,
     /// Wall clock and the total paused time; rollout clock = wall - paused.
     wall: f64,
@@ -120,6 +150,9 @@ impl Sim<'_> {
     }
 
     fn start_queued(&mut self) {
+        if self.draining {
+            return;
+        }
         let now = self.wall - self.paused;
         while self
             .cfg
@@ -174,6 +207,38 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// Drains from the current instant: rollouts whose current call is
+    /// their last finish during it, the others wait from their call's end
+    /// to the drain's. Returns the drain's length and the engine-idle
+    /// seconds it cost (the mean wait over the rollouts running at its start).
+    fn drain(&mut self, d: CallDrain) -> Result<(f64, f64), ScheduleError> {
+        let now = self.wall - self.paused;
+        let n = self.running.len();
+        let mut waits = Vec::with_capacity(n);
+        for r in &mut self.running {
+            let z = self.calls.normal();
+            let call = d.call_median_secs * (d.call_sigma * z).exp();
+            waits.push((r.finish - now).min(call));
+        }
+        let length = waits.iter().copied().fold(0.0, f64::max);
+        let mut idle = 0.0;
+        for (r, call) in self.running.iter_mut().zip(&waits) {
+            if r.finish - now > *call {
+                r.finish += length - call;
+                idle += length - call;
+            }
+        }
+        self.draining = true;
+        let end = self.wall + length;
+        while let Some(f) = self.next_finish().filter(|&f| f <= end) {
+            self.wall = f;
+            self.finish_rollouts()?;
+        }
+        self.wall = end;
+        self.draining = false;
+        Ok((length, if n > 0 { idle / n as f64 } else { 0.0 }))
+    }
+
     fn cancel(&mut self, keys: Vec<String>) {
         for key in keys {
             if let Some(group) = self.keys.get(&key).copied() {
@@ -192,6 +257,8 @@ pub fn simulate(cfg: &SimConfig) -> Result<SimResult, ScheduleError> {
         cfg,
         sched: GroupScheduler::new(cfg.schedule.clone())?,
         rng: Rng::new(cfg.seed),
+        calls: Rng::new(cfg.seed ^ 0xD1A1),
+        draining: false,
         version: 0,
         wall: 0.0,
         paused: 0.0,
@@ -203,6 +270,7 @@ pub fn simulate(cfg: &SimConfig) -> Result<SimResult, ScheduleError> {
     let (mut updates, mut idle) = (0, 0.0);
     let (mut staleness_sum, mut trained, mut max_staleness) = (0u64, 0usize, 0u64);
     let (mut dropped, mut cancelled) = (0, 0);
+    let (mut drained, mut engine_idle) = (0.0, 0.0);
     // Wall time the current training step ends, while one runs.
     let mut training_until: Option<f64> = None;
     sim.launch()?;
@@ -230,8 +298,15 @@ pub fn simulate(cfg: &SimConfig) -> Result<SimResult, ScheduleError> {
                 sim.finish_rollouts()?;
             }
             (_, Some(t)) => {
-                sim.wall = t + cfg.update_pause_secs;
+                sim.wall = t;
+                if let Some(d) = cfg.drain {
+                    let (length, idle) = sim.drain(d)?;
+                    drained += length;
+                    engine_idle += idle;
+                }
+                sim.wall += cfg.update_pause_secs;
                 sim.paused += cfg.update_pause_secs;
+                engine_idle += cfg.update_pause_secs;
                 sim.version += 1;
                 sim.sched.finish_update()?;
                 training_until = None;
@@ -265,6 +340,12 @@ pub fn simulate(cfg: &SimConfig) -> Result<SimResult, ScheduleError> {
         cancelled_groups: cancelled,
         launched_groups: sim.remaining.len(),
         trainer_idle_fraction: if sim.wall > 0.0 { idle / sim.wall } else { 0.0 },
+        drain_secs: drained / updates.max(1) as f64,
+        engine_idle_fraction: if sim.wall > 0.0 {
+            engine_idle / sim.wall
+        } else {
+            0.0
+        },
     })
 }
 
@@ -275,6 +356,11 @@ fn check(cfg: &SimConfig) -> Result<(), String> {
     }
     if cfg.max_concurrent_rollouts == Some(0) {
         return Err("max_concurrent_rollouts must be at least 1".into());
+    }
+    if let Some(d) = cfg.drain
+        && !(d.call_median_secs > 0.0 && d.call_sigma >= 0.0 && d.call_median_secs.is_finite())
+    {
+        return Err("drain call lengths: the median must be > 0 and sigma >= 0".into());
     }
     let times = [
         cfg.rollout_median_secs,

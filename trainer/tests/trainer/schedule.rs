@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 
-use agl_trainer::rl::{GroupScheduler, ScheduleConfig, ScheduleError, SimConfig, Update, simulate};
+use agl_trainer::rl::{
+    CallDrain, GroupScheduler, ScheduleConfig, ScheduleError, SimConfig, Update, simulate,
+};
 
 fn cfg(in_flight: usize, per_update: usize, max_staleness: Option<u64>) -> ScheduleConfig {
     ScheduleConfig {
@@ -270,8 +272,53 @@ fn sim(in_flight: usize, per_update: usize, sigma: f64) -> SimConfig {
         update_pause_secs: 1.5,
         max_concurrent_rollouts: None,
         cancel_stale_in_flight: false,
+        drain: None,
         seed: 7,
     }
+}
+
+#[test]
+fn sim_a_drain_waits_for_calls_and_partial_rollouts_do_not() {
+    let drain = Some(CallDrain {
+        call_median_secs: 2.0,
+        call_sigma: 1.0,
+    });
+    // Sync: nothing runs at an update, so a drain costs nothing.
+    let plain = simulate(&sim(2, 2, 0.0)).unwrap();
+    let drained = simulate(&SimConfig {
+        drain,
+        ..sim(2, 2, 0.0)
+    })
+    .unwrap();
+    assert_eq!(
+        (drained.wall_secs, drained.drain_secs),
+        (plain.wall_secs, 0.0)
+    );
+    // Async: rollouts run through every update.
+    let partial = simulate(&sim(6, 2, 1.0)).unwrap();
+    let drained = simulate(&SimConfig {
+        drain,
+        ..sim(6, 2, 1.0)
+    })
+    .unwrap();
+    assert_eq!(partial.drain_secs, 0.0);
+    assert!(drained.drain_secs > 0.0, "{drained:?}");
+    assert!(
+        drained.wall_secs > partial.wall_secs,
+        "{drained:?} vs {partial:?}"
+    );
+    // Without a drain the engine idles exactly for the loads.
+    let loads = partial.updates as f64 * 1.5;
+    assert!((partial.engine_idle_fraction - loads / partial.wall_secs).abs() < 1e-9);
+    assert!(drained.engine_idle_fraction > loads / drained.wall_secs);
+    let bad = SimConfig {
+        drain: Some(CallDrain {
+            call_median_secs: 0.0,
+            call_sigma: 1.0,
+        }),
+        ..sim(2, 2, 1.0)
+    };
+    assert!(matches!(simulate(&bad), Err(ScheduleError::Config(_))));
 }
 
 #[test]
