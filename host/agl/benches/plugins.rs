@@ -109,6 +109,7 @@ fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
                     count: c.count,
                 }),
                 constrained: c.constrained,
+                response_versions: c.response_versions.clone(),
             })
             .collect(),
         events: vec![],

@@ -37,9 +37,15 @@ macro_rules! worlds {
     };
 }
 
-/// `agl:adapter@0.3.0` (`wit/agl.wit`), the current contract.
-pub(crate) mod v0_3 {
+/// `agl:adapter@0.4.0` (`wit/agl.wit`), the current contract.
+pub(crate) mod v0_4 {
     worlds!("../../wit");
+}
+
+/// `agl:adapter@0.3.0` (`wit/v0.3/agl.wit`, frozen), for plugins built
+/// before 0.4: no `model-call.response-versions`.
+pub(crate) mod v0_3 {
+    worlds!("../../wit/v0.3");
 }
 
 /// `agl:adapter@0.2.0` (`wit/v0.2/agl.wit`, frozen), for plugins built
@@ -54,7 +60,7 @@ pub(crate) mod v0_1 {
     worlds!("../../wit/v0.1");
 }
 
-pub(crate) use v0_3::wit;
+pub(crate) use v0_4::wit;
 
 impl From<rollout::ApiKind> for wit::ApiKind {
     fn from(api: rollout::ApiKind) -> Self {
@@ -118,6 +124,13 @@ macro_rules! from_guest {
     };
 }
 
+from_guest!(v0_4 {
+    Retokenize,
+    Template,
+    Other,
+    Summary,
+    SubAgent
+});
 from_guest!(v0_3 {
     Retokenize,
     Template,

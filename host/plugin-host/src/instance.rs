@@ -14,12 +14,14 @@ use wasmtime::component::{ComponentNamedList, ComponentType, Instance, Lift, Low
 use wasmtime::{Store, WasmBacktrace};
 
 use super::PluginLimits;
-use super::bindings::{v0_1, v0_2, v0_3, wit};
+use super::bindings::{v0_1, v0_2, v0_3, v0_4, wit};
 use super::error::PluginErrorKind;
 use super::sandbox::STDERR_TAIL;
 use super::state::{PluginEnv, PluginState};
 use super::stdio::TailPipe;
-use super::view::{ModelCallView, ModelCallViewV0_1, ModelCallViewV0_2, RolloutView};
+use super::view::{
+    ModelCallView, ModelCallViewV0_1, ModelCallViewV0_2, ModelCallViewV0_3, RolloutView,
+};
 use super::world::{WitVersion, World, WorldPre};
 use agl_wire::rollout::{ModelCall, Rollout, Sample};
 
@@ -93,8 +95,12 @@ impl Live {
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
+                WitVersion::V0_4 => {
+                    samples_as::<ModelCallView, v0_4::wit::Sample>(store, instance, rollout).await
+                }
                 WitVersion::V0_3 => {
-                    samples_as::<ModelCallView, v0_3::wit::Sample>(store, instance, rollout).await
+                    samples_as::<ModelCallViewV0_3, v0_3::wit::Sample>(store, instance, rollout)
+                        .await
                 }
                 WitVersion::V0_2 => {
                     samples_as::<ModelCallViewV0_2, v0_2::wit::Sample>(store, instance, rollout)
@@ -122,7 +128,8 @@ impl Live {
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
-                WitVersion::V0_3 => reward_as::<ModelCallView>(store, instance, rollout).await,
+                WitVersion::V0_4 => reward_as::<ModelCallView>(store, instance, rollout).await,
+                WitVersion::V0_3 => reward_as::<ModelCallViewV0_3>(store, instance, rollout).await,
                 WitVersion::V0_2 => reward_as::<ModelCallViewV0_2>(store, instance, rollout).await,
                 WitVersion::V0_1 => reward_as::<ModelCallViewV0_1>(store, instance, rollout).await,
             }

@@ -8,7 +8,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::v0_1::sample::agl::adapter as v0_1;
 use super::bindings::v0_2::sample::agl::adapter as v0_2;
-use super::bindings::v0_3::sample::agl::adapter::{config, log, tokenizer, types};
+use super::bindings::v0_3::sample::agl::adapter as v0_3;
+use super::bindings::v0_4::sample::agl::adapter::{config, log, tokenizer, types};
 use super::sandbox;
 use super::stdio::TailPipe;
 use agl_tokenizer::Tokenizer;
@@ -252,6 +253,7 @@ macro_rules! older_imports {
 
 older_imports!(v0_1);
 older_imports!(v0_2);
+older_imports!(v0_3);
 
 /// Guest-chosen input reaches third-party tokenizer code here; a panic in it
 /// becomes an error for the guest instead of unwinding into the caller.

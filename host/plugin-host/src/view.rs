@@ -24,10 +24,42 @@ pub(crate) struct RolloutView<'a, C> {
     events: Vec<EventView<'a>>,
 }
 
-/// `model-call` of 0.3: 0.2's fields plus `choice` and `constrained`.
+/// `model-call` of 0.4: 0.3's fields plus `response-versions`.
 #[derive(ComponentType, Lower)]
 #[component(record)]
 pub(crate) struct ModelCallView<'a> {
+    index: u32,
+    api: wit::ApiKind,
+    #[component(name = "request-json")]
+    request_json: &'a str,
+    #[component(name = "response-json")]
+    response_json: &'a str,
+    #[component(name = "prompt-ids")]
+    prompt_ids: &'a [u32],
+    #[component(name = "response-ids")]
+    response_ids: &'a [u32],
+    #[component(name = "response-logprobs")]
+    response_logprobs: &'a [f32],
+    #[component(name = "weight-version")]
+    weight_version: u64,
+    #[component(name = "finish-reason")]
+    finish_reason: Option<&'a str>,
+    #[component(name = "started-at-ms")]
+    started_at_ms: u64,
+    #[component(name = "finished-at-ms")]
+    finished_at_ms: u64,
+    tags: Vec<TagView<'a>>,
+    continues: Option<u32>,
+    choice: Option<wit::CallChoice>,
+    constrained: bool,
+    #[component(name = "response-versions")]
+    response_versions: Option<&'a [u64]>,
+}
+
+/// `model-call` of 0.3 (frozen): 0.2's fields plus `choice` and `constrained`.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct ModelCallViewV0_3<'a> {
     index: u32,
     api: wit::ApiKind,
     #[component(name = "request-json")]
@@ -156,6 +188,30 @@ fn tags(call: &rollout::ModelCall) -> Vec<TagView<'_>> {
 }
 
 impl<'a> From<&'a rollout::ModelCall> for ModelCallView<'a> {
+    fn from(call: &'a rollout::ModelCall) -> Self {
+        let old = ModelCallViewV0_3::from(call);
+        Self {
+            index: old.index,
+            api: old.api,
+            request_json: old.request_json,
+            response_json: old.response_json,
+            prompt_ids: old.prompt_ids,
+            response_ids: old.response_ids,
+            response_logprobs: old.response_logprobs,
+            weight_version: old.weight_version,
+            finish_reason: old.finish_reason,
+            started_at_ms: old.started_at_ms,
+            finished_at_ms: old.finished_at_ms,
+            tags: old.tags,
+            continues: old.continues,
+            choice: old.choice,
+            constrained: old.constrained,
+            response_versions: call.response_versions.as_deref(),
+        }
+    }
+}
+
+impl<'a> From<&'a rollout::ModelCall> for ModelCallViewV0_3<'a> {
     fn from(call: &'a rollout::ModelCall) -> Self {
         let old = ModelCallViewV0_2::from(call);
         Self {

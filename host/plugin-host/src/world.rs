@@ -46,12 +46,16 @@ pub const WIT_PACKAGE: &str = "agl:adapter";
 /// built against a semver-compatible version of one of them loads (the same
 /// major; for 0.x, the same minor, as semver and wasmtime's linker count
 /// it); any other is refused with the versions named.
-pub const WIT_VERSION: &str = "0.3.0";
+pub const WIT_VERSION: &str = "0.4.0";
 
 /// The `agl:adapter` versions the host serves, newest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum WitVersion {
-    /// `wit/agl.wit`: `model-call.choice` and `model-call.constrained`.
+    /// `wit/agl.wit`: `model-call.response-versions`.
+    #[serde(rename = "0.4.0")]
+    V0_4,
+    /// `wit/v0.3/agl.wit`, frozen: `model-call.choice` and
+    /// `model-call.constrained`.
     #[serde(rename = "0.3.0")]
     V0_3,
     /// `wit/v0.2/agl.wit`, frozen: `model-call.continues`, break kinds
@@ -64,10 +68,16 @@ pub enum WitVersion {
 }
 
 impl WitVersion {
-    pub const ALL: [WitVersion; 3] = [WitVersion::V0_3, WitVersion::V0_2, WitVersion::V0_1];
+    pub const ALL: [WitVersion; 4] = [
+        WitVersion::V0_4,
+        WitVersion::V0_3,
+        WitVersion::V0_2,
+        WitVersion::V0_1,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            WitVersion::V0_4 => "0.4.0",
             WitVersion::V0_3 => "0.3.0",
             WitVersion::V0_2 => "0.2.0",
             WitVersion::V0_1 => "0.1.0",
@@ -257,9 +267,13 @@ fn typecheck(
     world: World,
     version: WitVersion,
 ) -> wasmtime::Result<()> {
-    use super::bindings::{v0_1, v0_2, v0_3};
+    use super::bindings::{v0_1, v0_2, v0_3, v0_4};
     let pre = pre.clone();
     match (version, world) {
+        (WitVersion::V0_4, World::SampleAdapter) => {
+            v0_4::sample::SampleAdapterPre::new(pre).map(drop)
+        }
+        (WitVersion::V0_4, World::Reward) => v0_4::reward::RewardPre::new(pre).map(drop),
         (WitVersion::V0_3, World::SampleAdapter) => {
             v0_3::sample::SampleAdapterPre::new(pre).map(drop)
         }
@@ -288,7 +302,8 @@ mod tests {
         assert_eq!(WitVersion::matching("0.1.4"), Some(WitVersion::V0_1));
         assert_eq!(WitVersion::matching("0.2.0"), Some(WitVersion::V0_2));
         assert_eq!(WitVersion::matching("0.3.0"), Some(WitVersion::V0_3));
-        assert_eq!(WitVersion::matching("0.4.0"), None);
+        assert_eq!(WitVersion::matching("0.4.0"), Some(WitVersion::V0_4));
+        assert_eq!(WitVersion::matching("0.5.0"), None);
         assert_eq!(WitVersion::matching("1.0.0"), None);
     }
 
@@ -304,5 +319,7 @@ mod tests {
         assert!(frozen.contains("package agl:adapter@0.1.0;"));
         let frozen = include_str!("../../../wit/v0.2/agl.wit");
         assert!(frozen.contains("package agl:adapter@0.2.0;"));
+        let frozen = include_str!("../../../wit/v0.3/agl.wit");
+        assert!(frozen.contains("package agl:adapter@0.3.0;"));
     }
 }

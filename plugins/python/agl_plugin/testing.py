@@ -87,9 +87,9 @@ def _text(value):
 
 def call(index, prompt_ids, response_ids, logprobs=None, api=ApiKind.CHAT_COMPLETIONS,
          request=None, response=None, tags=None, continues=None, weight_version=0,
-         finish_reason="stop", choice=None, constrained=False):
+         finish_reason="stop", choice=None, constrained=False, response_versions=None):
     """A model call; `request`/`response` are JSON values, `tags` a dict,
-    `choice` an `(index, count)` pair."""
+    `choice` an `(index, count)` pair, `response_versions` one per response id."""
     return ModelCall(
         index=index, api=api, request_json=_text(request or {}),
         response_json=_text(response or {}), prompt_ids=list(prompt_ids),
@@ -100,6 +100,7 @@ def call(index, prompt_ids, response_ids, logprobs=None, api=ApiKind.CHAT_COMPLE
         continues=continues,
         choice=CallChoice(index=choice[0], count=choice[1]) if choice is not None else None,
         constrained=constrained,
+        response_versions=list(response_versions) if response_versions is not None else None,
     )
 
 
@@ -131,6 +132,7 @@ def from_json(row):
             weight_version=c.get("weight_version", 0), finish_reason=c.get("finish_reason"),
             choice=(c["choice"]["index"], c["choice"]["count"]) if c.get("choice") else None,
             constrained=c.get("constrained", False),
+            response_versions=c.get("response_versions"),
         )
         for c in row.get("calls", [])
     ]

@@ -82,6 +82,7 @@ pub fn call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> ModelCall {
         continues: None,
         choice: None,
         constrained: false,
+        response_versions: None,
     }
 }
 

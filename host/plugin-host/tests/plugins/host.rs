@@ -398,7 +398,7 @@ async fn inspect_reports_world_info_and_component_types() {
             .any(|i| i.name.starts_with(prefix))
     };
     assert!(import(&format!("agl:adapter/log@{WIT_VERSION}")));
-    assert_eq!(inspection.wit, WitVersion::V0_3);
+    assert_eq!(inspection.wit, WitVersion::V0_4);
     assert!(import("wasi:cli/stderr@0.2"));
     let reward = host.inspect(&wasm("faulty-reward")).await.unwrap();
     assert_eq!(reward.world, World::Reward);
@@ -539,22 +539,24 @@ async fn a_component_built_against_another_major_is_refused_by_version() {
     let Err(err) = host
         .load(PluginSpec::new(
             "next",
-            rebuilt_against("0.4.0", dir.path()),
+            rebuilt_against("0.5.0", dir.path()),
         ))
         .await
     else {
-        panic!("a 0.4 component is refused");
+        panic!("a 0.5 component is refused");
     };
     assert!(
-        err.to_string()
-            .contains("serves agl:adapter@0.3.0, agl:adapter@0.2.0 and agl:adapter@0.1.0"),
+        err.to_string().contains(
+            "serves agl:adapter@0.4.0, agl:adapter@0.3.0, agl:adapter@0.2.0 and \
+             agl:adapter@0.1.0"
+        ),
         "{err}"
     );
     // A patch release of the same track still loads and scores.
-    let patch = rebuilt_against("0.3.9", dir.path());
+    let patch = rebuilt_against("0.4.9", dir.path());
     let plugin = host.load(PluginSpec::new("patch", &patch)).await.unwrap();
     assert_eq!(plugin.world(), World::Reward);
-    assert_eq!(plugin.wit_version(), WitVersion::V0_3);
+    assert_eq!(plugin.wit_version(), WitVersion::V0_4);
 }
 
 /// `faulty` built against the frozen `wit/v0.1`: a plugin from before 0.2.
@@ -622,7 +624,7 @@ async fn a_plugin_built_against_0_2_still_loads_and_0_3_sees_the_choice() {
     let inspection = host.inspect(&wasm("faulty-v0.2")).await.unwrap();
     assert_eq!(inspection.wit, WitVersion::V0_2);
     let new = load(&host, faulty_spec("new", "choices")).await;
-    assert_eq!(new.wit_version(), WitVersion::V0_3);
+    assert_eq!(new.wit_version(), WitVersion::V0_4);
     let samples = new.build_samples(&rollout).await.expect("samples");
     let details: Vec<String> = samples.iter().map(detail).collect();
     assert_eq!(
@@ -632,4 +634,31 @@ async fn a_plugin_built_against_0_2_still_loads_and_0_3_sees_the_choice() {
             "choice=Some((1, 2)) constrained=true"
         ]
     );
+}
+
+/// `faulty` built against the frozen `wit/v0.3` (before 0.4) loads beside a
+/// current one; only the 0.4 plugin sees which version sampled each token.
+#[tokio::test]
+async fn a_plugin_built_against_0_3_still_loads_and_0_4_sees_token_versions() {
+    let host = host();
+    let mut spec = faulty_spec("old", "choices");
+    spec.path = wasm("faulty-v0.3");
+    let old = load(&host, spec).await;
+    assert_eq!(old.wit_version(), WitVersion::V0_3);
+    let mut rollout = rollout(None);
+    rollout.calls[1].constrained = true;
+    let n = rollout.calls[1].response_ids.len();
+    let versions: Vec<u64> = (0..n as u64).map(|i| 3 + i % 2).collect();
+    rollout.calls[1].response_versions = Some(versions.clone());
+    // 0.3's fields still reach a 0.3 plugin.
+    let samples = old.build_samples(&rollout).await.expect("samples");
+    let detail =
+        |s: &agl_wire::rollout::Sample| s.break_before.as_ref().expect("a break").detail.clone();
+    assert_eq!(detail(&samples[1]), "choice=None constrained=true");
+    let new = load(&host, faulty_spec("new", "versions")).await;
+    assert_eq!(new.wit_version(), WitVersion::V0_4);
+    let samples = new.build_samples(&rollout).await.expect("samples");
+    let details: Vec<String> = samples.iter().map(detail).collect();
+    assert_eq!(details[0], "versions=None");
+    assert_eq!(details[1], format!("versions={:?}", Some(versions)));
 }

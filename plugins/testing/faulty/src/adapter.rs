@@ -5,9 +5,16 @@
 
 use crate::faults;
 
-#[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2")))]
+#[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2", feature = "wit-v0-3")))]
 wit_bindgen::generate!({
     path: "../../../wit",
+    world: "sample-adapter",
+});
+
+// The frozen 0.3 contract: a plugin built before 0.4 (faulty-v0.3.wasm).
+#[cfg(feature = "wit-v0-3")]
+wit_bindgen::generate!({
+    path: "../../../wit/v0.3",
     world: "sample-adapter",
 });
 
@@ -64,6 +71,8 @@ impl Guest for Faulty {
             "links" => Ok(rollout.calls.iter().map(linked).collect()),
             #[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2")))]
             "choices" => Ok(rollout.calls.iter().map(chosen).collect()),
+            #[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2", feature = "wit-v0-3")))]
+            "versions" => Ok(rollout.calls.iter().map(versioned).collect()),
             other => Err(format!("unknown fault {other:?}")),
         }
     }
@@ -114,6 +123,19 @@ fn chosen(call: &ModelCall) -> Sample {
             call.choice.map(|c| (c.index, c.count)),
             call.constrained
         ),
+    });
+    sample
+}
+
+/// A sample per call whose break detail shows the field new in 0.4: the
+/// version that sampled each token.
+#[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2", feature = "wit-v0-3")))]
+fn versioned(call: &ModelCall) -> Sample {
+    let mut sample = whole_response(call);
+    sample.break_before = Some(ChainBreak {
+        kind: BreakKind::Other,
+        call_index: call.index,
+        detail: format!("versions={:?}", call.response_versions),
     });
     sample
 }

@@ -20,9 +20,11 @@
 //!   `sub-agent` when not.
 //! - `choices` (0.3): one sample per call whose `other` break's detail is
 //!   `choice=<(index, count)> constrained=<bool>`.
+//! - `versions` (0.4): one sample per call whose `other` break's detail is
+//!   `versions=<the call's response-versions>`.
 //!
-//! Built with the `wit-v0-1` (`wit-v0-2`) feature it is a plugin of the
-//! frozen `agl:adapter@0.1.0` (`@0.2.0`, `wit/v0.1`, `wit/v0.2`), for the
+//! Built with the `wit-v0-1` (`wit-v0-2`, `wit-v0-3`) feature it is a plugin
+//! of the frozen `agl:adapter@0.1.0` (`@0.2.0`, `@0.3.0`; `wit/v0.1`, ...), for the
 //! host's compatibility tests.
 //!
 //! Built with the `reward` feature it exports the `reward` world instead:
