@@ -1,0 +1,183 @@
+//! The trainer/engine mismatch on a real model: SmolLM2-135M-Instruct sampled
+//! by agl's engine in f32 and in bf16, each token's sampling logprob against
+//! the f32 trainer's logprob of the same token (what the loss's correction
+//! sees), in the figures a step reports (`agl_trainer::rl::loss::Mismatch`).
+//!
+//! `cargo bench -p agl --bench mismatch [-- --prompts N --tokens T]`
+//! (needs `agl model fetch smollm2`; the prompts are chat-templated
+//! questions, sampled at temperature 1 with fixed seeds).
+
+use std::path::PathBuf;
+
+use agl_tokenizer::Tokenizer;
+use agl_trainer::engine::{EngineConfig, EngineEvent, EngineHandle, Request, SamplingParams};
+use agl_trainer::model::{Model, token_logprobs};
+use agl_trainer::rl::loss::{Mismatch, TokenInputs, token_loss};
+use agl_trainer::rl::{Correction, LossConfig};
+use tch::{Device, Kind, Tensor};
+
+const QUESTIONS: [&str; 8] = [
+    "What is 17 times 23?",
+    "Name three rivers in Europe.",
+    "Write a haiku about rain.",
+    "Explain what a hash map is.",
+    "How do I reverse a list in Python?",
+    "What causes the seasons?",
+    "Give me a recipe for pancakes.",
+    "What is the capital of Australia?",
+];
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn smollm2() -> Option<PathBuf> {
+    let dir = agl_models::fetch::cache_root()
+        .join("models")
+        .join(agl_models::fetch::SMOLLM2.dir);
+    dir.join("model.safetensors").is_file().then_some(dir)
+}
+
+/// A prompt, the response ids sampled for it, the engine's logprobs.
+type Sampled = (Vec<u32>, Vec<u32>, Vec<f32>);
+
+/// One [`Sampled`] per prompt.
+fn sample(
+    dir: &std::path::Path,
+    kind: Kind,
+    prompts: &[Vec<u32>],
+    tokens: usize,
+) -> anyhow::Result<Vec<Sampled>> {
+    let model = Model::load(dir, kind, Device::Cpu)?;
+    let engine = EngineHandle::spawn(
+        model,
+        EngineConfig {
+            max_seqs: prompts.len(),
+            max_len: 1024,
+            weight_version: 0,
+        },
+    )?;
+    let mut streams = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let params = SamplingParams {
+            temperature: 1.0,
+            max_tokens: tokens,
+            seed: Some(i as u64),
+            ..SamplingParams::default()
+        };
+        streams.push(engine.submit(Request {
+            prompt_ids: p.clone(),
+            params,
+            stop_hook: None,
+            constraint: None,
+        })?);
+    }
+    let mut out = Vec::new();
+    for (p, mut rx) in prompts.iter().zip(streams) {
+        while let Some(event) = rx.blocking_recv() {
+            if let EngineEvent::Finished(f) = event {
+                out.push((p.clone(), f.response_ids, f.logprobs));
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The mismatch of `samples` against `trainer`, under `correction`'s bounds.
+fn mismatch(
+    trainer: &Model,
+    samples: &[Sampled],
+    correction: Correction,
+) -> (Mismatch, f64, usize) {
+    let (mut total, mut kl, mut n) = (Mismatch::default(), 0.0, 0);
+    for (prompt, response, engine) in samples {
+        if response.is_empty() {
+            continue;
+        }
+        let all: Vec<i64> = prompt.iter().chain(response).map(|&t| t as i64).collect();
+        let tokens = Tensor::from_slice(&all).view([1, -1]);
+        let lp = tch::no_grad(|| {
+            let logits = trainer.forward(&tokens, None).expect("forward");
+            token_logprobs(&logits, &tokens, 1.0)
+        });
+        let old = lp
+            .get(0)
+            .narrow(0, prompt.len() as i64 - 1, response.len() as i64)
+            .view([1, -1]);
+        let engine = Tensor::from_slice(engine).view([1, -1]);
+        let ones = old.ones_like();
+        let out = token_loss(
+            &TokenInputs {
+                new: &old,
+                old: &old,
+                engine: &engine,
+                advantage: &ones,
+                weight: &ones,
+                trainable: &ones,
+                reference: None,
+            },
+            &LossConfig {
+                correction,
+                ..LossConfig::default()
+            },
+        );
+        total.add(&out.mismatch);
+        kl += out.engine_kl_sum;
+        n += response.len();
+    }
+    (total, kl, n)
+}
+
+fn main() -> anyhow::Result<()> {
+    let Some(dir) = smollm2() else {
+        eprintln!("mismatch bench skipped: run `agl model fetch smollm2`");
+        return Ok(());
+    };
+    let (count, tokens) = (arg("--prompts", 8), arg("--tokens", 96));
+    let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+    let prompts: Vec<Vec<u32>> = QUESTIONS
+        .iter()
+        .cycle()
+        .take(count)
+        .map(|q| {
+            let messages = serde_json::json!([{"role": "user", "content": q}]).to_string();
+            let text = tokenizer.apply_chat_template(&messages, None, true)?;
+            Ok(tokenizer.encode(&text, false)?)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let trainer = Model::load(&dir, Kind::Float, Device::Cpu)?;
+    println!(
+        "trainer (f32) vs engine, SmolLM2-135M-Instruct on CPU: {count} prompts x up to {tokens} \
+         tokens sampled at temperature 1; ratio bounds [0.5, 2]"
+    );
+    println!(
+        "| engine | tokens | mean abs gap | max abs gap | KL(engine, trainer) | tokens outside | sequences outside |"
+    );
+    println!(
+        "|--------|--------|--------------|-------------|---------------------|----------------|-------------------|"
+    );
+    for (name, kind) in [("f32", Kind::Float), ("bf16", Kind::BFloat16)] {
+        let samples = sample(&dir, kind, &prompts, tokens)?;
+        let bounds = Correction::TokenMask {
+            low: 0.5,
+            high: 2.0,
+        };
+        let (m, kl, n) = mismatch(&trainer, &samples, bounds);
+        let per = |x: f64| x / n.max(1) as f64;
+        println!(
+            "| {name:>6} | {n:>6} | {:12.2e} | {:11.2e} | {:19.2e} | {:13.2}% | {:16.1}% |",
+            per(m.abs_gap_sum),
+            m.abs_gap_max,
+            per(kl),
+            100.0 * per(m.tokens_outside),
+            100.0 * m.sequences_outside / m.sequences.max(1.0),
+        );
+    }
+    Ok(())
+}
