@@ -250,18 +250,21 @@ impl StreamOut<'_> {
                 out.push(Pushed::Done);
                 return Ok(out);
             }
-            let parsed = serde_json::from_str::<Value>(&data).ok();
-            out.push(Pushed::Frames(self.frames(&data, parsed)?));
+            out.push(Pushed::Frames(self.frames(&data)?));
         }
         Ok(out)
     }
 
-    /// What one engine event becomes; each chunk is assembled once.
-    fn frames(&mut self, data: &str, parsed: Option<Value>) -> Result<Vec<String>, String> {
+    /// What one engine event becomes; each chunk is parsed and assembled
+    /// once. An event that is not JSON is passed on as it came.
+    fn frames(&mut self, data: &str) -> Result<Vec<String>, String> {
+        let as_is = || Ok(vec![format!("data: {data}\n\n")]);
         match self {
             StreamOut::Passthrough { asm } => {
-                parsed.iter().for_each(|v| asm.push(v));
-                Ok(vec![format!("data: {data}\n\n")])
+                if let Ok(v) = serde_json::from_str::<Value>(data) {
+                    asm.push(&v);
+                }
+                as_is()
             }
             StreamOut::Rendered {
                 asm,
@@ -270,13 +273,22 @@ impl StreamOut<'_> {
                 events,
                 ..
             } => {
-                let chunk = match (native, parsed) {
-                    (Some(n), Some(v)) => n.push(&v)?,
-                    (None, Some(v)) => serde_json::from_value::<Completion>(v).map_err(|e| {
-                        format!("the engine's stream event is not a completions chunk: {e}")
-                    })?,
-                    // Not JSON: passed on as it came.
-                    (_, None) => return Ok(vec![format!("data: {data}\n\n")]),
+                // SGLang's events are translated; completions chunks are
+                // read straight into their type.
+                let chunk = match native {
+                    Some(n) => match serde_json::from_str::<Value>(data) {
+                        Ok(v) => n.push(&v)?,
+                        Err(_) => return as_is(),
+                    },
+                    None => match serde_json::from_str::<Completion>(data) {
+                        Ok(c) => c,
+                        Err(e) if e.is_data() => {
+                            return Err(format!(
+                                "the engine's stream event is not a completions chunk: {e}"
+                            ));
+                        }
+                        Err(_) => return as_is(),
+                    },
                 };
                 let mut out = Vec::new();
                 for c in translate.push(&chunk) {
