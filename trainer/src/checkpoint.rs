@@ -121,6 +121,19 @@ pub fn save_checkpoint(
     meta: &CheckpointMeta,
     keep_last: usize,
 ) -> Result<PathBuf, CheckpointError> {
+    save_checkpoint_with_state(dir, model, opt.state_tensors(), meta, keep_last)
+}
+
+/// [`save_checkpoint`] with the optimizer's state given as
+/// [`RlOptimizer::state_tensors`] would give it (a ZeRO-1 run gathers it
+/// from every rank first, `rl::data_parallel::gather_optimizer_state`).
+pub fn save_checkpoint_with_state(
+    dir: &Path,
+    model: &Model,
+    state: Vec<(String, Tensor)>,
+    meta: &CheckpointMeta,
+    keep_last: usize,
+) -> Result<PathBuf, CheckpointError> {
     create_private_dir_all(dir).map_err(io_err(dir))?;
     let tmp = dir.join(format!(
         "{TMP_PREFIX}step-{}-{}",
@@ -153,8 +166,7 @@ pub fn save_checkpoint(
     let opt_path = tmp.join(OPTIMIZER_FILE);
     // Left on their device: the writer copies one tensor at a time to the
     // host, so a GPU run needs no second copy of the moments in RAM.
-    let state = opt
-        .state_tensors()
+    let state = state
         .into_iter()
         .map(|(name, t)| Ok((name, t.f_contiguous()?)))
         .collect::<Result<Vec<_>, tch::TchError>>()

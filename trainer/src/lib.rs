@@ -4,6 +4,7 @@
 
 pub mod autocast;
 pub mod checkpoint;
+pub mod dist;
 pub mod engine;
 pub mod model;
 pub mod rl;

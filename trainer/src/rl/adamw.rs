@@ -181,6 +181,16 @@ impl AdamW {
         out
     }
 
+    /// The names [`AdamW::state_tensors`] writes for the parameter `name`:
+    /// its two moments and its step count.
+    pub fn state_names(name: &str) -> [String; 3] {
+        [
+            format!("{EXP_AVG}{name}"),
+            format!("{EXP_AVG_SQ}{name}"),
+            format!("{STEP}{name}"),
+        ]
+    }
+
     /// Restores [`AdamW::state_tensors`] output. Every parameter must be
     /// present with its shape; an error changes nothing.
     pub fn load_state_tensors(&mut self, tensors: &[(String, Tensor)]) -> Result<(), AdamWError> {

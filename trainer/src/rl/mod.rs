@@ -21,6 +21,7 @@
 pub mod adamw;
 pub mod advantage;
 pub mod batch;
+pub mod data_parallel;
 pub mod loss;
 pub mod pack;
 pub mod schedule;
@@ -33,6 +34,7 @@ pub use batch::{
     BatchConfig, BatchStats, LossNorm, Outcome, Prepared, Sample, ScoredRollout, StaleTokens,
     TrainSample, UpdateBatch, UpdateCap, build_update,
 };
+pub use data_parallel::{check_same_weights, train_step_data_parallel, weights_hash};
 pub use loss::{Correction, LossConfig};
 pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};
 pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
@@ -52,4 +54,6 @@ pub enum RlError {
     Optimizer(#[from] adamw::AdamWError),
     #[error(transparent)]
     Torch(#[from] tch::TchError),
+    #[error(transparent)]
+    Dist(#[from] crate::dist::DistError),
 }

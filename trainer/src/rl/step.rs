@@ -100,6 +100,14 @@ pub struct RlOptimizer {
     adamw: AdamW,
     schedule: LrSchedule,
     steps: u64,
+    /// ZeRO-1: the rank that owns each trainable parameter's state (in
+    /// `trainable_parameters` order); this rank's AdamW holds its own only.
+    shard: Option<Shard>,
+}
+
+#[derive(Debug)]
+struct Shard {
+    owners: Vec<usize>,
 }
 
 /// The [`RlOptimizer::state_tensors`] key of the update count.
@@ -114,7 +122,47 @@ impl RlOptimizer {
             adamw: AdamW::new(params, adamw)?,
             schedule,
             steps: 0,
+            shard: None,
         })
+    }
+
+    /// ZeRO-1 for `rank` of `world_size`: AdamW state for the parameters
+    /// this rank owns ([`super::data_parallel::shard_owners`]) only; every
+    /// rank computes the same owners.
+    pub fn new_sharded(
+        model: &Model,
+        adamw: AdamWConfig,
+        schedule: LrSchedule,
+        rank: usize,
+        world_size: usize,
+    ) -> Result<Self, RlError> {
+        let params = model.trainable_parameters();
+        let sizes: Vec<usize> = params.iter().map(|(_, t)| t.numel()).collect();
+        let owners = super::data_parallel::shard_owners(&sizes, world_size);
+        let mine = params
+            .into_iter()
+            .zip(&owners)
+            .filter(|&(_, &o)| o == rank)
+            .map(|(p, _)| p)
+            .collect();
+        Ok(RlOptimizer {
+            adamw: AdamW::new(mine, adamw)?,
+            schedule,
+            steps: 0,
+            shard: Some(Shard { owners }),
+        })
+    }
+
+    /// ZeRO-1: each trainable parameter's owner rank; `None` unsharded.
+    pub fn owners(&self) -> Option<&[usize]> {
+        self.shard.as_ref().map(|s| s.owners.as_slice())
+    }
+
+    /// One AdamW step at `lr` from the gradients, counted.
+    pub(crate) fn step_adamw(&mut self, lr: f64) -> Result<(), RlError> {
+        self.adamw.step(lr)?;
+        self.steps += 1;
+        Ok(())
     }
 
     /// Updates done so far (the LR schedule's position).
@@ -153,6 +201,16 @@ impl RlOptimizer {
         let steps = i64::try_from(&tensors.swap_remove(at).1)?;
         let steps =
             u64::try_from(steps).map_err(|_| AdamWError::State(format!("{STEPS_KEY}: {steps}")))?;
+        if self.shard.is_some() {
+            // ZeRO-1: a full checkpoint's state, of which this rank keeps
+            // its own parameters'.
+            let mine: std::collections::HashSet<String> = self
+                .adamw
+                .params()
+                .flat_map(|(name, _)| AdamW::state_names(name))
+                .collect();
+            tensors.retain(|(name, _)| mine.contains(name));
+        }
         self.adamw.load_state_tensors(&tensors)?;
         self.steps = steps;
         Ok(())
@@ -222,8 +280,7 @@ pub fn train_step(
         .collect();
     stats.grad_norm = clip_grad_norm(&params, cfg.max_grad_norm);
     stats.lr = optimizer.schedule.lr_at(optimizer.steps);
-    optimizer.adamw.step(stats.lr)?;
-    optimizer.steps += 1;
+    optimizer.step_adamw(stats.lr)?;
     Ok(stats)
 }
 
@@ -299,7 +356,7 @@ fn score_logprobs(
 /// reference logprobs and `kl_coef != 0`) its forward and backward add
 /// nothing to the gradient: it is left out, and the update is the same.
 /// GRPO groups whose rollouts all scored alike are such samples.
-fn pack_with_signal(batch: &UpdateBatch, cfg: &StepConfig) -> Packing {
+pub(crate) fn pack_with_signal(batch: &UpdateBatch, cfg: &StepConfig) -> Packing {
     let kl = cfg.loss.kl_coef != 0.0;
     let chosen: Vec<usize> = (0..batch.samples.len())
         .filter(|&i| {
@@ -425,24 +482,76 @@ fn scalar(t: &Tensor) -> Result<f64, RlError> {
     Ok(f64::try_from(t.to_kind(Kind::Double).sum(Kind::Double))?)
 }
 
-fn run(
+/// What [`run`] adds up over micro-batches: token sums, so that ranks of
+/// a data-parallel step add theirs before the means are taken.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct StepSums {
+    pub loss: f64,
+    pub mean_advantage: f64,
+    pub tokens: f64,
+    pub clipped: f64,
+    pub corrected: f64,
+    pub mismatch: Mismatch,
+    pub kl: f64,
+    pub engine_kl: f64,
+    pub ref_kl: f64,
+    pub ref_tokens: f64,
+    pub entropy: f64,
+}
+
+impl StepSums {
+    /// Every field that adds across ranks, in the order
+    /// [`StepSums::set_sums`] reads back; `mismatch.abs_gap_max` reduces
+    /// by max instead and is not among them.
+    pub fn sums(&self) -> [f64; 14] {
+        [
+            self.loss,
+            self.mean_advantage,
+            self.tokens,
+            self.clipped,
+            self.corrected,
+            self.mismatch.abs_gap_sum,
+            self.mismatch.tokens_outside,
+            self.mismatch.sequences,
+            self.mismatch.sequences_outside,
+            self.kl,
+            self.engine_kl,
+            self.ref_kl,
+            self.ref_tokens,
+            self.entropy,
+        ]
+    }
+
+    pub fn set_sums(&mut self, v: [f64; 14]) {
+        [
+            self.loss,
+            self.mean_advantage,
+            self.tokens,
+            self.clipped,
+            self.corrected,
+            self.mismatch.abs_gap_sum,
+            self.mismatch.tokens_outside,
+            self.mismatch.sequences,
+            self.mismatch.sequences_outside,
+            self.kl,
+            self.engine_kl,
+            self.ref_kl,
+            self.ref_tokens,
+            self.entropy,
+        ] = v;
+    }
+}
+
+/// Forward (+ backward) over `packing`, returning the token sums.
+pub(crate) fn run_sums(
     model: &Model,
     batch: &UpdateBatch,
     packing: &Packing,
     cfg: &StepConfig,
     backward: bool,
-) -> Result<StepStats, RlError> {
+) -> Result<StepSums, RlError> {
     let device = model.device();
-    let mut stats = StepStats {
-        samples: batch.samples.len(),
-        micro_batches: packing.micro_batches.len(),
-        padding_waste: packing.padding_waste(),
-        ..StepStats::default()
-    };
-    let (mut tokens_sum, mut clipped, mut corrected, mut kl) = (0.0, 0.0, 0.0, 0.0);
-    let mut mismatch = Mismatch::default();
-    let mut engine_kl = 0.0;
-    let (mut ref_kl, mut ref_tokens, mut entropy) = (0.0, 0.0, 0.0);
+    let mut sums = StepSums::default();
     // LoRA dropout only where gradients flow.
     model.set_lora_training(backward);
     for mb in &packing.micro_batches {
@@ -466,48 +575,74 @@ fn run(
         if backward {
             out.loss.backward();
         }
-        stats.loss += scalar(&out.loss.detach())?;
-        stats.mean_advantage += scalar(&(&g.weight * &g.advantage))?;
-        tokens_sum += scalar(&g.trainable)?;
-        clipped += out.clipped_tokens;
-        corrected += out.corrected_tokens;
-        mismatch.add(&out.mismatch);
-        kl += out.approx_kl_sum;
-        engine_kl += out.engine_kl_sum;
-        ref_kl += out.ref_kl_sum;
-        ref_tokens += out.ref_tokens;
+        sums.loss += scalar(&out.loss.detach())?;
+        sums.mean_advantage += scalar(&(&g.weight * &g.advantage))?;
+        sums.tokens += scalar(&g.trainable)?;
+        sums.clipped += out.clipped_tokens;
+        sums.corrected += out.corrected_tokens;
+        sums.mismatch.add(&out.mismatch);
+        sums.kl += out.approx_kl_sum;
+        sums.engine_kl += out.engine_kl_sum;
+        sums.ref_kl += out.ref_kl_sum;
+        sums.ref_tokens += out.ref_tokens;
         if cfg.entropy {
-            entropy += tch::no_grad(|| entropy_sum(&logits, &g.trainable, cfg.temperature))?;
+            sums.entropy += tch::no_grad(|| entropy_sum(&logits, &g.trainable, cfg.temperature))?;
         }
     }
+    model.set_lora_training(false);
+    Ok(sums)
+}
+
+/// The statistics of a step from its sums (means over trainable tokens).
+pub(crate) fn stats_from(sums: &StepSums, cfg: &StepConfig) -> StepStats {
     let per_token = |x: f64| {
-        if tokens_sum > 0.0 {
-            x / tokens_sum
+        if sums.tokens > 0.0 {
+            x / sums.tokens
         } else {
             0.0
         }
     };
-    stats.trainable_tokens = tokens_sum as usize;
-    stats.clip_fraction = per_token(clipped);
-    stats.corrected_fraction = per_token(corrected);
-    stats.mismatch_mean = per_token(mismatch.abs_gap_sum);
-    stats.mismatch_max = mismatch.abs_gap_max;
-    stats.outside_token_fraction = per_token(mismatch.tokens_outside);
-    stats.outside_sequence_fraction = if mismatch.sequences > 0.0 {
-        mismatch.sequences_outside / mismatch.sequences
-    } else {
-        0.0
-    };
-    stats.approx_kl = per_token(kl);
-    stats.engine_kl = per_token(engine_kl);
-    stats.ref_kl = (ref_tokens > 0.0).then(|| ref_kl / ref_tokens);
-    stats.entropy = if cfg.entropy {
-        per_token(entropy)
-    } else {
-        f64::NAN
-    };
-    model.set_lora_training(false);
-    Ok(stats)
+    let m = &sums.mismatch;
+    StepStats {
+        loss: sums.loss,
+        mean_advantage: sums.mean_advantage,
+        trainable_tokens: sums.tokens as usize,
+        clip_fraction: per_token(sums.clipped),
+        corrected_fraction: per_token(sums.corrected),
+        mismatch_mean: per_token(m.abs_gap_sum),
+        mismatch_max: m.abs_gap_max,
+        outside_token_fraction: per_token(m.tokens_outside),
+        outside_sequence_fraction: if m.sequences > 0.0 {
+            m.sequences_outside / m.sequences
+        } else {
+            0.0
+        },
+        approx_kl: per_token(sums.kl),
+        engine_kl: per_token(sums.engine_kl),
+        ref_kl: (sums.ref_tokens > 0.0).then(|| sums.ref_kl / sums.ref_tokens),
+        entropy: if cfg.entropy {
+            per_token(sums.entropy)
+        } else {
+            f64::NAN
+        },
+        ..StepStats::default()
+    }
+}
+
+fn run(
+    model: &Model,
+    batch: &UpdateBatch,
+    packing: &Packing,
+    cfg: &StepConfig,
+    backward: bool,
+) -> Result<StepStats, RlError> {
+    let sums = run_sums(model, batch, packing, cfg, backward)?;
+    Ok(StepStats {
+        samples: batch.samples.len(),
+        micro_batches: packing.micro_batches.len(),
+        padding_waste: packing.padding_waste(),
+        ..stats_from(&sums, cfg)
+    })
 }
 
 /// Sum of the policy entropy at the trainable positions.
@@ -531,7 +666,7 @@ fn entropy_sum(logits: &Tensor, trainable: &Tensor, temperature: f64) -> Result<
 }
 
 /// Global L2 norm of the gradients, scaled down to `max` when above it.
-fn clip_grad_norm(params: &[Tensor], max: Option<f64>) -> f64 {
+pub(crate) fn clip_grad_norm(params: &[Tensor], max: Option<f64>) -> f64 {
     tch::no_grad(|| {
         let norms: Vec<Tensor> = params
             .iter()

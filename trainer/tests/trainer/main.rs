@@ -8,6 +8,7 @@ mod checkpoint;
 mod common;
 mod correction;
 mod cuda;
+mod data_parallel;
 mod engine;
 mod hf_parity;
 mod kv_cache;

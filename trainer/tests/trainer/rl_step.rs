@@ -58,7 +58,7 @@ fn sample(rng: &mut Rng, prompt: usize, response: usize, with_ref: bool) -> Samp
 
 /// Two groups; rollouts with 1 to 3 samples of different lengths; one agent
 /// failure (trained) and one system failure (excluded).
-fn rollouts() -> Vec<ScoredRollout> {
+pub(crate) fn rollouts() -> Vec<ScoredRollout> {
     let rng = &mut Rng(7);
     let r =
         |id: &str, g: &str, reward: f64, outcome: Outcome, samples: Vec<Sample>| ScoredRollout {
@@ -125,7 +125,7 @@ fn estimator() -> Estimator {
     }
 }
 
-fn cfg() -> StepConfig {
+pub(crate) fn cfg() -> StepConfig {
     StepConfig {
         loss: LossConfig {
             eps_low: 0.2,
@@ -143,7 +143,7 @@ fn cfg() -> StepConfig {
 
 /// The batch, with `old` logprobs = the model's own, perturbed so that some
 /// ratios leave the clip range.
-fn prepared(model: &Model) -> UpdateBatch {
+pub(crate) fn prepared(model: &Model) -> UpdateBatch {
     let p = build_update(
         rollouts(),
         &BatchConfig {
@@ -168,7 +168,7 @@ fn prepared(model: &Model) -> UpdateBatch {
 /// var store's hash-map order, which changes from run to run, and tch's RNG
 /// is global while tests run in parallel: so draw in name order, one model
 /// at a time.
-fn test_model(seed: i64) -> Model {
+pub(crate) fn test_model(seed: i64) -> Model {
     let model = Model::new(tiny_config(json!({})), Kind::Float, tch::Device::Cpu).unwrap();
     let _guard = crate::common::RNG
         .lock()
