@@ -37,10 +37,11 @@ c10d::ReduceOp reduce_op(int op) {
 
 extern "C" {
 
-// backend: 0 = Gloo, 1 = NCCL.
+// backend: 0 = Gloo, 1 = NCCL. `timeout_ms`: each collective;
+// `rendezvous_ms`: waiting for every rank at the store.
 AglGroup* agl_c10d_new(const char* host, int port, int rank, int size,
-                       int64_t timeout_ms, int backend, char* err,
-                       size_t err_len) {
+                       int64_t timeout_ms, int64_t rendezvous_ms, int backend,
+                       char* err, size_t err_len) {
   try {
     auto timeout = std::chrono::milliseconds(timeout_ms);
     c10d::TCPStoreOptions opts;
@@ -48,7 +49,7 @@ AglGroup* agl_c10d_new(const char* host, int port, int rank, int size,
     opts.isServer = rank == 0;
     opts.numWorkers = static_cast<std::size_t>(size);
     opts.waitWorkers = true;
-    opts.timeout = timeout;
+    opts.timeout = std::chrono::milliseconds(rendezvous_ms);
     auto group = new AglGroup();
     try {
       group->store = c10::make_intrusive<c10d::TCPStore>(host, opts);

@@ -24,6 +24,7 @@ unsafe extern "C" {
         rank: c_int,
         size: c_int,
         timeout_ms: i64,
+        rendezvous_ms: i64,
         backend: c_int,
         err: *mut c_char,
         err_len: usize,
@@ -82,14 +83,21 @@ pub struct GroupConfig {
     pub backend: Backend,
     /// NCCL: the CUDA device of this rank (torchrun's `LOCAL_RANK`).
     pub local_rank: usize,
-    /// Rendezvous and every collective give up after this long.
+    /// Every collective gives up after this long (a rank that died is
+    /// found at once: its connections close).
     pub timeout: Duration,
+    /// Joining gives up when not every rank arrived within this.
+    pub rendezvous_timeout: Duration,
 }
 
 impl GroupConfig {
     /// The group torchrun's variables describe, or `None` when `WORLD_SIZE`
     /// is unset (a single process).
-    pub fn from_env(backend: Backend, timeout: Duration) -> Result<Option<Self>, DistError> {
+    pub fn from_env(
+        backend: Backend,
+        timeout: Duration,
+        rendezvous_timeout: Duration,
+    ) -> Result<Option<Self>, DistError> {
         let Ok(world) = std::env::var("WORLD_SIZE") else {
             return Ok(None);
         };
@@ -120,6 +128,7 @@ impl GroupConfig {
             backend,
             local_rank,
             timeout,
+            rendezvous_timeout,
         };
         cfg.check()?;
         Ok(Some(cfg))
@@ -150,6 +159,10 @@ unsafe impl Send for ProcessGroup {}
 
 const ERR_LEN: usize = 1024;
 
+fn millis(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
 fn call(f: impl FnOnce(*mut c_char) -> bool) -> Result<(), DistError> {
     let mut err = vec![0 as c_char; ERR_LEN];
     if f(err.as_mut_ptr()) {
@@ -177,7 +190,8 @@ impl ProcessGroup {
                     c_int::from(cfg.master_port),
                     cfg.rank as c_int,
                     cfg.world_size as c_int,
-                    cfg.timeout.as_millis().min(i64::MAX as u128) as i64,
+                    millis(cfg.timeout),
+                    millis(cfg.rendezvous_timeout),
                     match cfg.backend {
                         Backend::Gloo => 0,
                         Backend::Nccl => 1,

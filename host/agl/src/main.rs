@@ -61,6 +61,20 @@ enum Command {
     /// Fetch known models and import GGUF files as Hugging Face folders.
     #[command(subcommand)]
     Model(cli::model::ModelCommand),
+    /// A data-parallel trainer rank > 0 (`[train] world_size`), joined
+    /// through torchrun's variables: `agl run` starts these itself; a
+    /// launcher starts them on other machines.
+    TrainerRank,
+}
+
+/// torchrun's `RANK` > 0: this process is a trainer rank, whatever the
+/// command (a launcher starts the same `agl run` / `agl train` everywhere).
+fn launched_as_worker_rank() -> bool {
+    std::env::var("RANK")
+        .ok()
+        .and_then(|r| r.parse::<usize>().ok())
+        .is_some_and(|r| r > 0)
+        && std::env::var_os("WORLD_SIZE").is_some()
 }
 
 fn main() -> ExitCode {
@@ -69,6 +83,12 @@ fn main() -> ExitCode {
     let result = agl::config::Config::load(args.config.as_deref(), &args.overrides)
         .map_err(anyhow::Error::from)
         .and_then(|config| match args.command {
+            Command::Run(_) | Command::Train(_) | Command::TrainerRank
+                if launched_as_worker_rank() =>
+            {
+                agl::trainer::ranks::run_rank().map(|()| ExitCode::SUCCESS)
+            }
+            Command::TrainerRank => agl::trainer::ranks::run_rank().map(|()| ExitCode::SUCCESS),
             Command::Plugin(cmd) => cli::plugin::run(cmd, config),
             Command::Engine(cmd) => cli::engine::run(cmd),
             Command::Serve(args) => cli::serve::run(args, config),
@@ -113,6 +133,9 @@ fn init_logging(args: &Args) {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                // Colours for a terminal only: a log file or pipe (a
+                // trainer rank's output inside `agl run`'s) stays plain.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_filter(terminal),
         )
         .with(file)

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use tch::{Kind, Tensor};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AdamWConfig {
     pub beta1: f64,
     pub beta2: f64,

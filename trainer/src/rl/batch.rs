@@ -196,7 +196,7 @@ pub enum LossNorm {
 }
 
 /// A sample ready for the loss: its tokens and per-response-token inputs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainSample {
     /// Prompt then response ids.
     pub tokens: Vec<i64>,
@@ -231,7 +231,7 @@ impl TrainSample {
 }
 
 /// The samples of one update with their fixed weights.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct UpdateBatch {
     pub samples: Vec<TrainSample>,
     /// N: rollouts with at least one trainable token.

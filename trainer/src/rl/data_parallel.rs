@@ -95,7 +95,12 @@ pub fn train_step_data_parallel(
         broadcast_from_owners(group, &params, owners)?;
     }
     if cfg!(debug_assertions) {
-        check_same_weights(group, model)?;
+        let hash = check_same_weights(group, model)?;
+        tracing::info!(
+            rank = group.rank(),
+            weights_hash = format!("{hash:016x}"),
+            "data-parallel ranks hold the same weights"
+        );
     }
     Ok(stats)
 }
@@ -276,8 +281,8 @@ pub fn weights_hash(model: &Model) -> u64 {
 }
 
 /// Fails unless every rank's weights hash the same (debug builds check it
-/// after each data-parallel step).
-pub fn check_same_weights(group: &mut ProcessGroup, model: &Model) -> Result<(), RlError> {
+/// after each data-parallel step); returns the hash.
+pub fn check_same_weights(group: &mut ProcessGroup, model: &Model) -> Result<u64, RlError> {
     // i64 holds the hash's bits; max == min on every rank iff all agree.
     let h = weights_hash(model) as i64;
     let device = group.device();
@@ -295,7 +300,7 @@ pub fn check_same_weights(group: &mut ProcessGroup, model: &Model) -> Result<(),
             group.rank()
         )));
     }
-    Ok(())
+    Ok(h as u64)
 }
 
 /// Every rank calls this together: the whole optimizer's state as an

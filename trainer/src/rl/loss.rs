@@ -34,7 +34,7 @@
 
 use tch::{Kind, Tensor};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LossConfig {
     pub eps_low: f64,
     pub eps_high: f64,
@@ -58,7 +58,7 @@ impl Default for LossConfig {
 
 /// The off-policy correction: the weight each token's policy-gradient term
 /// gets from its importance ratio (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Correction {
     None,
     /// Token-level truncated IS.

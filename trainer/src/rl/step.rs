@@ -27,7 +27,7 @@ use super::pack::{MicroBatch, Packing, pack_ffd};
 use crate::autocast::with_bf16_autocast;
 use crate::model::{Model, token_logprobs};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepConfig {
     pub loss: LossConfig,
     /// The temperature the engine sampled with (logprob convention).
@@ -57,13 +57,13 @@ impl Default for StepConfig {
 
 /// After the linear warm-up: constant, or cosine down to `min_lr` at
 /// `total_steps`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum LrDecay {
     Constant,
     Cosine { total_steps: u64, min_lr: f64 },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LrSchedule {
     pub peak_lr: f64,
     pub warmup_steps: u64,

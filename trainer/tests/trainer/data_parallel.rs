@@ -106,6 +106,7 @@ fn group(rank: usize, port: u16) -> ProcessGroup {
         backend: Backend::Gloo,
         local_rank: 0,
         timeout: Duration::from_secs(60),
+        rendezvous_timeout: Duration::from_secs(60),
     })
     .unwrap()
 }
@@ -261,7 +262,8 @@ fn a_rank_that_never_arrives_is_a_clear_error() {
         world_size: 2,
         backend: Backend::Gloo,
         local_rank: 0,
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(60),
+        rendezvous_timeout: Duration::from_secs(2),
     })
     .err()
     .expect("rank 1 never joins");
@@ -286,6 +288,7 @@ fn a_rank_that_dies_fails_the_next_collective_on_the_others() {
         backend: Backend::Gloo,
         local_rank: 0,
         timeout: Duration::from_secs(10),
+        rendezvous_timeout: Duration::from_secs(10),
     })
     .unwrap();
     joined_rx.recv().unwrap();

@@ -222,6 +222,21 @@ pub struct TrainConfig {
     pub entropy: bool,
     /// `[train.lora]`: train a LoRA adapter instead of every weight.
     pub lora: Option<LoraConfig>,
+    /// Data-parallel trainer ranks over libtorch's c10d (Gloo on CPU, NCCL
+    /// on GPUs). Rank 0 is the `agl run` / `agl train` process; it starts
+    /// the others on this machine, unless torchrun's `WORLD_SIZE` is set:
+    /// then each rank was started by the launcher (README, Multi-rank).
+    pub world_size: usize,
+    /// ZeRO-1: each rank keeps the AdamW state of its share of the
+    /// parameters and broadcasts their new values after each step.
+    pub zero1: bool,
+    /// The rendezvous port on rank 0 (`MASTER_PORT` wins); 0 picks a free
+    /// one (ranks on this machine only).
+    pub dist_port: u16,
+    /// A collective gives up after this long: a rank that hangs is found
+    /// this late (one that dies at once). Rank 0 waits this long between
+    /// updates too, so it bounds the time a step may take.
+    pub dist_timeout_secs: u64,
 }
 
 impl Default for TrainConfig {
@@ -251,11 +266,25 @@ impl Default for TrainConfig {
             bf16: true,
             entropy: true,
             lora: None,
+            world_size: 1,
+            zero1: false,
+            dist_port: 0,
+            dist_timeout_secs: 3600,
         }
     }
 }
 
 impl TrainConfig {
+    /// The trainer's data-parallel group (`world_size` 1: none).
+    pub fn data_parallel(&self) -> crate::trainer::ranks::DataParallel {
+        crate::trainer::ranks::DataParallel {
+            world_size: self.world_size,
+            zero1: self.zero1,
+            port: self.dist_port,
+            timeout: std::time::Duration::from_secs(self.dist_timeout_secs),
+        }
+    }
+
     pub fn batch(&self) -> BatchConfig {
         let estimator = match self.estimator {
             EstimatorKind::Grpo => Estimator::default(),
@@ -286,6 +315,12 @@ impl TrainConfig {
     /// Checks the correction's bounds: `0 < low < 1 < high` (a ratio of 1,
     /// no mismatch, is always inside).
     pub fn check(&self) -> Result<(), String> {
+        if self.world_size == 0 {
+            return Err("train.world_size must be at least 1".into());
+        }
+        if self.dist_timeout_secs == 0 {
+            return Err("train.dist_timeout_secs must be at least 1".into());
+        }
         let (low, high) = (self.correction_low, self.correction_high);
         if !(high.is_finite() && high > 1.0) {
             return Err(format!(

@@ -206,6 +206,7 @@ impl Session<'_> {
             schedule: config.train.schedule(cfg.steps),
             lora: config.train.lora.clone(),
             reference: config.train.kl_coef != 0.0,
+            data_parallel: Some(config.train.data_parallel()),
         })
         .await?;
 

@@ -7,6 +7,7 @@ mod cli;
 mod coding_clis;
 mod controller_cli;
 mod conversation;
+mod data_parallel;
 mod docs;
 mod durability;
 mod engine_choices;

@@ -1,5 +1,9 @@
 //! The trainer thread: owns the policy model and its optimizer (tch tensors
 //! stay on one thread) and runs what the loop asks, one command at a time.
+//! With `[train] world_size > 1` it is rank 0 of a data-parallel group
+//! ([`ranks`]) and leads every other rank through each update.
+
+pub mod ranks;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
@@ -10,10 +14,13 @@ use tokio::sync::oneshot;
 
 use agl_trainer::checkpoint::{self, CheckpointMeta};
 use agl_trainer::model::{LoraConfig, Model};
+use agl_trainer::rl::data_parallel::gather_optimizer_state;
 use agl_trainer::rl::{
     AdamWConfig, LrSchedule, RlOptimizer, StepConfig, StepStats, UpdateBatch, score_ref_logprobs,
-    train_step,
+    train_step, train_step_data_parallel,
 };
+
+use ranks::{DataParallel, Dist, RankCommand, RankSpec};
 
 type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
 
@@ -49,6 +56,8 @@ pub struct TrainerSpec {
     /// Score every sample under a KL reference (`kl_coef != 0`): the
     /// initial weights, frozen; with LoRA the base without the adapter.
     pub reference: bool,
+    /// More than one rank: this thread is rank 0 of the group.
+    pub data_parallel: Option<DataParallel>,
 }
 
 /// The KL term's reference model.
@@ -69,6 +78,27 @@ impl Trainer {
         std::thread::Builder::new()
             .name("agl-trainer".into())
             .spawn(move || {
+                let dist = match &spec.data_parallel {
+                    Some(dp) if dp.world_size > 1 => {
+                        let rank_spec = RankSpec {
+                            model_dir: spec.model_dir.clone(),
+                            bf16: spec.kind == Kind::BFloat16,
+                            adamw: spec.adamw,
+                            schedule: spec.schedule,
+                            lora: spec.lora.clone(),
+                            zero1: dp.zero1,
+                        };
+                        match Dist::start(dp, spec.device, &rank_spec) {
+                            Ok(d) => Some(d),
+                            Err(e) => {
+                                let _ = ready.send(Err(e.context("starting the trainer ranks")));
+                                return;
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                let world = dist.as_ref().map(|d| d.group.world_size());
                 let loaded = Model::load(&spec.model_dir, spec.kind, spec.device)
                     .with_context(|| {
                         format!("loading the policy from {}", spec.model_dir.display())
@@ -77,7 +107,16 @@ impl Trainer {
                         if let Some(lora) = &spec.lora {
                             model.add_lora(lora)?;
                         }
-                        let opt = RlOptimizer::new(&model, spec.adamw, spec.schedule)?;
+                        let opt = match (world, &spec.data_parallel) {
+                            (Some(world), Some(dp)) if dp.zero1 => RlOptimizer::new_sharded(
+                                &model,
+                                spec.adamw,
+                                spec.schedule,
+                                0,
+                                world,
+                            )?,
+                            _ => RlOptimizer::new(&model, spec.adamw, spec.schedule)?,
+                        };
                         let reference = match (spec.reference, &spec.lora) {
                             (false, _) => None,
                             (true, Some(_)) => Some(Reference::Base),
@@ -95,7 +134,7 @@ impl Trainer {
                 match loaded {
                     Ok((model, opt, reference)) => {
                         let _ = ready.send(Ok(()));
-                        serve(model, opt, reference, rx);
+                        serve(model, opt, reference, dist, rx);
                     }
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -156,11 +195,14 @@ fn serve(
     model: Model,
     mut opt: RlOptimizer,
     reference: Option<Reference>,
+    mut dist: Option<Dist>,
     rx: std_mpsc::Receiver<Command>,
 ) {
     while let Ok(command) = rx.recv() {
         match command {
             Command::Train(mut batch, cfg, reply) => {
+                // The reference lives on rank 0 only: the batch carries its
+                // logprobs to the other ranks.
                 let scored = match &reference {
                     None => Ok(()),
                     Some(Reference::Frozen(r)) => score_ref_logprobs(r, &mut batch, &cfg),
@@ -168,9 +210,13 @@ fn serve(
                         model.without_adapter(|base| score_ref_logprobs(base, &mut batch, &cfg))
                     }
                 };
-                let out = scored
-                    .and_then(|()| train_step(&model, &mut opt, &batch, &cfg))
-                    .map_err(Into::into);
+                let out = match scored {
+                    Err(e) => Err(e.into()),
+                    Ok(()) => match &mut dist {
+                        None => train_step(&model, &mut opt, &batch, &cfg).map_err(Into::into),
+                        Some(d) => train_ranks(d, &model, &mut opt, batch, cfg),
+                    },
+                };
                 let _ = reply.send(out);
             }
             Command::Weights(reply) => {
@@ -187,16 +233,60 @@ fn serve(
                 let _ = reply.send(model.save_adapter(&dir, "base").map_err(Into::into));
             }
             Command::Checkpoint(root, meta, keep, reply) => {
-                let out = checkpoint::save_checkpoint(&root, &model, &opt, &meta, keep)
-                    .map_err(Into::into);
-                let _ = reply.send(out);
+                let _ = reply.send(save_checkpoint(&mut dist, &model, &opt, &root, &meta, keep));
             }
             Command::Restore(path, reply) => {
-                let out = checkpoint::load_checkpoint(&path, &model, &mut opt).map_err(Into::into);
+                let sent = match &mut dist {
+                    Some(d) => d.send(&RankCommand::Restore(path.clone())),
+                    None => Ok(()),
+                };
+                let out = sent.and_then(|()| {
+                    checkpoint::load_checkpoint(&path, &model, &mut opt).map_err(Into::into)
+                });
                 let _ = reply.send(out);
             }
         }
     }
+}
+
+/// One update led on every rank; an error names a rank that died.
+fn train_ranks(
+    dist: &mut Dist,
+    model: &Model,
+    opt: &mut RlOptimizer,
+    batch: Box<UpdateBatch>,
+    cfg: StepConfig,
+) -> anyhow::Result<StepStats> {
+    let command = RankCommand::Train(batch, cfg);
+    let out = dist.send(&command).and_then(|()| {
+        let RankCommand::Train(batch, cfg) = &command else {
+            unreachable!("built above")
+        };
+        train_step_data_parallel(model, opt, batch, cfg, &mut dist.group).map_err(Into::into)
+    });
+    out.map_err(|e| dist.explain(e))
+}
+
+/// A checkpoint of rank 0's weights and the whole optimizer state (ZeRO-1:
+/// gathered from every rank first).
+fn save_checkpoint(
+    dist: &mut Option<Dist>,
+    model: &Model,
+    opt: &RlOptimizer,
+    root: &Path,
+    meta: &CheckpointMeta,
+    keep: usize,
+) -> anyhow::Result<PathBuf> {
+    let state = match dist {
+        Some(d) if d.zero1 => d
+            .send(&RankCommand::GatherState)
+            .and_then(|()| gather_optimizer_state(model, opt, &mut d.group).map_err(Into::into))
+            .map_err(|e| d.explain(e))?,
+        _ => opt.state_tensors(),
+    };
+    Ok(checkpoint::save_checkpoint_with_state(
+        root, model, state, meta, keep,
+    )?)
 }
 
 /// `dir/model.safetensors`: every parameter as served, Hugging Face names.

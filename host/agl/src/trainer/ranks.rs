@@ -1,0 +1,278 @@
+//! Data-parallel trainer ranks (`[train] world_size`): rank 0 is the
+//! trainer thread of `agl run` / `agl train`; ranks 1.. are `agl
+//! trainer-rank` processes it starts on this machine, or that a launcher
+//! started anywhere with torchrun's variables (`RANK`, `WORLD_SIZE`,
+//! `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`).
+//!
+//! Everything travels over the c10d group itself: after the rendezvous
+//! rank 0 broadcasts a [`RankSpec`] (what to load), then one
+//! [`RankCommand`] per update, checkpoint or restore, each as postcard
+//! bytes; every rank then runs the same collective step. Only rank 0 talks
+//! to the engine, the store and the disk (a restore excepted: each rank
+//! reads the checkpoint, so on several machines the run folder must be
+//! shared).
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind};
+
+use agl_trainer::checkpoint;
+use agl_trainer::dist::{Backend, GroupConfig, ProcessGroup};
+use agl_trainer::model::{LoraConfig, Model};
+use agl_trainer::rl::data_parallel::gather_optimizer_state;
+use agl_trainer::rl::{
+    AdamWConfig, LrSchedule, RlOptimizer, StepConfig, UpdateBatch, train_step_data_parallel,
+    weights_hash,
+};
+
+/// The group's shape as `[train]` asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataParallel {
+    pub world_size: usize,
+    pub zero1: bool,
+    /// 0: a free port (ranks on this machine only).
+    pub port: u16,
+    pub timeout: Duration,
+}
+
+/// What every rank loads; rank 0 sends it after the rendezvous.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankSpec {
+    pub model_dir: PathBuf,
+    pub bf16: bool,
+    pub adamw: AdamWConfig,
+    pub schedule: LrSchedule,
+    pub lora: Option<LoraConfig>,
+    pub zero1: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RankCommand {
+    Train(Box<UpdateBatch>, StepConfig),
+    /// ZeRO-1: every rank's optimizer state to rank 0, for its checkpoint.
+    GatherState,
+    Restore(PathBuf),
+    Stop,
+}
+
+/// Waiting for every rank to arrive: ranks this process starts are up in
+/// seconds; a launcher's may start minutes apart.
+const LOCAL_RENDEZVOUS: Duration = Duration::from_secs(120);
+const LAUNCHER_RENDEZVOUS: Duration = Duration::from_secs(900);
+
+/// Gloo on CPU, NCCL when this rank trains on a GPU: ranks decide alike on
+/// machines alike.
+fn backend(device: Device) -> Backend {
+    match device {
+        Device::Cuda(_) => Backend::Nccl,
+        _ => Backend::Gloo,
+    }
+}
+
+/// Rank 0's side of the group: the membership, and the ranks it started.
+pub struct Dist {
+    pub group: ProcessGroup,
+    children: Vec<(usize, Child)>,
+    pub zero1: bool,
+}
+
+impl Dist {
+    /// Joins as rank 0 (starting ranks 1.. here unless a launcher did) and
+    /// sends every rank the spec.
+    pub fn start(dp: &DataParallel, device: Device, spec: &RankSpec) -> anyhow::Result<Dist> {
+        let launcher = GroupConfig::from_env(backend(device), dp.timeout, LAUNCHER_RENDEZVOUS)?;
+        let (cfg, children) = match launcher {
+            Some(cfg) => {
+                if cfg.rank != 0 {
+                    bail!("the trainer thread is rank 0, but RANK={}", cfg.rank);
+                }
+                if cfg.world_size != dp.world_size {
+                    bail!(
+                        "WORLD_SIZE={} but train.world_size = {}",
+                        cfg.world_size,
+                        dp.world_size
+                    );
+                }
+                (cfg, Vec::new())
+            }
+            None => {
+                let port = match dp.port {
+                    0 => free_port()?,
+                    p => p,
+                };
+                let cfg = GroupConfig {
+                    master_addr: "127.0.0.1".into(),
+                    master_port: port,
+                    rank: 0,
+                    world_size: dp.world_size,
+                    backend: backend(device),
+                    local_rank: 0,
+                    timeout: dp.timeout,
+                    rendezvous_timeout: LOCAL_RENDEZVOUS,
+                };
+                let children = (1..dp.world_size)
+                    .map(|rank| spawn_rank(&cfg, rank).map(|c| (rank, c)))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                (cfg, children)
+            }
+        };
+        let mut dist = Dist {
+            group: ProcessGroup::join(&cfg).map_err(anyhow::Error::from)?,
+            children,
+            zero1: spec.zero1,
+        };
+        let bytes = postcard::to_stdvec(spec)?;
+        dist.group.broadcast_bytes(&bytes, 0)?;
+        tracing::info!(
+            world_size = cfg.world_size,
+            backend = ?cfg.backend,
+            zero1 = spec.zero1,
+            "data-parallel trainer ranks joined"
+        );
+        Ok(dist)
+    }
+
+    /// Sends every rank its next command.
+    pub fn send(&mut self, command: &RankCommand) -> anyhow::Result<()> {
+        let bytes = postcard::to_stdvec(command)?;
+        self.group.broadcast_bytes(&bytes, 0)?;
+        Ok(())
+    }
+
+    /// `err` of a collective, with what became of the ranks this process
+    /// started (a rank that died is the usual cause).
+    pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
+        // A rank that died closes its connections before its process is
+        // reaped: give it a moment.
+        std::thread::sleep(Duration::from_millis(200));
+        let dead: Vec<String> = self
+            .children
+            .iter_mut()
+            .filter_map(|(rank, child)| match child.try_wait() {
+                Ok(Some(status)) => Some(format!("rank {rank} exited ({status})")),
+                _ => None,
+            })
+            .collect();
+        if dead.is_empty() {
+            err.context("a data-parallel collective failed")
+        } else {
+            err.context(format!("data-parallel trainer {}", dead.join(", ")))
+        }
+    }
+}
+
+impl Drop for Dist {
+    fn drop(&mut self) {
+        // Ranks still listening end cleanly; then none outlives the run.
+        let _ = self.send(&RankCommand::Stop);
+        for (rank, child) in &mut self.children {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    _ => {
+                        tracing::warn!(rank, "trainer rank did not stop: killing it");
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("picking a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// `agl trainer-rank` for `rank` of `cfg`'s group, with torchrun's
+/// variables; its output goes where this process's does.
+fn spawn_rank(cfg: &GroupConfig, rank: usize) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("locating the agl executable")?;
+    Command::new(exe)
+        .arg("trainer-rank")
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", cfg.world_size.to_string())
+        .env("MASTER_ADDR", &cfg.master_addr)
+        .env("MASTER_PORT", cfg.master_port.to_string())
+        .env("AGL_DIST_TIMEOUT_SECS", cfg.timeout.as_secs().to_string())
+        .spawn()
+        .with_context(|| format!("starting trainer rank {rank}"))
+}
+
+/// `agl trainer-rank`: one rank > 0, until rank 0 says stop (or fails).
+pub fn run_rank() -> anyhow::Result<()> {
+    let timeout = std::env::var("AGL_DIST_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(3600));
+    let cuda = tch::Cuda::is_available();
+    let probe = if cuda { Device::Cuda(0) } else { Device::Cpu };
+    let cfg = GroupConfig::from_env(backend(probe), timeout, LAUNCHER_RENDEZVOUS)?.context(
+        "agl trainer-rank needs torchrun's variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+    )?;
+    if cfg.rank == 0 {
+        bail!("rank 0 is `agl run` / `agl train` itself, not `agl trainer-rank`");
+    }
+    let device = if cuda {
+        Device::Cuda(cfg.local_rank)
+    } else {
+        Device::Cpu
+    };
+    let mut group = ProcessGroup::join(&cfg)?;
+    let spec: RankSpec = postcard::from_bytes(&group.broadcast_bytes(&[], 0)?)
+        .context("rank 0's spec (is every rank the same agl build?)")?;
+    let kind = if spec.bf16 {
+        Kind::BFloat16
+    } else {
+        Kind::Float
+    };
+    let mut model = Model::load(&spec.model_dir, kind, device)
+        .with_context(|| format!("rank {}: loading {}", cfg.rank, spec.model_dir.display()))?;
+    if let Some(lora) = &spec.lora {
+        model.add_lora(lora)?;
+    }
+    let mut opt = if spec.zero1 {
+        RlOptimizer::new_sharded(&model, spec.adamw, spec.schedule, cfg.rank, cfg.world_size)?
+    } else {
+        RlOptimizer::new(&model, spec.adamw, spec.schedule)?
+    };
+    tracing::info!(rank = cfg.rank, ?device, "trainer rank ready");
+    loop {
+        let bytes = group
+            .broadcast_bytes(&[], 0)
+            .with_context(|| format!("rank {}: waiting for rank 0", cfg.rank))?;
+        match postcard::from_bytes::<RankCommand>(&bytes)? {
+            RankCommand::Train(batch, step) => {
+                train_step_data_parallel(&model, &mut opt, &batch, &step, &mut group)
+                    .with_context(|| format!("rank {}: update", cfg.rank))?;
+            }
+            RankCommand::GatherState => {
+                gather_optimizer_state(&model, &opt, &mut group)?;
+            }
+            RankCommand::Restore(path) => {
+                checkpoint::load_checkpoint(&path, &model, &mut opt)
+                    .with_context(|| format!("rank {}: restoring {}", cfg.rank, path.display()))?;
+            }
+            RankCommand::Stop => {
+                tracing::info!(
+                    rank = cfg.rank,
+                    weights_hash = format!("{:016x}", weights_hash(&model)),
+                    "trainer rank stopped"
+                );
+                return Ok(());
+            }
+        }
+    }
+}
