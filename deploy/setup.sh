@@ -33,6 +33,14 @@ JSONSCHEMA_VERSION=4.26.0  # validates constrained outputs (host/agl/tests/e2e/e
 # The real harness examples/mini-swe runs and host/agl/tests/e2e/mini_swe.rs drives
 # (pulls litellm; about 70 s to install on 2 cores with a warm pip cache).
 MINI_SWE_AGENT_VERSION=2.4.6
+# Header-only wheels the CUDA headers of the torch wheel need, so the `nccl`
+# feature (data parallel on GPUs) compiles here (tests/run.sh builds it).
+CUDA_CRT_VERSION=13.0.88
+CUDA_CCCL_VERSION=13.0.85
+# Validates every Kubernetes manifest in deploy/ against this schema version
+# (host/agl/tests/e2e/manifests.rs).
+KUBERNETES_VALIDATE_VERSION=1.37.0
+KUBERNETES_SCHEMA_VERSION=1.34.0
 # The coding-agent CLIs (each ships its native binary as a platform package).
 CLAUDE_CODE_VERSION=2.1.328
 CODEX_VERSION=0.169.0
@@ -97,6 +105,17 @@ sys.exit(version('peft') != '$PEFT_VERSION')
 " 2>/dev/null; then
     echo "setup: installing peft==$PEFT_VERSION into $VENV"
     "$VENV/bin/pip" install --quiet "peft==$PEFT_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit([version(p) for p in ('nvidia-cuda-crt', 'nvidia-cuda-cccl', 'kubernetes-validate')]
+         != ['$CUDA_CRT_VERSION', '$CUDA_CCCL_VERSION', '$KUBERNETES_VALIDATE_VERSION'])
+" 2>/dev/null; then
+    echo "setup: installing the CUDA header wheels and kubernetes-validate into $VENV"
+    "$VENV/bin/pip" install --quiet "nvidia-cuda-crt==$CUDA_CRT_VERSION" \
+        "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 fi
 
 if ! "$VENV/bin/python" -c "

@@ -13,6 +13,7 @@ mod durability;
 mod engine_choices;
 mod engine_server;
 mod layering;
+mod manifests;
 mod mini_swe;
 mod model_import;
 mod partial_rollouts;
