@@ -16,6 +16,7 @@ mod attention;
 mod cache;
 mod config;
 mod layers;
+mod lean;
 mod logprobs;
 mod lora;
 mod rope;
@@ -33,6 +34,7 @@ use rope::Rope;
 pub use adapter::AdapterLoad;
 pub use cache::{KvCache, SlotId};
 pub use config::{ModelConfig, ModelType, RopeScaling};
+pub use lean::{Lean, LeanForward};
 pub use logprobs::token_logprobs;
 pub use lora::{LoraConfig, read_adapter};
 pub use weights::{DEFAULT_MAX_SHARD_BYTES, read_safetensors_folder};
@@ -61,6 +63,22 @@ pub enum ModelError {
     },
     #[error(transparent)]
     Torch(#[from] tch::TchError),
+}
+
+/// What the decoder layers of a full (uncached) forward share.
+struct BodyInputs {
+    tables: rope::RopeTables,
+    /// A sliding window's `[1, 1, T, T]` visibility; none: causal.
+    window: Option<Tensor>,
+}
+
+impl BodyInputs {
+    fn visibility(&self) -> Visibility<'_> {
+        match &self.window {
+            Some(m) => Visibility::Mask(m),
+            None => Visibility::Causal,
+        }
+    }
 }
 
 /// A decoder-only language model with its parameters.
@@ -162,6 +180,39 @@ impl Model {
         tokens: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor, ModelError> {
+        let body = self.body_inputs(tokens, attention_mask)?;
+        let mut x = self.embed(tokens);
+        for layer in &self.layers {
+            x = layer.forward(&x, &body.tables, body.visibility(), |k, v| (k, v));
+        }
+        Ok(self.head(&x))
+    }
+
+    /// The input embeddings of `tokens` `[B, T]`.
+    fn embed(&self, tokens: &Tensor) -> Tensor {
+        Tensor::embedding(
+            &self.embed_tokens,
+            &tokens.to_device(self.device()),
+            -1,
+            false,
+            false,
+        )
+    }
+
+    /// The final norm and the LM head: hidden states -> logits.
+    fn head(&self, hidden: &Tensor) -> Tensor {
+        self.norm
+            .forward(hidden)
+            .linear(&self.lm_head, None::<Tensor>)
+    }
+
+    /// Checks `tokens` / `attention_mask` and builds what every decoder
+    /// layer of a full forward takes: rope tables and key visibility.
+    fn body_inputs(
+        &self,
+        tokens: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> Result<BodyInputs, ModelError> {
         let (b, t) = match tokens.size()[..] {
             [b, t] if t > 0 => (b, t),
             _ => {
@@ -192,26 +243,14 @@ impl Model {
         // Padding is on the right, so causality alone keeps every real
         // query away from padded keys; padded queries' outputs are
         // meaningless either way. A sliding window needs the explicit mask.
-        let window_mask = self.config.sliding_window.map(|_| {
+        let window = self.config.sliding_window.map(|_| {
             self.visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
                 .view([1, 1, t, t])
         });
-        let mask = match &window_mask {
-            Some(m) => Visibility::Mask(m),
-            None => Visibility::Causal,
-        };
-        let tables = self.rope.tables(&pos.unsqueeze(0), self.kind);
-        let mut x = Tensor::embedding(
-            &self.embed_tokens,
-            &tokens.to_device(device),
-            -1,
-            false,
-            false,
-        );
-        for layer in &self.layers {
-            x = layer.forward(&x, &tables, mask, |k, v| (k, v));
-        }
-        Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
+        Ok(BodyInputs {
+            tables: self.rope.tables(&pos.unsqueeze(0), self.kind),
+            window,
+        })
     }
 
     /// Whether a query at position `q` may see a key at position `k`

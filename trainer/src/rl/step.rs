@@ -25,7 +25,7 @@ use super::batch::{TrainSample, UpdateBatch};
 use super::loss::{LossConfig, Mismatch, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack_ffd};
 use crate::autocast::with_bf16_autocast;
-use crate::model::{Model, token_logprobs};
+use crate::model::{Lean, Model, token_logprobs};
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepConfig {
@@ -40,6 +40,10 @@ pub struct StepConfig {
     /// Compute the policy entropy on trainable tokens (costs a log-softmax
     /// over the vocabulary per trainable token, without autograd).
     pub entropy: bool,
+    /// Memory savings: activation checkpointing per layer, chunked
+    /// log-probabilities (`model::lean`); the gradient is the same.
+    #[serde(default)]
+    pub lean: Lean,
 }
 
 impl Default for StepConfig {
@@ -51,6 +55,7 @@ impl Default for StepConfig {
             max_grad_norm: Some(1.0),
             bf16_autocast: true,
             entropy: true,
+            lean: Lean::default(),
         }
     }
 }
@@ -336,8 +341,23 @@ fn score_logprobs(
     tch::no_grad(|| {
         for mb in &packing.micro_batches {
             let (tokens, mask) = padded_tokens(batch, mb, model.device());
-            let logits = forward(model, &tokens, &mask, cfg)?;
-            let lp = token_logprobs(&logits, &tokens, cfg.temperature).to_device(Device::Cpu);
+            let lp = if cfg.lean.logprob_chunk > 0 {
+                // Without a graph, checkpointing saves nothing: only the
+                // chunked head matters.
+                let lean = Lean {
+                    checkpoint_layers: false,
+                    ..cfg.lean
+                };
+                let autocast = cfg.bf16_autocast && model.device().is_cuda();
+                with_bf16_autocast(autocast, || {
+                    model.lean_forward(&tokens, Some(&mask), cfg.temperature, lean, None)
+                })?
+                .logprobs
+            } else {
+                let logits = forward(model, &tokens, &mask, cfg)?;
+                token_logprobs(&logits, &tokens, cfg.temperature)
+            };
+            let lp = lp.to_device(Device::Cpu);
             for (row, &i) in mb.indices.iter().enumerate() {
                 let s = &mut batch.samples[i];
                 let n = s.len() - s.prompt_len;
@@ -522,6 +542,17 @@ impl StepSums {
         ]
     }
 
+    /// Folds another micro-batch's sums in.
+    pub fn add(&mut self, other: &StepSums) {
+        let mut v = self.sums();
+        for (a, b) in v.iter_mut().zip(other.sums()) {
+            *a += b;
+        }
+        let max = self.mismatch.abs_gap_max.max(other.mismatch.abs_gap_max);
+        self.set_sums(v);
+        self.mismatch.abs_gap_max = max;
+    }
+
     pub fn set_sums(&mut self, v: [f64; 14]) {
         [
             self.loss,
@@ -554,11 +585,16 @@ pub(crate) fn run_sums(
     let mut sums = StepSums::default();
     // LoRA dropout only where gradients flow.
     model.set_lora_training(backward);
+    let lean = cfg.lean != Lean::default();
     for mb in &packing.micro_batches {
         let (tokens, mask) = padded_tokens(batch, mb, device);
+        let g = grid(batch, mb, device);
+        if lean {
+            sums.add(&lean_micro_batch(model, &tokens, &mask, &g, cfg, backward)?);
+            continue;
+        }
         let logits = forward(model, &tokens, &mask, cfg)?;
         let new = token_logprobs(&logits, &tokens, cfg.temperature);
-        let g = grid(batch, mb, device);
         let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
         let out = token_loss(
             &TokenInputs {
@@ -591,6 +627,58 @@ pub(crate) fn run_sums(
     }
     model.set_lora_training(false);
     Ok(sums)
+}
+
+/// One micro-batch through [`Model::lean_forward`] / `lean_backward`: the
+/// loss on the logprobs as a leaf, its gradient handed to the model.
+fn lean_micro_batch(
+    model: &Model,
+    tokens: &Tensor,
+    mask: &Tensor,
+    g: &Grid,
+    cfg: &StepConfig,
+    backward: bool,
+) -> Result<StepSums, RlError> {
+    let autocast = cfg.bf16_autocast && model.device().is_cuda();
+    let entropy_at = cfg.entropy.then_some(&g.trainable);
+    let fwd = with_bf16_autocast(autocast, || {
+        model.lean_forward(tokens, Some(mask), cfg.temperature, cfg.lean, entropy_at)
+    })?;
+    let new = fwd.logprobs.detach().set_requires_grad(backward);
+    let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
+    let out = token_loss(
+        &TokenInputs {
+            new: &new,
+            old: &old,
+            engine: &g.engine,
+            advantage: &g.advantage,
+            weight: &g.weight,
+            trainable: &g.trainable,
+            reference: Some((&g.reference, &g.has_ref)),
+        },
+        &cfg.loss,
+    );
+    let entropy = fwd.entropy_sum;
+    if backward {
+        out.loss.backward();
+        let grad = new.grad();
+        if grad.defined() {
+            with_bf16_autocast(autocast, || model.lean_backward(fwd, &grad))?;
+        }
+    }
+    Ok(StepSums {
+        loss: scalar(&out.loss.detach())?,
+        mean_advantage: scalar(&(&g.weight * &g.advantage))?,
+        tokens: scalar(&g.trainable)?,
+        clipped: out.clipped_tokens,
+        corrected: out.corrected_tokens,
+        mismatch: out.mismatch,
+        kl: out.approx_kl_sum,
+        engine_kl: out.engine_kl_sum,
+        ref_kl: out.ref_kl_sum,
+        ref_tokens: out.ref_tokens,
+        entropy,
+    })
 }
 
 /// The statistics of a step from its sums (means over trainable tokens).

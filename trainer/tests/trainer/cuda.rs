@@ -181,6 +181,7 @@ fn step_config(bf16_autocast: bool) -> StepConfig {
         max_grad_norm: Some(1.0),
         bf16_autocast,
         entropy: true,
+        lean: Default::default(),
     }
 }
 

@@ -6,7 +6,7 @@ use agl_wire::api::{EngineApi, Render};
 use std::path::PathBuf;
 
 use agl_trainer::engine::EngineConfig as TchEngineConfig;
-use agl_trainer::model::LoraConfig;
+use agl_trainer::model::{Lean, LoraConfig};
 use serde::Deserialize;
 
 use agl_trainer::rl::{
@@ -227,6 +227,13 @@ pub struct TrainConfig {
     /// the others on this machine, unless torchrun's `WORLD_SIZE` is set:
     /// then each rank was started by the launcher (README, Multi-rank).
     pub world_size: usize,
+    /// Recompute each decoder layer in the backward instead of keeping
+    /// its activations (about one layer's alive at a time).
+    pub checkpoint_layers: bool,
+    /// Compute log-probabilities this many positions at a time, forward
+    /// and backward, so the `[tokens x vocabulary]` logits never exist
+    /// whole (0: all at once).
+    pub logprob_chunk: usize,
     /// ZeRO-1: each rank keeps the AdamW state of its share of the
     /// parameters and broadcasts their new values after each step.
     pub zero1: bool,
@@ -266,6 +273,8 @@ impl Default for TrainConfig {
             bf16: true,
             entropy: true,
             lora: None,
+            checkpoint_layers: false,
+            logprob_chunk: 0,
             world_size: 1,
             zero1: false,
             dist_port: 0,
@@ -318,6 +327,10 @@ impl TrainConfig {
         if self.world_size == 0 {
             return Err("train.world_size must be at least 1".into());
         }
+        if self.checkpoint_layers && self.lora.as_ref().is_some_and(|l| l.dropout > 0.0) {
+            // The recomputed layer would draw another dropout mask.
+            return Err("train.checkpoint_layers needs train.lora.dropout = 0".into());
+        }
         if self.dist_timeout_secs == 0 {
             return Err("train.dist_timeout_secs must be at least 1".into());
         }
@@ -357,6 +370,10 @@ impl TrainConfig {
             max_grad_norm: self.max_grad_norm,
             bf16_autocast: self.bf16,
             entropy: self.entropy,
+            lean: Lean {
+                checkpoint_layers: self.checkpoint_layers,
+                logprob_chunk: self.logprob_chunk,
+            },
         }
     }
 
