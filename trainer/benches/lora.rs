@@ -3,18 +3,27 @@
 //! when absent) and on a random ~1.5B-parameter Qwen2-shaped model, in bf16
 //! on CPU (f32 AdamW moments, as the trainer keeps them).
 //!
+//! Each mode runs plain and lean (`[train] checkpoint_layers = true`,
+//! `logprob_chunk = 128`: activation checkpointing per layer, chunked
+//! log-probabilities).
+//!
 //! `cargo bench -p agl-trainer --bench lora` (`-- --small` skips the 1.5B
-//! model). Each case runs in a process of its own (this binary with
-//! `--case`) so its peak RSS is its own. Prints one table; asserts
-//! nothing. "training MB" is the peak RSS over the RSS of the loaded model
-//! (gradients, moments, activations). Target: LoRA's <= 15% of the base
-//! weights.
+//! model, `--large-only` SmolLM2, `--lora-only` full fine-tuning;
+//! `--longest` adds the longest sequence that trains in 24 GiB).
+//! Each case runs in a process of its own (this binary with `--case`) so
+//! its peak RSS is its own. Prints tables; asserts nothing. "training MB"
+//! is the peak RSS over the RSS of the loaded model (gradients, moments,
+//! activations). Target: LoRA's <= 15% of the base weights.
+//!
+//! The longest sequence is extrapolated, not searched: the peak at two
+//! lengths (one sample each) fitted with a line (with SDPA's flash kernel
+//! nothing in the step grows faster than the length), solved for 24 GiB.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use agl_trainer::model::{LoraConfig, Model, ModelConfig};
+use agl_trainer::model::{Lean, LoraConfig, Model, ModelConfig};
 use agl_trainer::rl::{
     AdamWConfig, BatchConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Sample, ScoredRollout,
     StepConfig, build_update, train_step,
@@ -25,6 +34,9 @@ use tch::{Device, Kind};
 const SAMPLES: usize = 2;
 const LEN: usize = 128;
 const PROMPT: usize = 32;
+/// Positions per log-probability chunk in the lean cases.
+const CHUNK: usize = 128;
+const BUDGET_MB: f64 = 24.0 * 1024.0;
 
 fn smollm2() -> Option<PathBuf> {
     let home = std::env::var_os("HOME")?;
@@ -67,7 +79,7 @@ fn status_mb(key: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn batch(vocab: i64) -> agl_trainer::rl::UpdateBatch {
+fn batch(vocab: i64, samples: usize, len: usize) -> agl_trainer::rl::UpdateBatch {
     let mut x: u64 = 7;
     let mut next = move || {
         x ^= x << 13;
@@ -75,11 +87,11 @@ fn batch(vocab: i64) -> agl_trainer::rl::UpdateBatch {
         x ^= x << 17;
         x
     };
-    let rollouts = (0..SAMPLES)
+    let rollouts = (0..samples)
         .map(|i| {
             let mut ids =
                 |n: usize| -> Vec<i64> { (0..n).map(|_| (next() % vocab as u64) as i64).collect() };
-            let response = LEN - PROMPT;
+            let response = len - PROMPT;
             ScoredRollout {
                 id: format!("r{i}"),
                 group_id: "g".into(),
@@ -105,7 +117,14 @@ fn batch(vocab: i64) -> agl_trainer::rl::UpdateBatch {
 /// One case in this process: prints `base_mb trained_params step_s peak_mb
 /// loaded_mb` (`loaded_mb`: the RSS once the model is loaded, before any
 /// training state exists).
-fn run_case(model: &str, lora: bool) -> anyhow::Result<()> {
+fn run_case(
+    model: &str,
+    lora: bool,
+    lean: bool,
+    samples: usize,
+    len: usize,
+    budget: usize,
+) -> anyhow::Result<()> {
     let mut m = match model {
         "smollm2" => Model::load(&smollm2().expect("smollm2"), Kind::BFloat16, Device::Cpu)?,
         _ => {
@@ -120,6 +139,9 @@ fn run_case(model: &str, lora: bool) -> anyhow::Result<()> {
         .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as f64)
         .sum::<f64>()
         / (1 << 20) as f64;
+    // Loading (a dtype conversion, an f32 file read) has a transient peak
+    // of its own: start the high-water mark afresh (Linux's clear_refs 5).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
     let loaded_mb = rss_mb();
     if lora {
         m.add_lora(&LoraConfig {
@@ -139,11 +161,15 @@ fn run_case(model: &str, lora: bool) -> anyhow::Result<()> {
         .iter()
         .map(|(_, t)| t.numel())
         .sum();
-    let batch = batch(m.config().vocab_size);
+    let batch = batch(m.config().vocab_size, samples, len);
     let cfg = StepConfig {
-        token_budget: SAMPLES * LEN,
+        token_budget: budget,
         entropy: false,
         bf16_autocast: false,
+        lean: Lean {
+            checkpoint_layers: lean,
+            logprob_chunk: if lean { CHUNK } else { 0 },
+        },
         ..StepConfig::default()
     };
     // The first step allocates gradients and moments; the second is timed.
@@ -155,10 +181,48 @@ fn run_case(model: &str, lora: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One case in a child process: `(base, trained, step_s, peak, loaded)`.
+fn case(
+    model: &str,
+    mode: &str,
+    lean: bool,
+    samples: usize,
+    len: usize,
+    budget: usize,
+) -> Result<[f64; 5], String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(&exe)
+        .args(["--case", model, mode, if lean { "lean" } else { "plain" }])
+        .args([samples.to_string(), len.to_string(), budget.to_string()])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cols: Vec<f64> = text
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    if !out.status.success() || cols.len() != 5 {
+        return Err(String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("killed (out of memory?)")
+            .to_string());
+    }
+    Ok([cols[0], cols[1], cols[2], cols[3], cols[4]])
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--case") {
-        return run_case(&args[at + 1], args[at + 2] == "lora");
+        let num = |i: usize| args[at + i].parse::<usize>().unwrap_or(LEN);
+        return run_case(
+            &args[at + 1],
+            args[at + 2] == "lora",
+            args[at + 3] == "lean",
+            num(4),
+            num(5),
+            num(6),
+        );
     }
     let mut models = Vec::new();
     if smollm2().is_some() {
@@ -169,11 +233,20 @@ fn main() -> anyhow::Result<()> {
     if !args.iter().any(|a| a == "--small") {
         models.push("random-1.5b");
     }
+    if args.iter().any(|a| a == "--large-only") {
+        models.retain(|m| *m == "random-1.5b");
+    }
+    // `--lora-only`: the 1.5B model's full fine-tuning needs ~20 GB.
+    let modes: &[&str] = if args.iter().any(|a| a == "--lora-only") {
+        &["lora"]
+    } else {
+        &["full", "lora"]
+    };
     println!(
-        "trainer step, bf16 on CPU, {SAMPLES} x {LEN} tokens (peak RSS of a process that loads the model and takes two steps)"
+        "trainer step, bf16 on CPU, {SAMPLES} x {LEN} tokens (peak RSS of a process that loads the model and takes two steps, the peak reset after loading); lean = checkpoint_layers + logprob_chunk {CHUNK}"
     );
     println!(
-        "{:<13} {:<5} {:>14} {:>9} {:>9} {:>11} {:>8} {:>16}",
+        "{:<13} {:<10} {:>14} {:>9} {:>9} {:>11} {:>8} {:>16}",
         "model",
         "mode",
         "trained params",
@@ -183,35 +256,69 @@ fn main() -> anyhow::Result<()> {
         "step s",
         "training / base"
     );
-    let exe = std::env::current_exe()?;
-    for model in models {
-        for mode in ["full", "lora"] {
-            let out = Command::new(&exe).args(["--case", model, mode]).output()?;
-            let text = String::from_utf8_lossy(&out.stdout);
-            let cols: Vec<f64> = text
-                .split_whitespace()
-                .filter_map(|c| c.parse().ok())
-                .collect();
-            if !out.status.success() || cols.len() != 5 {
-                println!(
-                    "{model:<13} {mode:<5} failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("killed (out of memory?)")
-                );
-                continue;
+    for model in &models {
+        for mode in modes {
+            for lean in [false, true] {
+                let name = format!("{mode}{}", if lean { "+lean" } else { "" });
+                match case(model, mode, lean, SAMPLES, LEN, SAMPLES * LEN) {
+                    Err(e) => println!("{model:<13} {name:<10} failed: {e}"),
+                    Ok([base, trained, step, peak, loaded]) => {
+                        // What training adds over the loaded model:
+                        // gradients, moments, activations.
+                        let training = peak - loaded;
+                        println!(
+                            "{model:<13} {name:<10} {:>14} {base:>9.0} {peak:>9.0} {training:>11.0} {step:>8.2} {:>15.2}x",
+                            trained as u64,
+                            training / base
+                        );
+                    }
+                }
             }
-            let (base, trained, step, peak, loaded) = (cols[0], cols[1], cols[2], cols[3], cols[4]);
-            // What training adds over the loaded model: gradients, moments,
-            // activations.
-            let training = peak - loaded;
-            println!(
-                "{model:<13} {mode:<5} {:>14} {base:>9.0} {peak:>9.0} {training:>11.0} {step:>8.2} {:>15.2}x",
-                trained as u64,
-                training / base
-            );
         }
     }
+    if args.iter().any(|a| a == "--longest") {
+        longest(&models);
+    }
     Ok(())
+}
+
+/// The longest sequence whose step fits in [`BUDGET_MB`], from the peaks
+/// at two lengths: two samples of that length (two rollouts of a group with
+/// different rewards, so both train), one micro-batch each.
+fn longest(models: &[&str]) {
+    let (short, long) = (1024, 4096);
+    println!();
+    println!(
+        "longest trainable sequence in {BUDGET_MB:.0} MB (peak RSS at {short} and {long} tokens, a micro-batch of one sequence, fitted with a line)"
+    );
+    println!(
+        "{:<13} {:<10} {:>12} {:>12} {:>12} {:>14}",
+        "model", "mode", "peak@1k MB", "peak@4k MB", "MB / 1k tok", "longest tokens"
+    );
+    for model in models {
+        for mode in ["full", "lora"] {
+            for lean in [false, true] {
+                let name = format!("{mode}{}", if lean { "+lean" } else { "" });
+                let (a, b) = (
+                    case(model, mode, lean, 2, short, short),
+                    case(model, mode, lean, 2, long, long),
+                );
+                match (a, b) {
+                    (Ok(a), Ok(b)) => {
+                        let per_token = (b[3] - a[3]) / (long - short) as f64;
+                        let fixed = a[3] - per_token * short as f64;
+                        let longest = ((BUDGET_MB - fixed) / per_token.max(1e-9)).max(0.0);
+                        println!(
+                            "{model:<13} {name:<10} {:>12.0} {:>12.0} {:>12.1} {:>14.0}",
+                            a[3],
+                            b[3],
+                            per_token * 1024.0,
+                            longest
+                        );
+                    }
+                    (Err(e), _) | (_, Err(e)) => println!("{model:<13} {name:<10} failed: {e}"),
+                }
+            }
+        }
+    }
 }

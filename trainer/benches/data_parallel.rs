@@ -1,0 +1,206 @@
+//! Data-parallel step time over libtorch's c10d Gloo: world size 1 vs 2 on
+//! the same batch and weights (SmolLM2-135M in f32 when fetched, else a
+//! random model of its shape), in one run. The two ranks are threads of
+//! this process, each its own group member over TCP on loopback, sharing
+//! this machine's cores: on a 2-core machine the point is correctness and
+//! the collectives' overhead, not speed (each rank gets half the cores).
+//!
+//! `cargo bench -p agl-trainer --bench data_parallel [-- --samples N --len T]`
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use agl_trainer::dist::{Backend, GroupConfig, ProcessGroup};
+use agl_trainer::model::{Model, ModelConfig};
+use agl_trainer::rl::{
+    AdamWConfig, BatchConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Sample, ScoredRollout,
+    StepConfig, UpdateBatch, build_update, train_step, train_step_data_parallel, weights_hash,
+};
+use serde_json::json;
+use tch::{Device, Kind, Tensor};
+
+const STEPS: usize = 3;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn smollm2() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    let dir = PathBuf::from(home).join(".cache/agl/models/smollm2-135m-instruct");
+    dir.join("model.safetensors").is_file().then_some(dir)
+}
+
+/// SmolLM2-135M's shape.
+fn smollm2_shape() -> ModelConfig {
+    ModelConfig::from_json(json!({
+        "model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
+        "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+        "num_key_value_heads": 3, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
+        "max_position_embeddings": 8192, "tie_word_embeddings": true,
+    }))
+    .expect("config")
+}
+
+/// The same weights every time: loaded, or drawn once and copied.
+fn model(weights: &[(String, Tensor)]) -> Model {
+    let m = Model::new(smollm2_shape(), Kind::Float, Device::Cpu).expect("model");
+    m.load_weights_in_place(weights).expect("weights");
+    m
+}
+
+fn batch(samples: usize, len: usize, vocab: i64) -> UpdateBatch {
+    let mut x: u64 = 11;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let prompt = len / 4;
+    let rollouts = (0..samples)
+        .map(|i| {
+            // Lengths vary, as rollouts' do.
+            let len = len - (i % 4) * len / 8;
+            let mut ids =
+                |n: usize| -> Vec<i64> { (0..n).map(|_| (next() % vocab as u64) as i64).collect() };
+            let response = len - prompt;
+            ScoredRollout {
+                id: format!("r{i}"),
+                group_id: format!("g{}", i / 4),
+                reward: Some((i % 3) as f64),
+                outcome: Outcome::Succeeded,
+                samples: vec![Sample {
+                    prompt_ids: ids(prompt),
+                    response_ids: ids(response),
+                    mask: vec![true; response],
+                    engine_logprobs: vec![-5.0; response],
+                    weight_version: 0,
+                    token_versions: None,
+                    ref_logprobs: None,
+                }],
+            }
+        })
+        .collect();
+    build_update(rollouts, &BatchConfig::default())
+        .expect("batch")
+        .batch
+}
+
+fn schedule() -> LrSchedule {
+    LrSchedule {
+        peak_lr: 1e-5,
+        warmup_steps: 0,
+        decay: LrDecay::Constant,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> anyhow::Result<()> {
+    let (samples, len) = (arg("--samples", 8), arg("--len", 256));
+    let weights: Vec<(String, Tensor)> = match smollm2() {
+        Some(dir) => {
+            let m = Model::load(&dir, Kind::Float, Device::Cpu)?;
+            m.var_store().variables().into_iter().collect()
+        }
+        None => {
+            tch::manual_seed(0);
+            let m = Model::new(smollm2_shape(), Kind::Float, Device::Cpu)?;
+            m.var_store().variables().into_iter().collect()
+        }
+    };
+    let b = batch(samples, len, 49152);
+    let cfg = StepConfig {
+        // A micro-batch of two rows: several per rank.
+        token_budget: 2 * len,
+        entropy: false,
+        ..StepConfig::default()
+    };
+
+    let one = model(&weights);
+    let mut opt = RlOptimizer::new(&one, AdamWConfig::default(), schedule())?;
+    let times: Vec<f64> = (0..STEPS)
+        .map(|_| {
+            let t = Instant::now();
+            train_step(&one, &mut opt, &b, &cfg).expect("step");
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    let single = median(times);
+    let hash_one = weights_hash(&one);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let ranks: Vec<(f64, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let weights: Vec<(String, Tensor)> =
+                    weights.iter().map(|(n, t)| (n.clone(), t.copy())).collect();
+                let b = &b;
+                s.spawn(move || {
+                    let m = model(&weights);
+                    let mut g = ProcessGroup::join(&GroupConfig {
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                        rank,
+                        world_size: 2,
+                        backend: Backend::Gloo,
+                        local_rank: 0,
+                        timeout: Duration::from_secs(600),
+                        rendezvous_timeout: Duration::from_secs(60),
+                    })
+                    .expect("join");
+                    let mut opt = RlOptimizer::new(&m, AdamWConfig::default(), schedule())
+                        .expect("optimizer");
+                    let times = (0..STEPS)
+                        .map(|_| {
+                            let t = Instant::now();
+                            train_step_data_parallel(&m, &mut opt, b, &cfg, &mut g).expect("step");
+                            t.elapsed().as_secs_f64()
+                        })
+                        .collect();
+                    (median(times), weights_hash(&m))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank"))
+            .collect()
+    });
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "data-parallel step, SmolLM2-135M shape in f32 on CPU ({cores} cores), {samples} samples \
+         of up to {len} tokens, {} micro-batches of <= {} slots; median of {STEPS} steps",
+        agl_trainer::rl::pack_ffd(&agl_trainer::rl::step::lengths(&b), cfg.token_budget)
+            .micro_batches
+            .len(),
+        cfg.token_budget
+    );
+    println!("| world size | step s | vs 1 rank | weights hash |");
+    println!("|------------|--------|-----------|--------------|");
+    println!("| 1 | {single:.2} | 1.00x | {hash_one:016x} |");
+    let two = ranks.iter().map(|r| r.0).fold(0.0, f64::max);
+    println!(
+        "| 2 (Gloo, threads) | {two:.2} | {:.2}x | {:016x} / {:016x} |",
+        single / two,
+        ranks[0].1,
+        ranks[1].1
+    );
+    println!(
+        "ranks agree: {}; differ from 1 rank only by float summation order: {}",
+        ranks[0].1 == ranks[1].1,
+        ranks[0].1 != hash_one
+    );
+    Ok(())
+}
