@@ -4,7 +4,7 @@
 //! on CPU (f32 AdamW moments, as the trainer keeps them).
 //!
 //! Each mode runs plain and lean (`[train] checkpoint_layers = true`,
-//! `logprob_chunk = 128`: activation checkpointing per layer, chunked
+//! `logprob_chunk = 32`: activation checkpointing per layer, chunked
 //! log-probabilities).
 //!
 //! `cargo bench -p agl-trainer --bench lora` (`-- --small` skips the 1.5B
@@ -35,7 +35,7 @@ const SAMPLES: usize = 2;
 const LEN: usize = 128;
 const PROMPT: usize = 32;
 /// Positions per log-probability chunk in the lean cases.
-const CHUNK: usize = 128;
+const CHUNK: usize = 32;
 const BUDGET_MB: f64 = 24.0 * 1024.0;
 
 fn smollm2() -> Option<PathBuf> {
@@ -60,6 +60,10 @@ fn qwen_1_5b() -> ModelConfig {
         "tie_word_embeddings": true,
     }))
     .expect("1.5B config")
+}
+
+unsafe extern "C" {
+    fn malloc_trim(pad: usize) -> i32;
 }
 
 fn peak_rss_mb() -> f64 {
@@ -140,7 +144,11 @@ fn run_case(
         .sum::<f64>()
         / (1 << 20) as f64;
     // Loading (a dtype conversion, an f32 file read) has a transient peak
-    // of its own: start the high-water mark afresh (Linux's clear_refs 5).
+    // of its own: hand its freed memory back to the system, so training
+    // cannot hide in it, and start the high-water mark afresh (Linux's
+    // clear_refs 5).
+    // SAFETY: glibc's malloc_trim only releases free heap memory.
+    unsafe { malloc_trim(0) };
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let loaded_mb = rss_mb();
     if lora {
