@@ -284,16 +284,6 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
-    /// The trainer's data-parallel group (`world_size` 1: none).
-    pub fn data_parallel(&self) -> crate::trainer::ranks::DataParallel {
-        crate::trainer::ranks::DataParallel {
-            world_size: self.world_size,
-            zero1: self.zero1,
-            port: self.dist_port,
-            timeout: std::time::Duration::from_secs(self.dist_timeout_secs),
-        }
-    }
-
     pub fn batch(&self) -> BatchConfig {
         let estimator = match self.estimator {
             EstimatorKind::Grpo => Estimator::default(),

@@ -206,7 +206,12 @@ impl Session<'_> {
             schedule: config.train.schedule(cfg.steps),
             lora: config.train.lora.clone(),
             reference: config.train.kl_coef != 0.0,
-            data_parallel: Some(config.train.data_parallel()),
+            data_parallel: Some(crate::trainer::ranks::DataParallel {
+                world_size: config.train.world_size,
+                zero1: config.train.zero1,
+                port: config.train.dist_port,
+                timeout: std::time::Duration::from_secs(config.train.dist_timeout_secs),
+            }),
         })
         .await?;
 
