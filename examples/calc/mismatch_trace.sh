@@ -43,4 +43,4 @@ fi
     -o "run.groups_per_step=$groups" -o run.steps=1 -o run.val_every=0 \
     -o run.progress=false run > "$out/run.log" 2>&1 || { tail -20 "$out/run.log"; exit 1; }
 "$agl" rollouts export --db "$out/run/agl.db" --out "$out/trace.jsonl"
-cargo bench -q -p agl --bench mismatch -- --trace "$out/trace.jsonl" --model "$model"
+cargo bench -q -p agl --bench mismatch -- --trace "$PWD/$out/trace.jsonl" --model "$model"
