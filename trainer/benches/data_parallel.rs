@@ -7,15 +7,17 @@
 //!
 //! `cargo bench -p agl-trainer --bench data_parallel [-- --samples N --len T]`
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use agl_trainer::dist::{Backend, GroupConfig, ProcessGroup};
 use agl_trainer::model::{Model, ModelConfig};
 use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Sample, ScoredRollout,
-    StepConfig, UpdateBatch, build_update, train_step, train_step_data_parallel, weights_hash,
+    AdamWConfig, LrDecay, LrSchedule, RlOptimizer, StepConfig, train_step,
+    train_step_data_parallel, weights_hash,
 };
+use common::{random_batch, smollm2};
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
 
@@ -28,12 +30,6 @@ fn arg(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn smollm2() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    let dir = PathBuf::from(home).join(".cache/agl/models/smollm2-135m-instruct");
-    dir.join("model.safetensors").is_file().then_some(dir)
 }
 
 /// SmolLM2-135M's shape.
@@ -52,44 +48,6 @@ fn model(weights: &[(String, Tensor)]) -> Model {
     let m = Model::new(smollm2_shape(), Kind::Float, Device::Cpu).expect("model");
     m.load_weights_in_place(weights).expect("weights");
     m
-}
-
-fn batch(samples: usize, len: usize, vocab: i64) -> UpdateBatch {
-    let mut x: u64 = 11;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let prompt = len / 4;
-    let rollouts = (0..samples)
-        .map(|i| {
-            // Lengths vary, as rollouts' do.
-            let len = len - (i % 4) * len / 8;
-            let mut ids =
-                |n: usize| -> Vec<i64> { (0..n).map(|_| (next() % vocab as u64) as i64).collect() };
-            let response = len - prompt;
-            ScoredRollout {
-                id: format!("r{i}"),
-                group_id: format!("g{}", i / 4),
-                reward: Some((i % 3) as f64),
-                outcome: Outcome::Succeeded,
-                samples: vec![Sample {
-                    prompt_ids: ids(prompt),
-                    response_ids: ids(response),
-                    mask: vec![true; response],
-                    engine_logprobs: vec![-5.0; response],
-                    weight_version: 0,
-                    token_versions: None,
-                    ref_logprobs: None,
-                }],
-            }
-        })
-        .collect();
-    build_update(rollouts, &BatchConfig::default())
-        .expect("batch")
-        .batch
 }
 
 fn schedule() -> LrSchedule {
@@ -118,7 +76,7 @@ fn main() -> anyhow::Result<()> {
             m.var_store().variables().into_iter().collect()
         }
     };
-    let b = batch(samples, len, 49152);
+    let b = random_batch(samples, len, 49152, true);
     let cfg = StepConfig {
         // A micro-batch of two rows: several per rank.
         token_budget: 2 * len,

@@ -3,9 +3,10 @@
 //! when absent) and on a random ~1.5B-parameter Qwen2-shaped model, in bf16
 //! on CPU (f32 AdamW moments, as the trainer keeps them).
 //!
-//! Each mode runs plain and lean (`[train] checkpoint_layers = true`,
+//! Each mode runs plain, lean (`[train] checkpoint_layers = true`,
 //! `logprob_chunk = 32`: activation checkpointing per layer, chunked
-//! log-probabilities).
+//! log-probabilities) and lean with `release_freed_memory` (the heap hands
+//! freed blocks back: [`agl_trainer::memory`]).
 //!
 //! `cargo bench -p agl-trainer --bench lora` (`-- --small` skips the 1.5B
 //! model, `--large-only` SmolLM2, `--lora-only` full fine-tuning;
@@ -19,30 +20,24 @@
 //! lengths (one sample each) fitted with a line (with SDPA's flash kernel
 //! nothing in the step grows faster than the length), solved for 24 GiB.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 use std::time::Instant;
 
 use agl_trainer::model::{Lean, LoraConfig, Model, ModelConfig};
-use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, LrDecay, LrSchedule, Outcome, RlOptimizer, Sample, ScoredRollout,
-    StepConfig, build_update, train_step,
-};
+use agl_trainer::rl::{AdamWConfig, LrDecay, LrSchedule, RlOptimizer, StepConfig, train_step};
+use common::{random_batch, smollm2};
 use serde_json::json;
 use tch::{Device, Kind};
 
 const SAMPLES: usize = 2;
 const LEN: usize = 128;
-const PROMPT: usize = 32;
 /// Positions per log-probability chunk in the lean cases.
-const CHUNK: usize = 32;
+const CHUNK: usize = 16;
 const BUDGET_MB: f64 = 24.0 * 1024.0;
-
-fn smollm2() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    let dir = PathBuf::from(home).join(".cache/agl/models/smollm2-135m-instruct");
-    dir.join("config.json").is_file().then_some(dir)
-}
+/// A case's `--case` argument and its name's suffix in the tables.
+const VARIANTS: [(&str, &str); 3] = [("plain", ""), ("lean", "+lean"), ("release", "+lean+rel")];
 
 /// Qwen2.5-1.5B's shape (1.54B parameters), random weights.
 fn qwen_1_5b() -> ModelConfig {
@@ -83,41 +78,6 @@ fn status_mb(key: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn batch(vocab: i64, samples: usize, len: usize) -> agl_trainer::rl::UpdateBatch {
-    let mut x: u64 = 7;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let rollouts = (0..samples)
-        .map(|i| {
-            let mut ids =
-                |n: usize| -> Vec<i64> { (0..n).map(|_| (next() % vocab as u64) as i64).collect() };
-            let response = len - PROMPT;
-            ScoredRollout {
-                id: format!("r{i}"),
-                group_id: "g".into(),
-                reward: Some(i as f64),
-                outcome: Outcome::Succeeded,
-                samples: vec![Sample {
-                    prompt_ids: ids(PROMPT),
-                    response_ids: ids(response),
-                    mask: vec![true; response],
-                    engine_logprobs: vec![-5.0; response],
-                    weight_version: 0,
-                    token_versions: None,
-                    ref_logprobs: None,
-                }],
-            }
-        })
-        .collect();
-    build_update(rollouts, &BatchConfig::default())
-        .expect("batch")
-        .batch
-}
-
 /// One case in this process: prints `base_mb trained_params step_s peak_mb
 /// loaded_mb` (`loaded_mb`: the RSS once the model is loaded, before any
 /// training state exists).
@@ -125,10 +85,14 @@ fn run_case(
     model: &str,
     lora: bool,
     lean: bool,
+    release: bool,
     samples: usize,
     len: usize,
     budget: usize,
 ) -> anyhow::Result<()> {
+    if release {
+        agl_trainer::memory::release_freed_memory();
+    }
     let mut m = match model {
         "smollm2" => Model::load(&smollm2().expect("smollm2"), Kind::BFloat16, Device::Cpu)?,
         _ => {
@@ -169,7 +133,7 @@ fn run_case(
         .iter()
         .map(|(_, t)| t.numel())
         .sum();
-    let batch = batch(m.config().vocab_size, samples, len);
+    let batch = random_batch(samples, len, m.config().vocab_size, false);
     let cfg = StepConfig {
         token_budget: budget,
         entropy: false,
@@ -193,14 +157,14 @@ fn run_case(
 fn case(
     model: &str,
     mode: &str,
-    lean: bool,
+    variant: &str,
     samples: usize,
     len: usize,
     budget: usize,
 ) -> Result<[f64; 5], String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(&exe)
-        .args(["--case", model, mode, if lean { "lean" } else { "plain" }])
+        .args(["--case", model, mode, variant])
         .args([samples.to_string(), len.to_string(), budget.to_string()])
         .output()
         .map_err(|e| e.to_string())?;
@@ -226,7 +190,8 @@ fn main() -> anyhow::Result<()> {
         return run_case(
             &args[at + 1],
             args[at + 2] == "lora",
-            args[at + 3] == "lean",
+            args[at + 3] != "plain",
+            args[at + 3] == "release",
             num(4),
             num(5),
             num(6),
@@ -251,10 +216,10 @@ fn main() -> anyhow::Result<()> {
         &["full", "lora"]
     };
     println!(
-        "trainer step, bf16 on CPU, {SAMPLES} x {LEN} tokens (peak RSS of a process that loads the model and takes two steps, the peak reset after loading); lean = checkpoint_layers + logprob_chunk {CHUNK}"
+        "trainer step, bf16 on CPU, {SAMPLES} x {LEN} tokens (peak RSS of a process that loads the model and takes two steps, the peak reset after loading); lean = checkpoint_layers + logprob_chunk {CHUNK}, rel = release_freed_memory"
     );
     println!(
-        "{:<13} {:<10} {:>14} {:>9} {:>9} {:>11} {:>8} {:>16}",
+        "{:<13} {:<14} {:>14} {:>9} {:>9} {:>11} {:>8} {:>16}",
         "model",
         "mode",
         "trained params",
@@ -266,16 +231,16 @@ fn main() -> anyhow::Result<()> {
     );
     for model in &models {
         for mode in modes {
-            for lean in [false, true] {
-                let name = format!("{mode}{}", if lean { "+lean" } else { "" });
-                match case(model, mode, lean, SAMPLES, LEN, SAMPLES * LEN) {
-                    Err(e) => println!("{model:<13} {name:<10} failed: {e}"),
+            for (variant, suffix) in VARIANTS {
+                let name = format!("{mode}{suffix}");
+                match case(model, mode, variant, SAMPLES, LEN, SAMPLES * LEN) {
+                    Err(e) => println!("{model:<13} {name:<14} failed: {e}"),
                     Ok([base, trained, step, peak, loaded]) => {
                         // What training adds over the loaded model:
                         // gradients, moments, activations.
                         let training = peak - loaded;
                         println!(
-                            "{model:<13} {name:<10} {:>14} {base:>9.0} {peak:>9.0} {training:>11.0} {step:>8.2} {:>15.2}x",
+                            "{model:<13} {name:<14} {:>14} {base:>9.0} {peak:>9.0} {training:>11.0} {step:>8.2} {:>15.2}x",
                             trained as u64,
                             training / base
                         );
@@ -285,31 +250,37 @@ fn main() -> anyhow::Result<()> {
         }
     }
     if args.iter().any(|a| a == "--longest") {
-        longest(&models);
+        longest(&models, modes);
     }
     Ok(())
 }
 
 /// The longest sequence whose step fits in [`BUDGET_MB`], from the peaks
 /// at two lengths: two samples of that length (two rollouts of a group with
-/// different rewards, so both train), one micro-batch each.
-fn longest(models: &[&str]) {
-    let (short, long) = (1024, 4096);
+/// different rewards, so both train), one micro-batch each. The 1.5B
+/// model is measured at 256 and 1024 tokens (a 4k-token step takes
+/// minutes on 2 cores).
+fn longest(models: &[&str], modes: &[&str]) {
     println!();
     println!(
-        "longest trainable sequence in {BUDGET_MB:.0} MB (peak RSS at {short} and {long} tokens, a micro-batch of one sequence, fitted with a line)"
+        "longest trainable sequence in {BUDGET_MB:.0} MB (peak RSS at a short and a long length, a micro-batch of one sequence, fitted with a line)"
     );
     println!(
-        "{:<13} {:<10} {:>12} {:>12} {:>12} {:>14}",
-        "model", "mode", "peak@1k MB", "peak@4k MB", "MB / 1k tok", "longest tokens"
+        "{:<13} {:<14} {:>14} {:>14} {:>12} {:>14}",
+        "model", "mode", "short: peak MB", "long: peak MB", "MB / 1k tok", "longest tokens"
     );
     for model in models {
-        for mode in ["full", "lora"] {
-            for lean in [false, true] {
-                let name = format!("{mode}{}", if lean { "+lean" } else { "" });
+        let (short, long) = if *model == "smollm2" {
+            (1024, 4096)
+        } else {
+            (256, 1024)
+        };
+        for mode in modes {
+            for (variant, suffix) in &VARIANTS[..2] {
+                let name = format!("{mode}{suffix}");
                 let (a, b) = (
-                    case(model, mode, lean, 2, short, short),
-                    case(model, mode, lean, 2, long, long),
+                    case(model, mode, variant, 2, short, short),
+                    case(model, mode, variant, 2, long, long),
                 );
                 match (a, b) {
                     (Ok(a), Ok(b)) => {
@@ -317,14 +288,14 @@ fn longest(models: &[&str]) {
                         let fixed = a[3] - per_token * short as f64;
                         let longest = ((BUDGET_MB - fixed) / per_token.max(1e-9)).max(0.0);
                         println!(
-                            "{model:<13} {name:<10} {:>12.0} {:>12.0} {:>12.1} {:>14.0}",
-                            a[3],
-                            b[3],
+                            "{model:<13} {name:<14} {:>14} {:>14} {:>12.1} {:>14.0}",
+                            format!("{short}: {:.0}", a[3]),
+                            format!("{long}: {:.0}", b[3]),
                             per_token * 1024.0,
                             longest
                         );
                     }
-                    (Err(e), _) | (_, Err(e)) => println!("{model:<13} {name:<10} failed: {e}"),
+                    (Err(e), _) | (_, Err(e)) => println!("{model:<13} {name:<14} failed: {e}"),
                 }
             }
         }

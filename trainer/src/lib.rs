@@ -6,6 +6,7 @@ pub mod autocast;
 pub mod checkpoint;
 pub mod dist;
 pub mod engine;
+pub mod memory;
 pub mod model;
 pub mod rl;
 

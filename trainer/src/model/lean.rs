@@ -6,9 +6,12 @@
 //!   log-softmax) runs `chunk` positions at a time, without a graph, so the
 //!   `[tokens x vocabulary]` logits never exist whole. The loss is taken on
 //!   the logprobs as a leaf; its gradient `dL/dlogp` `[B, T-1]` then flows
-//!   back chunk by chunk, each chunk's head recomputed with a graph and
-//!   dropped, adding into the head's parameters and `dL/dh` of the final
-//!   hidden states.
+//!   back chunk by chunk: each chunk's logits are recomputed with a graph,
+//!   their gradient (the log-softmax's derivative, written out) is built in
+//!   place in one f32 buffer, and autograd takes it through the LM head and
+//!   the norm into the head's parameters and `dL/dh` of the final hidden
+//!   states. A chunk's peak is the logits and two buffers of their size,
+//!   not the five an autograd log-softmax keeps and makes.
 //! - **Activation checkpointing per decoder layer**: the forward keeps only
 //!   each layer's input; the backward recomputes one layer at a time from
 //!   its input and back-propagates `dL/dh` through it, so one layer's
@@ -96,12 +99,10 @@ impl Model {
         tch::no_grad(|| -> Result<(), ModelError> {
             for start in (0..cols).step_by(chunk as usize) {
                 let n = chunk.min(cols - start);
-                let (lp, logp) = self.head_chunk(&hidden, &tokens, start, n, temperature);
-                if let Some(at) = entropy_at {
-                    let at = at.narrow(1, start, n).to_kind(Kind::Float).unsqueeze(-1);
-                    let ent = -(logp.exp() * &logp * at).sum(Kind::Double);
-                    entropy_sum += f64::try_from(ent)?;
-                }
+                let at = entropy_at.map(|at| at.narrow(1, start, n));
+                let (lp, entropy) =
+                    self.head_logprobs(&hidden, &tokens, start, n, temperature, at.as_ref())?;
+                entropy_sum += entropy;
                 parts.push(lp);
             }
             Ok(())
@@ -127,10 +128,25 @@ impl Model {
         let grad = grad.to_device(self.device()).to_kind(Kind::Float);
         for start in (0..cols).step_by(fwd.chunk as usize) {
             let n = fwd.chunk.min(cols - start);
-            let (lp, _) = self.head_chunk(&hidden, &fwd.tokens, start, n, fwd.temperature);
-            if lp.requires_grad() {
-                (lp * grad.narrow(1, start, n)).sum(Kind::Float).backward();
+            let logits = self.head(&hidden.narrow(1, start, n));
+            if !logits.requires_grad() {
+                continue;
             }
+            let targets = fwd.tokens.narrow(1, start + 1, n).unsqueeze(-1);
+            let dlogits = tch::no_grad(|| {
+                logit_grad(
+                    &logits,
+                    &targets,
+                    &grad.narrow(1, start, n),
+                    fwd.temperature,
+                )
+            });
+            // d(sum(logits * dlogits))/dlogits = dlogits: the head's own
+            // backward (linear and norm) runs from here, and the product
+            // saves only `dlogits`, so the logits are freed at once.
+            let surrogate = (&logits * &dlogits).sum(Kind::Float);
+            drop(logits);
+            surrogate.backward();
         }
         let mut g = hidden.grad();
         if !g.defined() {
@@ -155,20 +171,65 @@ impl Model {
         Ok(())
     }
 
-    /// Logprobs of positions `start..start + n` (`[B, n]`, f32) and their
-    /// log-softmax (`[B, n, V]`), with a graph when grad mode is on.
-    fn head_chunk(
+    /// Logprobs of positions `start..start + n` (`[B, n]`, f32) and the
+    /// sum of their entropy where `entropy_at` (`[B, n]`) is nonzero. Run
+    /// without a graph; the f32 `[B, n, V]` logits are worked on in place
+    /// (one more buffer for the entropy) instead of a log-softmax and its
+    /// temporaries.
+    fn head_logprobs(
         &self,
         hidden: &Tensor,
         tokens: &Tensor,
         start: i64,
         n: i64,
         temperature: f64,
-    ) -> (Tensor, Tensor) {
-        let logits = self.head(&hidden.narrow(1, start, n));
-        let logp = (logits.to_kind(Kind::Float) / temperature).log_softmax(-1, None);
+        entropy_at: Option<&Tensor>,
+    ) -> Result<(Tensor, f64), ModelError> {
+        let mut z = shifted_logits(&self.head(&hidden.narrow(1, start, n)), temperature);
         let targets = tokens.narrow(1, start + 1, n).unsqueeze(-1);
-        let lp = logp.gather(2, &targets, false).squeeze_dim(-1);
-        (lp, logp)
+        let target = z.gather(2, &targets, false);
+        let mut entropy = 0.0;
+        let log_sum = match entropy_at {
+            // H = log S - sum(e z) / S with e = exp(z), S = sum(e).
+            Some(at) => {
+                let mut e = z.exp();
+                let sum = e.sum_dim_intlist(-1, true, Kind::Float);
+                let mean_z = e.g_mul_(&z).sum_dim_intlist(-1, true, Kind::Float) / &sum;
+                let log_sum = sum.log();
+                let h = (&log_sum - mean_z).squeeze_dim(-1);
+                entropy = f64::try_from((h * at.to_kind(Kind::Float)).sum(Kind::Double))?;
+                log_sum
+            }
+            None => z.exp_().sum_dim_intlist(-1, true, Kind::Float).log(),
+        };
+        Ok(((target - log_sum).squeeze_dim(-1), entropy))
     }
+}
+
+/// `logits / temperature` in f32, less each row's maximum (so `exp` cannot
+/// overflow): a buffer of its own, even when the logits are f32 already.
+fn shifted_logits(logits: &Tensor, temperature: f64) -> Tensor {
+    let mut z = logits.detach().to_kind(Kind::Float);
+    if logits.kind() == Kind::Float {
+        z = z.copy();
+    }
+    let _ = z.g_div_scalar_(temperature);
+    let max = z.amax(-1, true);
+    let _ = z.g_sub_(&max);
+    z
+}
+
+/// dL/dlogits (`[B, n, V]`, the logits' dtype) from `grad` = dL/dlogprob of
+/// each target (`[B, n]`): the log-softmax's derivative at temperature `T`,
+/// `grad / T * (onehot(target) - softmax(logits / T))`, built in one f32
+/// buffer in place.
+fn logit_grad(logits: &Tensor, targets: &Tensor, grad: &Tensor, temperature: f64) -> Tensor {
+    let mut p = shifted_logits(logits, temperature);
+    let _ = p.exp_();
+    let sum = p.sum_dim_intlist(-1, true, Kind::Float);
+    let _ = p.g_div_(&sum);
+    let g = (grad / temperature).unsqueeze(-1);
+    let _ = p.g_mul_(&(-&g));
+    let _ = p.scatter_add_(2, targets, &g);
+    p.to_kind(logits.kind())
 }

@@ -22,7 +22,7 @@ use tch::{Device, Kind, Tensor};
 use super::RlError;
 use super::adamw::{AdamW, AdamWConfig, AdamWError};
 use super::batch::{TrainSample, UpdateBatch};
-use super::loss::{LossConfig, Mismatch, TokenInputs, token_loss};
+use super::loss::{LossConfig, LossOutput, Mismatch, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack_ffd};
 use crate::autocast::with_bf16_autocast;
 use crate::model::{Lean, Model, token_logprobs};
@@ -520,6 +520,24 @@ pub(crate) struct StepSums {
 }
 
 impl StepSums {
+    /// One micro-batch's sums: its loss output, its grid and the entropy
+    /// summed over its trainable tokens.
+    fn from_output(out: LossOutput, g: &Grid, entropy: f64) -> Result<StepSums, RlError> {
+        Ok(StepSums {
+            loss: scalar(&out.loss.detach())?,
+            mean_advantage: scalar(&(&g.weight * &g.advantage))?,
+            tokens: scalar(&g.trainable)?,
+            clipped: out.clipped_tokens,
+            corrected: out.corrected_tokens,
+            mismatch: out.mismatch,
+            kl: out.approx_kl_sum,
+            engine_kl: out.engine_kl_sum,
+            ref_kl: out.ref_kl_sum,
+            ref_tokens: out.ref_tokens,
+            entropy,
+        })
+    }
+
     /// Every field that adds across ranks, in the order
     /// [`StepSums::set_sums`] reads back; `mismatch.abs_gap_max` reduces
     /// by max instead and is not among them.
@@ -611,19 +629,12 @@ pub(crate) fn run_sums(
         if backward {
             out.loss.backward();
         }
-        sums.loss += scalar(&out.loss.detach())?;
-        sums.mean_advantage += scalar(&(&g.weight * &g.advantage))?;
-        sums.tokens += scalar(&g.trainable)?;
-        sums.clipped += out.clipped_tokens;
-        sums.corrected += out.corrected_tokens;
-        sums.mismatch.add(&out.mismatch);
-        sums.kl += out.approx_kl_sum;
-        sums.engine_kl += out.engine_kl_sum;
-        sums.ref_kl += out.ref_kl_sum;
-        sums.ref_tokens += out.ref_tokens;
-        if cfg.entropy {
-            sums.entropy += tch::no_grad(|| entropy_sum(&logits, &g.trainable, cfg.temperature))?;
-        }
+        let entropy = if cfg.entropy {
+            tch::no_grad(|| entropy_sum(&logits, &g.trainable, cfg.temperature))?
+        } else {
+            0.0
+        };
+        sums.add(&StepSums::from_output(out, &g, entropy)?);
     }
     model.set_lora_training(false);
     Ok(sums)
@@ -666,19 +677,7 @@ fn lean_micro_batch(
             with_bf16_autocast(autocast, || model.lean_backward(fwd, &grad))?;
         }
     }
-    Ok(StepSums {
-        loss: scalar(&out.loss.detach())?,
-        mean_advantage: scalar(&(&g.weight * &g.advantage))?,
-        tokens: scalar(&g.trainable)?,
-        clipped: out.clipped_tokens,
-        corrected: out.corrected_tokens,
-        mismatch: out.mismatch,
-        kl: out.approx_kl_sum,
-        engine_kl: out.engine_kl_sum,
-        ref_kl: out.ref_kl_sum,
-        ref_tokens: out.ref_tokens,
-        entropy,
-    })
+    StepSums::from_output(out, g, entropy)
 }
 
 /// The statistics of a step from its sums (means over trainable tokens).

@@ -97,18 +97,23 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn group(rank: usize, port: u16) -> ProcessGroup {
-    ProcessGroup::join(&GroupConfig {
+/// Rank `rank` of two Gloo ranks on this machine, `secs` to meet and to
+/// wait on a collective.
+fn config(rank: usize, port: u16, secs: u64, rendezvous_secs: u64) -> GroupConfig {
+    GroupConfig {
         master_addr: "127.0.0.1".into(),
         master_port: port,
         rank,
         world_size: 2,
         backend: Backend::Gloo,
         local_rank: 0,
-        timeout: Duration::from_secs(60),
-        rendezvous_timeout: Duration::from_secs(60),
-    })
-    .unwrap()
+        timeout: Duration::from_secs(secs),
+        rendezvous_timeout: Duration::from_secs(rendezvous_secs),
+    }
+}
+
+fn group(rank: usize, port: u16) -> ProcessGroup {
+    ProcessGroup::join(&config(rank, port, 60, 60)).unwrap()
 }
 
 struct RankResult {
@@ -255,18 +260,9 @@ fn two_gloo_ranks_update_like_one_process_lora_zero1() {
 #[test]
 fn a_rank_that_never_arrives_is_a_clear_error() {
     let port = free_port();
-    let err = ProcessGroup::join(&GroupConfig {
-        master_addr: "127.0.0.1".into(),
-        master_port: port,
-        rank: 0,
-        world_size: 2,
-        backend: Backend::Gloo,
-        local_rank: 0,
-        timeout: Duration::from_secs(60),
-        rendezvous_timeout: Duration::from_secs(2),
-    })
-    .err()
-    .expect("rank 1 never joins");
+    let err = ProcessGroup::join(&config(0, port, 60, 2))
+        .err()
+        .expect("rank 1 never joins");
     let msg = err.to_string();
     assert!(msg.starts_with("c10d:"), "{msg}");
 }
@@ -280,17 +276,7 @@ fn a_rank_that_dies_fails_the_next_collective_on_the_others() {
         joined_tx.send(()).unwrap();
         drop(g); // closes its connections, as a killed process's are
     });
-    let mut g = ProcessGroup::join(&GroupConfig {
-        master_addr: "127.0.0.1".into(),
-        master_port: port,
-        rank: 0,
-        world_size: 2,
-        backend: Backend::Gloo,
-        local_rank: 0,
-        timeout: Duration::from_secs(10),
-        rendezvous_timeout: Duration::from_secs(10),
-    })
-    .unwrap();
+    let mut g = ProcessGroup::join(&config(0, port, 10, 10)).unwrap();
     joined_rx.recv().unwrap();
     dying.join().unwrap();
     let mut t = Tensor::ones([4], (Kind::Float, Device::Cpu));

@@ -13,6 +13,7 @@ mod engine;
 mod hf_parity;
 mod kv_cache;
 mod lora_parity;
+mod memory;
 mod rl_batch;
 mod rl_step;
 mod schedule;

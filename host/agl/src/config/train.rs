@@ -234,6 +234,10 @@ pub struct TrainConfig {
     /// and backward, so the `[tokens x vocabulary]` logits never exist
     /// whole (0: all at once).
     pub logprob_chunk: usize,
+    /// Return memory a step frees to the system (glibc: allocations of
+    /// 1 MiB and more get pages of their own), for a lower resident peak
+    /// at some speed.
+    pub release_freed_memory: bool,
     /// ZeRO-1: each rank keeps the AdamW state of its share of the
     /// parameters and broadcasts their new values after each step.
     pub zero1: bool,
@@ -275,6 +279,7 @@ impl Default for TrainConfig {
             lora: None,
             checkpoint_layers: false,
             logprob_chunk: 0,
+            release_freed_memory: false,
             world_size: 1,
             zero1: false,
             dist_port: 0,

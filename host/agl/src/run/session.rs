@@ -212,6 +212,7 @@ impl Session<'_> {
                 port: config.train.dist_port,
                 timeout: std::time::Duration::from_secs(config.train.dist_timeout_secs),
             }),
+            release_freed_memory: config.train.release_freed_memory,
         })
         .await?;
 

@@ -58,6 +58,8 @@ pub struct TrainerSpec {
     pub reference: bool,
     /// More than one rank: this thread is rank 0 of the group.
     pub data_parallel: Option<DataParallel>,
+    /// `[train] release_freed_memory`, for this process and every rank.
+    pub release_freed_memory: bool,
 }
 
 /// The KL term's reference model.
@@ -78,6 +80,11 @@ impl Trainer {
         std::thread::Builder::new()
             .name("agl-trainer".into())
             .spawn(move || {
+                if spec.release_freed_memory && !agl_trainer::memory::release_freed_memory() {
+                    tracing::warn!(
+                        "train.release_freed_memory: not on this allocator (glibc only)"
+                    );
+                }
                 let dist = match &spec.data_parallel {
                     Some(dp) if dp.world_size > 1 => {
                         let rank_spec = RankSpec {
@@ -87,6 +94,7 @@ impl Trainer {
                             schedule: spec.schedule,
                             lora: spec.lora.clone(),
                             zero1: dp.zero1,
+                            release_freed_memory: spec.release_freed_memory,
                         };
                         match Dist::start(dp, spec.device, &rank_spec) {
                             Ok(d) => Some(d),

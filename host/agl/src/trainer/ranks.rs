@@ -48,6 +48,7 @@ pub struct RankSpec {
     pub schedule: LrSchedule,
     pub lora: Option<LoraConfig>,
     pub zero1: bool,
+    pub release_freed_memory: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -233,6 +234,9 @@ pub fn run_rank() -> anyhow::Result<()> {
     let mut group = ProcessGroup::join(&cfg)?;
     let spec: RankSpec = postcard::from_bytes(&group.broadcast_bytes(&[], 0)?)
         .context("rank 0's spec (is every rank the same agl build?)")?;
+    if spec.release_freed_memory {
+        agl_trainer::memory::release_freed_memory();
+    }
     let kind = if spec.bf16 {
         Kind::BFloat16
     } else {

@@ -82,6 +82,7 @@ async fn a_publish_mid_stream_neither_cancels_nor_waits_for_the_call() {
         lora: None,
         reference: false,
         data_parallel: None,
+        release_freed_memory: false,
     })
     .await
     .unwrap();
