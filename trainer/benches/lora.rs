@@ -9,8 +9,11 @@
 //! freed blocks back: [`agl_trainer::memory`]).
 //!
 //! `cargo bench -p agl-trainer --bench lora` (`-- --small` skips the 1.5B
-//! model, `--large-only` SmolLM2, `--lora-only` full fine-tuning;
-//! `--longest` adds the longest sequence that trains in 24 GiB).
+//! model, `--large-only` SmolLM2, `--lora-only` full fine-tuning,
+//! `--full-only` LoRA; `--longest` adds the longest sequence that trains
+//! in 24 GiB). With the data-parallel bench, one run prints every table
+//! of the trainer's scale and memory: `cargo bench -p agl-trainer --bench
+//! data_parallel --bench lora -- --longest`.
 //! Each case runs in a process of its own (this binary with `--case`) so
 //! its peak RSS is its own. Prints tables; asserts nothing. "training MB"
 //! is the peak RSS over the RSS of the loaded model (gradients, moments,
@@ -212,6 +215,8 @@ fn main() -> anyhow::Result<()> {
     // `--lora-only`: the 1.5B model's full fine-tuning needs ~20 GB.
     let modes: &[&str] = if args.iter().any(|a| a == "--lora-only") {
         &["lora"]
+    } else if args.iter().any(|a| a == "--full-only") {
+        &["full"]
     } else {
         &["full", "lora"]
     };
