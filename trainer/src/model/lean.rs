@@ -209,10 +209,7 @@ impl Model {
 /// `logits / temperature` in f32, less each row's maximum (so `exp` cannot
 /// overflow): a buffer of its own, even when the logits are f32 already.
 fn shifted_logits(logits: &Tensor, temperature: f64) -> Tensor {
-    let mut z = logits.detach().to_kind(Kind::Float);
-    if logits.kind() == Kind::Float {
-        z = z.copy();
-    }
+    let mut z = logits.detach().to_dtype(Kind::Float, false, true);
     let _ = z.g_div_scalar_(temperature);
     let max = z.amax(-1, true);
     let _ = z.g_sub_(&max);
