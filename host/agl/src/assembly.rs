@@ -19,6 +19,8 @@ use agl_wire::api::Render;
 
 use crate::config::Config;
 use crate::plugins::Plugins;
+use crate::trainer::TrainerSpec;
+use crate::trainer::ranks::DataParallel;
 use crate::viewer::Viewer;
 
 /// The store file at `db`, as `[store]` says (durability, retry budget).
@@ -213,4 +215,28 @@ pub async fn engine_server(
     tokio::task::spawn_blocking(move || InferenceServer::load(&dir, &name, kind, config))
         .await
         .context("loading the engine")?
+}
+
+/// The trainer as `[train]` and `[model]` say: f32 on the GPU when there is
+/// one, LoRA as configured. `training`: the KL reference and the
+/// data-parallel ranks too; without, it only holds weights (`agl eval`
+/// loads checkpoints into it for the engine).
+pub fn trainer_spec(config: &Config, model_dir: &Path, training: bool) -> TrainerSpec {
+    let train = &config.train;
+    TrainerSpec {
+        model_dir: model_dir.to_path_buf(),
+        kind: tch::Kind::Float,
+        device: tch::Device::cuda_if_available(),
+        adamw: train.adamw(),
+        schedule: train.schedule(config.run.steps),
+        lora: train.lora.clone(),
+        reference: training && train.kl_coef != 0.0,
+        data_parallel: training.then(|| DataParallel {
+            world_size: train.world_size,
+            zero1: train.zero1,
+            port: train.dist_port,
+            timeout: std::time::Duration::from_secs(train.dist_timeout_secs),
+        }),
+        release_freed_memory: train.release_freed_memory,
+    }
 }

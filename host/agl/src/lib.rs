@@ -6,6 +6,7 @@
 
 pub mod assembly;
 pub mod config;
+pub mod eval;
 pub mod link;
 pub mod logfile;
 pub mod plugin_build;

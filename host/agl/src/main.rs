@@ -55,6 +55,9 @@ enum Command {
     /// Train the policy on a harness: gateway, engine, controller, plugins
     /// and trainer in one process.
     Run(cli::run::RunArgs),
+    /// Measure policies (base, checkpoints) on the val rows or a data file
+    /// with the same harness and engine, no training: pass@1, pass@k.
+    Eval(cli::eval::EvalArgs),
     /// Train against a running gateway (`agl serve`): the trainer alone,
     /// with the agents run by `agl controller`.
     Train(cli::train::TrainArgs),
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
             Command::Model(cmd) => cli::model::run(cmd),
             Command::Run(args) => cli::run::run(args, config),
             Command::Train(args) => cli::train::run(args, config),
+            Command::Eval(args) => cli::eval::run(args, config),
         });
     match result {
         Ok(code) => code,
@@ -117,7 +121,10 @@ fn init_logging(args: &Args) {
 
     let asked = args.log.clone().unwrap_or_else(|| "info".into());
     let filter = || EnvFilter::try_new(&asked).unwrap_or_else(|_| EnvFilter::new("info"));
-    let run = matches!(args.command, Command::Run(_) | Command::Train(_));
+    let run = matches!(
+        args.command,
+        Command::Run(_) | Command::Train(_) | Command::Eval(_)
+    );
     let terminal = if run && args.log.is_none() && !args.verbose {
         EnvFilter::new("warn")
     } else {

@@ -2,6 +2,7 @@
 
 pub mod controller;
 pub mod engine;
+pub mod eval;
 pub mod model;
 pub mod plugin;
 mod render;

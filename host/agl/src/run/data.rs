@@ -29,41 +29,51 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Reads `path`; each line is a JSON object, `"split": "val"` marks a
-    /// validation row (anything else, or none, is train).
+    /// Reads `path` ([`read_rows`]); `"split": "val"` marks a validation
+    /// row (anything else, or none, is train).
     pub fn load(path: &Path) -> Result<Dataset, DataError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| DataError::Read {
-            path: shown.clone(),
-            source,
-        })?;
         let (mut train, mut val) = (Vec::new(), Vec::new());
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let row: Value = serde_json::from_str(line).map_err(|e| DataError::Row {
-                path: shown.clone(),
-                line: i + 1,
-                message: e.to_string(),
-            })?;
-            if !row.is_object() {
-                return Err(DataError::Row {
-                    path: shown.clone(),
-                    line: i + 1,
-                    message: "expected a JSON object".into(),
-                });
-            }
+        for row in read_rows(path)? {
             match row.get("split").and_then(Value::as_str) {
                 Some("val") => val.push(row),
                 _ => train.push(row),
             }
         }
         if train.is_empty() {
-            return Err(DataError::NoTrain(shown));
+            return Err(DataError::NoTrain(path.display().to_string()));
         }
         Ok(Dataset { train, val })
     }
+}
+
+/// Every row of the JSONL file `path`, in order: each line a JSON object
+/// (blank lines skipped).
+pub fn read_rows(path: &Path) -> Result<Vec<Value>, DataError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| DataError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: Value = serde_json::from_str(line).map_err(|e| DataError::Row {
+            path: shown.clone(),
+            line: i + 1,
+            message: e.to_string(),
+        })?;
+        if !row.is_object() {
+            return Err(DataError::Row {
+                path: shown.clone(),
+                line: i + 1,
+                message: "expected a JSON object".into(),
+            });
+        }
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 /// Where the run is in the train rows; saved in checkpoints.

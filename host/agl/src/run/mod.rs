@@ -84,38 +84,76 @@ pub async fn run(
     };
     let driver = session.start(Some(&bound.gateway)).await?;
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let (gw_stop_tx, gw_stop_rx) = tokio::sync::watch::channel(false);
-    let base = bound.base.clone();
-    let serving = tokio::spawn(bound.gateway.serve(bound.listener, wait(gw_stop_rx)));
-    tracing::info!(url = %base, out = %folder.out_dir.display(), "agl run: gateway listening");
+    let serving = LocalServing::start(bound, &config, shutdown)?;
     println!(
-        "agl run: gateway {base} · viewer {base}/ui · log {}",
+        "agl run: gateway {} · viewer {}/ui · log {}",
+        serving.base,
+        serving.base,
         folder.log().display()
     );
-    let client = GatewayClient::new(&base, bound.admin_key)?;
-    let controller = tokio::spawn(run_controller(
-        client,
-        config.controller.clone(),
-        wait(stop_rx.clone()),
-    ));
-    on_shutdown(shutdown, stop_tx.clone());
-
-    let finished = session::drive(driver, &folder, &stop_rx).await;
-    let _ = stop_tx.send(true);
-    match controller.await {
-        Ok(Err(e)) => tracing::warn!(error = %e, "controller stopped with an error"),
-        Err(e) => tracing::warn!(error = %e, "controller task failed"),
-        Ok(Ok(())) => {}
-    }
-    let _ = gw_stop_tx.send(true);
-    if let Ok(Err(e)) = serving.await {
-        tracing::warn!(error = %e, "gateway stopped with an error");
-    }
+    let finished = session::drive(driver, &folder, &serving.stop).await;
+    serving.stop().await;
     finished
+}
+
+/// The gateway serving and the controller running agents, in this process
+/// (`agl run`, `agl eval`): `stop` is set on shutdown, and [`Self::stop`]
+/// ends both.
+pub struct LocalServing {
+    /// `http://ADDR` of the gateway.
+    pub base: String,
+    /// Set when the process is asked to stop.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    gateway_stop: tokio::sync::watch::Sender<bool>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    controller: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl LocalServing {
+    pub fn start(
+        bound: assembly::BoundGateway,
+        config: &Config,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<LocalServing> {
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let (gateway_stop, gw_stop_rx) = tokio::sync::watch::channel(false);
+        let base = bound.base.clone();
+        let serving = tokio::spawn(bound.gateway.serve(bound.listener, wait(gw_stop_rx)));
+        tracing::info!(url = %base, "gateway listening");
+        let client = GatewayClient::new(&base, bound.admin_key)?;
+        let controller = tokio::spawn(run_controller(
+            client,
+            config.controller.clone(),
+            wait(stop.clone()),
+        ));
+        on_shutdown(shutdown, stop_tx.clone());
+        Ok(LocalServing {
+            base,
+            stop,
+            stop_tx,
+            gateway_stop,
+            serving,
+            controller,
+        })
+    }
+
+    /// Stops the controller (its agents are stopped), then the gateway.
+    pub async fn stop(self) {
+        let _ = self.stop_tx.send(true);
+        match self.controller.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "controller stopped with an error"),
+            Err(e) => tracing::warn!(error = %e, "controller task failed"),
+            Ok(Ok(())) => {}
+        }
+        let _ = self.gateway_stop.send(true);
+        if let Ok(Err(e)) = self.serving.await {
+            tracing::warn!(error = %e, "gateway stopped with an error");
+        }
+    }
 }
 
 /// `agl train`: the trainer against the gateway `gateway` reaches (`agl

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::link::Link;
 use crate::plugins::Plugins;
 use crate::policy::Policy;
-use crate::trainer::{Trainer, TrainerSpec};
+use crate::trainer::Trainer;
 
 /// The run folder (`run.out_dir`), absolute: an external engine loads new
 /// weights from paths under it.
@@ -198,23 +198,7 @@ impl Session<'_> {
             config.train.lora.is_some(),
         )
         .await?;
-        let trainer = Trainer::start(TrainerSpec {
-            model_dir: model_dir.clone(),
-            kind: tch::Kind::Float,
-            device: tch::Device::cuda_if_available(),
-            adamw: config.train.adamw(),
-            schedule: config.train.schedule(cfg.steps),
-            lora: config.train.lora.clone(),
-            reference: config.train.kl_coef != 0.0,
-            data_parallel: Some(crate::trainer::ranks::DataParallel {
-                world_size: config.train.world_size,
-                zero1: config.train.zero1,
-                port: config.train.dist_port,
-                timeout: std::time::Duration::from_secs(config.train.dist_timeout_secs),
-            }),
-            release_freed_memory: config.train.release_freed_memory,
-        })
-        .await?;
+        let trainer = Trainer::start(assembly::trainer_spec(config, &model_dir, true)).await?;
 
         let latest = checkpoint::latest_checkpoint(&self.folder.checkpoints())?;
         let recorded = self.link.latest_version().await?;

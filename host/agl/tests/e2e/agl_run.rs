@@ -59,6 +59,13 @@ pub(crate) struct Setup {
 
 impl Setup {
     pub(crate) async fn new() -> Setup {
+        Setup::with_script(calc_script(Arc::default())).await
+    }
+
+    /// The same with the engine answering by `script`.
+    pub(crate) async fn with_script(
+        script: impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static,
+    ) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         tiny_model(&dir.path().join("model"), 4096);
         let rows = std::fs::read_to_string(repo_root().join("examples/calc/data.jsonl")).unwrap();
@@ -70,11 +77,9 @@ impl Setup {
         let val = rows.iter().filter(|r| r["split"] == "val").take(2);
         let data: String = train.chain(val).map(|r| format!("{r}\n")).collect();
         std::fs::write(dir.path().join("data.jsonl"), data).unwrap();
-        let answers = Arc::default();
-        let engine =
-            TestEngine::start(TestEngineConfig::default().with_script(calc_script(answers)))
-                .await
-                .unwrap();
+        let engine = TestEngine::start(TestEngineConfig::default().with_script(script))
+            .await
+            .unwrap();
         Setup { dir, engine }
     }
 
@@ -143,6 +148,10 @@ progress = false
         let path = self.dir.path().join(format!("{out}.toml"));
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    pub(crate) fn engine(&self) -> &TestEngine {
+        &self.engine
     }
 
     pub(crate) fn spawn(&self, config: &Path, resume: bool) -> Child {

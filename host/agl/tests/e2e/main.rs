@@ -12,6 +12,7 @@ mod docs;
 mod durability;
 mod engine_choices;
 mod engine_server;
+mod eval;
 mod layering;
 mod manifests;
 mod mini_swe;

@@ -1,0 +1,257 @@
+//! `agl eval` end to end: the real binary, the calc harness (real Python
+//! agents through the gateway), a scripted test engine that takes
+//! SGLang-style weight reloads, and a checkpoint a real `agl run` wrote.
+//! The engine answers by the weight version it serves: under the run's
+//! checkpoint every answer is right; under the base, every second answer
+//! to a question is off by one, so each task passes exactly 2 of its 4
+//! samples and pass@k has hand-computed values. Then the arith example on
+//! SmolLM2 (embedded engine), checked against its own reward events.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use agl_store::Store;
+use agl_testengine::{EngineRequest, EngineState, Reply};
+use serde_json::Value;
+
+use crate::agl_run::{Setup, finish};
+use crate::engine_server::smollm2_dir;
+use crate::support::repo;
+
+const AGL: &str = env!("CARGO_BIN_EXE_agl");
+
+/// The calc protocol (a `CALC` call, then the answer), right or wrong by
+/// the version the engine serves (see the module docs).
+fn versioned_calc(
+    state: Arc<OnceLock<Arc<EngineState>>>,
+) -> impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static {
+    let answers: Mutex<HashMap<(String, String), usize>> = Mutex::default();
+    move |r| {
+        let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+        let content = messages
+            .last()
+            .map_or("", |m| m["content"].as_str().unwrap_or(""));
+        let Some(result) = content.strip_prefix("RESULT ") else {
+            let expr = content.trim_start_matches("What is ").trim_end_matches('?');
+            return Reply::text(format!("CALC {expr}"));
+        };
+        let version = state
+            .get()
+            .map_or_else(String::new, |s| s.admin.weight_version());
+        let question = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default();
+        let n = {
+            let mut answers = answers.lock().unwrap();
+            let n = answers.entry((question, version.clone())).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let value: i64 = result
+            .rsplit("= ")
+            .next()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
+        let wrong = version != "1" && n % 2 == 0;
+        Reply::text(format!("The answer is {}.", value + i64::from(wrong)))
+    }
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn close(a: &Value, b: f64) -> bool {
+    a.as_f64().is_some_and(|a| (a - b).abs() < 1e-9)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_compares_the_base_with_a_checkpoint_by_pass_at_k() {
+    let state = Arc::new(OnceLock::new());
+    let setup = Setup::with_script(versioned_calc(state.clone())).await;
+    let _ = state.set(setup.engine().state().clone());
+    // A checkpoint of a real (tiny) run.
+    let config = setup.config("run", "steps = 1");
+    finish(setup.spawn(&config, false));
+    let checkpoint = setup.out("run/checkpoints/step-000001");
+    assert!(checkpoint.join("meta.json").is_file());
+
+    let json = setup.out("report.json");
+    let out = Command::new(AGL)
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "eval",
+            "--k",
+            "4",
+            "--temperature",
+            "1",
+            "--policy",
+            "base",
+            "--policy",
+        ])
+        .arg(setup.out("run"))
+        .arg("--out")
+        .arg(setup.out("eval"))
+        .arg("--json")
+        .arg(&json)
+        .current_dir(setup.out(""))
+        .env_remove("AGL_CONFIG")
+        .env_remove("AGL_ADMIN_KEY")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "agl eval failed:\n{text}");
+    let report = read_json(&json);
+    assert_eq!(report, read_json(&setup.out("eval/eval.json")));
+    assert_eq!(
+        (report["split"].as_str(), report["k"].as_u64()),
+        (Some("val"), Some(4))
+    );
+    let [base, trained] = report["policies"].as_array().unwrap().as_slice() else {
+        panic!("two policies: {report}");
+    };
+    assert_eq!(base["policy"], "base");
+    assert_eq!(
+        trained["policy"],
+        checkpoint.canonicalize().unwrap().display().to_string()
+    );
+    // Two val tasks, 4 samples each, 2 of them right under the base:
+    // pass@1 = 2/4, pass@2 = 1 - C(2,2)/C(4,2) = 5/6, pass@4 = 1.
+    for task in base["tasks"].as_array().unwrap() {
+        assert_eq!(
+            (task["samples"].as_u64(), task["passed"].as_u64()),
+            (Some(4), Some(2)),
+            "{task}"
+        );
+    }
+    assert!(close(&base["pass_at"]["1"], 0.5), "{base}");
+    assert!(close(&base["pass_at"]["2"], 5.0 / 6.0), "{base}");
+    assert!(close(&base["pass_at"]["4"], 1.0), "{base}");
+    for k in ["1", "2", "4"] {
+        assert!(close(&trained["pass_at"][k], 1.0), "{trained}");
+    }
+    assert_eq!(
+        (
+            base["weight_version"].as_u64(),
+            trained["weight_version"].as_u64()
+        ),
+        (Some(0), Some(1))
+    );
+    // The engine was given the base, then the checkpoint.
+    let reloads: Vec<String> = setup
+        .engine()
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/update_weights_from_disk")
+        .map(|r| {
+            r.body.as_ref().unwrap()["weight_version"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(reloads[reloads.len() - 2..], ["0", "1"], "{reloads:?}");
+    // The table shows them side by side.
+    let pass1 = text.lines().find(|l| l.starts_with("pass@2")).unwrap();
+    assert!(
+        pass1.contains("0.833") && pass1.trim_end().ends_with("1.000"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("task") && l.contains("run/step-000001")),
+        "{text}"
+    );
+}
+
+/// The arith example as a user runs it (its agl.toml, the embedded engine
+/// on SmolLM2, the harness's own rewards): 4 val tasks, 2 samples each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_runs_the_arith_example_on_smollm2() {
+    let model = smollm2_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(AGL)
+        .arg("--config")
+        .arg(repo().join("examples/arith/agl.toml"))
+        .arg("-o")
+        .arg(format!("model.path={}", model.display()))
+        .arg("-o")
+        .arg(format!(
+            "controller.logs_dir={}",
+            dir.path().join("logs").display()
+        ))
+        .args(["-o", "gateway.listen=127.0.0.1:0"])
+        .args([
+            "eval",
+            "--limit",
+            "4",
+            "--k",
+            "2",
+            "--temperature",
+            "1.0",
+            "--out",
+        ])
+        .arg(dir.path().join("eval"))
+        .current_dir(repo())
+        .env_remove("AGL_CONFIG")
+        .env_remove("AGL_ADMIN_KEY")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "agl eval failed:\n{text}");
+    let report = read_json(&dir.path().join("eval/eval.json"));
+    let policy = &report["policies"][0];
+    let tasks = policy["tasks"].as_array().unwrap();
+    let val: Vec<String> = std::fs::read_to_string(repo().join("examples/arith/data.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["split"] == "val")
+        .take(4)
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    let names: Vec<&str> = tasks.iter().map(|t| t["task"].as_str().unwrap()).collect();
+    assert_eq!(names, val);
+    // Every count is the harness's own reward events, read back from the
+    // evaluation's store.
+    let store = Store::open(dir.path().join("eval/agl.db")).unwrap();
+    let mut passed_total = 0;
+    for task in tasks {
+        assert_eq!(task["samples"].as_u64(), Some(2), "{task}");
+        let mut passed = 0;
+        for id in task["rollouts"].as_array().unwrap() {
+            let rollout = store.export_rollout(id.as_str().unwrap()).await.unwrap();
+            let reward = rollout
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.kind == "reward")
+                .unwrap();
+            let payload: Value = serde_json::from_str(reward.payload.as_str()).unwrap();
+            let value = payload
+                .as_f64()
+                .or_else(|| payload["value"].as_f64())
+                .unwrap();
+            passed += usize::from(value >= 1.0);
+        }
+        assert_eq!(task["passed"].as_u64(), Some(passed as u64), "{task}");
+        passed_total += passed;
+    }
+    let pass1 = policy["pass_at"]["1"].as_f64().unwrap();
+    assert!((pass1 - passed_total as f64 / 8.0).abs() < 1e-9, "{policy}");
+    assert!(text.contains("pass@1") && text.contains("pass@2"), "{text}");
+}
