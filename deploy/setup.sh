@@ -5,7 +5,7 @@
 # built-in plugins (build/plugins/*.wasm), and the Python references the
 # GGUF import and trainer parity tests compare against (transformers, gguf,
 # jinja2, accelerate, peft), componentize-py (the Python plugins), jsonschema
-# (the constrained-decoding tests),
+# (the constrained-decoding tests), pyarrow (parquet task files),
 # mini-swe-agent (the harness of examples/mini-swe), and
 # the Claude Code, Codex and OpenCode CLIs from npm (examples/claude-code,
 # examples/codex, examples/opencode and the tests that drive them) into
@@ -30,6 +30,9 @@ PEFT_VERSION=0.21.2  # trainer/tests/trainer/lora_parity.rs compares LoRA agains
 # Builds the Python plugins (plugins/python) into components (plugins/build.sh).
 COMPONENTIZE_PY_VERSION=0.25.1
 JSONSCHEMA_VERSION=4.26.0  # validates constrained outputs (host/agl/tests/e2e/engine_choices.rs)
+# Writes and reads parquet task files (SWE-bench rows: host/agl/tests/e2e/eval.rs,
+# examples/mini-swe/tasks.py).
+PYARROW_VERSION=26.0.1
 # The real harness examples/mini-swe runs and host/agl/tests/e2e/mini_swe.rs drives
 # (pulls litellm; about 70 s to install on 2 cores with a warm pip cache).
 MINI_SWE_AGENT_VERSION=2.4.6
@@ -87,6 +90,15 @@ sys.exit(version('jsonschema') != '$JSONSCHEMA_VERSION')
 " 2>/dev/null; then
     echo "setup: installing jsonschema==$JSONSCHEMA_VERSION into $VENV"
     "$VENV/bin/pip" install --quiet "jsonschema==$JSONSCHEMA_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit(version('pyarrow') != '$PYARROW_VERSION')
+" 2>/dev/null; then
+    echo "setup: installing pyarrow==$PYARROW_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet "pyarrow==$PYARROW_VERSION"
 fi
 
 if ! "$VENV/bin/python" -c "

@@ -46,9 +46,13 @@ impl Dataset {
     }
 }
 
-/// Every row of the JSONL file `path`, in order: each line a JSON object
-/// (blank lines skipped).
+/// Every row of the data file `path`, in order: JSONL (each line a JSON
+/// object, blank lines skipped) or, for a `.parquet` file (a Hugging Face
+/// dataset's, e.g. SWE-bench), each row as a JSON object of its columns.
 pub fn read_rows(path: &Path) -> Result<Vec<Value>, DataError> {
+    if path.extension().is_some_and(|e| e == "parquet") {
+        return read_parquet(path);
+    }
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| DataError::Read {
         path: shown.clone(),
@@ -74,6 +78,29 @@ pub fn read_rows(path: &Path) -> Result<Vec<Value>, DataError> {
         rows.push(row);
     }
     Ok(rows)
+}
+
+fn read_parquet(path: &Path) -> Result<Vec<Value>, DataError> {
+    use parquet::file::reader::SerializedFileReader;
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| DataError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let row_err = |line: usize, e: parquet::errors::ParquetError| DataError::Row {
+        path: shown.clone(),
+        line,
+        message: e.to_string(),
+    };
+    let reader = SerializedFileReader::new(file).map_err(|e| row_err(0, e))?;
+    reader
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            row.map(|r| r.to_json_value())
+                .map_err(|e| row_err(i + 1, e))
+        })
+        .collect()
 }
 
 /// Where the run is in the train rows; saved in checkpoints.

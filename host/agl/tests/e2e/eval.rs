@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::agl_run::{Setup, finish};
 use crate::engine_server::smollm2_dir;
-use crate::support::repo;
+use crate::support::{python, repo};
 
 const AGL: &str = env!("CARGO_BIN_EXE_agl");
 
@@ -175,11 +175,29 @@ async fn eval_compares_the_base_with_a_checkpoint_by_pass_at_k() {
 }
 
 /// The arith example as a user runs it (its agl.toml, the embedded engine
-/// on SmolLM2, the harness's own rewards): 4 val tasks, 2 samples each.
+/// on SmolLM2, the harness's own rewards), its first 4 val rows given as a
+/// parquet file (pyarrow writes it, as a Hugging Face dataset's): 2 samples
+/// each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_runs_the_arith_example_on_smollm2() {
     let model = smollm2_dir();
     let dir = tempfile::tempdir().unwrap();
+    let rows: Vec<Value> = std::fs::read_to_string(repo().join("examples/arith/data.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["split"] == "val")
+        .take(4)
+        .collect();
+    let parquet = dir.path().join("val.parquet");
+    let written = Command::new(python())
+        .arg("-c")
+        .arg("import json, sys, pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.Table.from_pylist(json.loads(sys.argv[1])), sys.argv[2])")
+        .arg(Value::from(rows.clone()).to_string())
+        .arg(&parquet)
+        .status()
+        .unwrap();
+    assert!(written.success());
     let out = Command::new(AGL)
         .arg("--config")
         .arg(repo().join("examples/arith/agl.toml"))
@@ -191,16 +209,9 @@ async fn eval_runs_the_arith_example_on_smollm2() {
             dir.path().join("logs").display()
         ))
         .args(["-o", "gateway.listen=127.0.0.1:0"])
-        .args([
-            "eval",
-            "--limit",
-            "4",
-            "--k",
-            "2",
-            "--temperature",
-            "1.0",
-            "--out",
-        ])
+        .args(["eval", "--k", "2", "--temperature", "1.0", "--data"])
+        .arg(&parquet)
+        .arg("--out")
         .arg(dir.path().join("eval"))
         .current_dir(repo())
         .env_remove("AGL_CONFIG")
@@ -214,27 +225,23 @@ async fn eval_runs_the_arith_example_on_smollm2() {
     );
     assert!(out.status.success(), "agl eval failed:\n{text}");
     let report = read_json(&dir.path().join("eval/eval.json"));
+    assert_eq!(report["split"], "all");
     let policy = &report["policies"][0];
     let tasks = policy["tasks"].as_array().unwrap();
-    let val: Vec<String> = std::fs::read_to_string(repo().join("examples/arith/data.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| r["split"] == "val")
-        .take(4)
-        .map(|r| r["id"].as_str().unwrap().to_owned())
-        .collect();
     let names: Vec<&str> = tasks.iter().map(|t| t["task"].as_str().unwrap()).collect();
-    assert_eq!(names, val);
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(names, ids);
     // Every count is the harness's own reward events, read back from the
-    // evaluation's store.
+    // evaluation's store; each rollout's input is its parquet row.
     let store = Store::open(dir.path().join("eval/agl.db")).unwrap();
     let mut passed_total = 0;
-    for task in tasks {
+    for (task, row) in tasks.iter().zip(&rows) {
         assert_eq!(task["samples"].as_u64(), Some(2), "{task}");
         let mut passed = 0;
         for id in task["rollouts"].as_array().unwrap() {
             let rollout = store.export_rollout(id.as_str().unwrap()).await.unwrap();
+            let input: Value = serde_json::from_str(rollout.input.as_str()).unwrap();
+            assert_eq!(&input, row);
             let reward = rollout
                 .events
                 .iter()
