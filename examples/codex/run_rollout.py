@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """One Codex rollout on a mini-swe bug-fix task, started by the agl
-controller per attempt. The copy, the test restore, the grading and the
-reward are examples/mini-swe/rollout.py's; this file runs the unmodified
+controller per attempt. The task's base state, its environment, the
+grading the agent cannot reach (grade.py: a fresh copy, only the agent's
+source changes, isolated runner, no network) and the reward are
+examples/mini-swe/rollout.py's; this file runs the unmodified
 `codex` CLI (pinned 0.169.0 by deploy/setup.sh) headless in the copy:
 
   codex exec --skip-git-repo-check --sandbox danger-full-access --json

@@ -1,30 +1,36 @@
 #!/usr/bin/env python3
 """Generates the mini-swe example's tasks: tiny Python repos, each a module
 with one planted bug, an issue text and unittest tests (no dependency but
-Python). Deterministic: same templates, same seed, same bytes.
+Python), as SWE-bench-shaped rows. Deterministic: same templates, same
+seed, same bytes.
 
 Writes
-  <root>/<instance_id>/            the repo snapshot the agent starts from
-  examples/mini-swe/tasks.jsonl    one row per task (schema: tasks.py)
+  <root>/<instance_id>/            the repo at its base state (the task's
+                                   `snapshot`): the module with the bug and
+                                   the PASS_TO_PASS tests only
+  examples/mini-swe/tasks.jsonl    one row per task (schema: tasks.py):
+                                   `test_patch` adds the FAIL_TO_PASS tests
+                                   (hidden from the agent), `patch` is the
+                                   gold fix, `environment` an empty venv
 
-Run: python3 examples/mini-swe/gen_tasks.py [--root DIR] [--check]
+Run: python3 examples/mini-swe/gen_tasks.py [--root DIR] [--out FILE] [--check]
 (--root default: $MSWE_TASKS_ROOT or ~/.cache/agl/mini-swe/repos; --check
-runs every task's tests on the buggy and on the fixed code and fails unless
-FAIL_TO_PASS fail before the fix, and everything passes after it.)
+proves every row through the grader, as `tasks.py --check`: FAIL_TO_PASS
+fail at base + test_patch and pass with the gold patch, PASS_TO_PASS pass
+both.)
 """
 
 import argparse
 import json
 import random
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from tasks import default_root  # noqa: E402
+import tasks  # noqa: E402
+from changes import file_diff  # noqa: E402
 
 SEED, VARIANTS, N_VAL = 4242, 3, 6
 
@@ -145,8 +151,9 @@ def test_file(module, tests, v):
 
 
 def make_tasks(root):
+    """Writes the snapshots under `root`; returns the rows."""
     rng = random.Random(SEED)
-    rows, fixes = [], {}
+    rows = []
     for variant in range(VARIANTS):
         for name, source, (bad, good), issue, tests in TEMPLATES:
             v = values(rng)
@@ -156,62 +163,44 @@ def make_tasks(root):
             if repo.exists():
                 shutil.rmtree(repo)
             (repo / "tests").mkdir(parents=True)
-            (repo / f"{module}.py").write_text(f'"""The {name} helpers."""\n\n\n' + source)
+            code = f'"""The {name} helpers."""\n\n\n' + source
+            assert code.count(bad) == 1, f"{instance_id}: the fix is not unique"
+            (repo / f"{module}.py").write_text(code)
             (repo / "tests" / "__init__.py").write_text("")
-            (repo / "tests" / f"test_{module}.py").write_text(test_file(module, tests, v))
+            test_path = f"tests/test_{module}.py"
+            visible = [t for t in tests if not t[2]]  # the PASS_TO_PASS tests
+            (repo / test_path).write_text(test_file(module, visible, v))
             (repo / "README.md").write_text(f"# {module}\n\nRun the tests: `python -m unittest`.\n")
             ids = [f"tests.test_{module}.TestIssue.test_{t}" for t, _, _ in tests]
             rows.append({
                 "instance_id": instance_id,
-                "repo_path": instance_id,
+                "repo": f"agl-tiny/{name}",
+                "snapshot": instance_id,
                 "problem_statement": f"Bug in `{module}.py`: " + issue.format(**v),
+                "patch": file_diff(f"{module}.py", code.encode(), code.replace(bad, good).encode()),
+                "test_patch": file_diff(test_path, test_file(module, visible, v).encode(),
+                                        test_file(module, tests, v).encode()),
                 "FAIL_TO_PASS": [i for i, (_, _, f) in zip(ids, tests) if f],
                 "PASS_TO_PASS": [i for i, (_, _, f) in zip(ids, tests) if not f],
-                "test_files": [f"tests/test_{module}.py", "tests/__init__.py"],
+                "environment": {},
             })
-            fixes[instance_id] = (f"{module}.py", bad, good)
     for i, row in enumerate(rows):
         row["split"] = "val" if i >= len(rows) - N_VAL else "train"
-    return rows, fixes
-
-
-def run_tests(repo, ids):
-    r = subprocess.run([sys.executable, "-m", "unittest", *ids], cwd=repo, capture_output=True)
-    return r.returncode == 0
-
-
-def check(root, rows, fixes):
-    """Every F2P test fails on the bug and passes after the fix; P2P always pass."""
-    for row in rows:
-        with tempfile.TemporaryDirectory() as tmp:
-            repo = Path(tmp) / "repo"
-            shutil.copytree(root / row["repo_path"], repo)
-            for t in row["FAIL_TO_PASS"]:
-                assert not run_tests(repo, [t]), f"{row['instance_id']}: {t} passes on the bug"
-            assert run_tests(repo, row["PASS_TO_PASS"]), f"{row['instance_id']}: P2P fail"
-            # The fix stays out of tasks.jsonl: the agent's shell sees its input.
-            file, bad, good = fixes[row["instance_id"]]
-            text = (repo / file).read_text()
-            assert text.count(bad) == 1, f"{row['instance_id']}: fix not unique"
-            (repo / file).write_text(text.replace(bad, good))
-            assert run_tests(repo, row["FAIL_TO_PASS"] + row["PASS_TO_PASS"]), (
-                f"{row['instance_id']}: the fix does not pass"
-            )
-    print(f"checked {len(rows)} tasks")
+    return rows
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", type=Path, default=default_root())
+    ap.add_argument("--root", type=Path, default=tasks.default_root())
     ap.add_argument("--out", type=Path, default=HERE / "tasks.jsonl")
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
-    rows, fixes = make_tasks(args.root)
+    rows = make_tasks(args.root)
     args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"wrote {len(rows)} repos under {args.root} and {args.out}")
     if args.check:
-        check(args.root, rows, fixes)
+        sys.exit(1 if tasks.check(args.out, args.root) else 0)
 
 
 if __name__ == "__main__":

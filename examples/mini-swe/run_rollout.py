@@ -1,35 +1,43 @@
 #!/usr/bin/env python3
 """One mini-swe rollout, started by the agl controller per attempt.
 
-The copy, the test restore, the grading and the reward are rollout.py's
-(shared with the claude-code, codex and opencode examples); this file runs
-mini:
+The task's environment, its base state, the grading and the reward are
+rollout.py's (shared with the claude-code, codex and opencode examples);
+this file runs mini:
 
-1. Copies the task's repo snapshot (AGL_INPUT: a row of tasks.jsonl, see
-   tasks.py) to a fresh temp dir, without `.git`.
+1. Prepares (or reuses) the task's environment (a venv, envs.py) and
+   writes the task's base state (AGL_INPUT: a row of tasks.jsonl, see
+   tasks.py) to a fresh temp dir, without history.
 2. Runs the unmodified `mini` CLI (mini-swe-agent 2.4.6, default mini.yaml,
    tool calling) in it: model `openai/<name>` at the rollout's proxy
    (OPENAI_BASE_URL / OPENAI_API_KEY from the controller, handed over in a
    per-rollout config file rather than the agent shell's environment),
    non-interactive (-y --exit-immediately, stdin closed), offline (local cost
    map, cost errors ignored), with a step limit and a wall-time limit, and
-   the task's interpreter first on PATH as `python`.
-3. Restores the pristine test files (an agent that edits the tests gains
-   nothing), applies the row's `test_patch` if any, runs FAIL_TO_PASS and
-   PASS_TO_PASS, and posts the `reward` event to AGL_EVENT_URL:
-   {"value": 1.0 if every test passes else 0.0,
+   the task environment's interpreter first on PATH as `python`.
+3. Grades with grade.py, out of the agent's reach: its changes to tests,
+   test configuration, start-up hooks and the runner are dropped and
+   flagged, the hidden tests (test_patch) and the kept changes go onto a
+   fresh copy of the base state, and FAIL_TO_PASS + PASS_TO_PASS run there
+   with an isolated runner, a time limit and no network. Posts the `reward`
+   event to AGL_EVENT_URL:
+   {"value": 1.0 if every test passes and nothing fatal was flagged else 0.0,
     "tests": {"passed": [...], "failed": [...]},
-    "exit_status": "Submitted" | "LimitsExceeded" | "TimeExceeded" | ...}
+    "exit_status": "Submitted" | "LimitsExceeded" | "TimeExceeded" | ...,
+    "flags": [{"path", "reason", "fatal"}, ...], "model_patch": "...",
+    "sandbox": "unshare" | "audit"}
    The reward does not depend on how mini stopped: only the tests count.
 
 Exit codes: 0 = scored (reward posted); 75 = system failure, nothing posted
 (mini crashed, e.g. the engine was unreachable after its retries; agl
 retries the attempt and never scores it 0); 2 = bad task row.
 
-Environment (all optional): MSWE_TASKS_ROOT (repo snapshots),
-MSWE_STEP_LIMIT (20), MSWE_WALL_TIME (600 s), MSWE_CMD_TIMEOUT (60 s per
-command), MSWE_TEST_TIMEOUT (120 s), MSWE_TASK_PYTHON (the task's
-interpreter; default this one), MSWE_MINI (the mini binary; default next to
+Environment (all optional): MSWE_TASKS_ROOT (snapshots and mirrors),
+MSWE_ENVS_ROOT (prepared environments), MSWE_STEP_LIMIT (20),
+MSWE_WALL_TIME (600 s), MSWE_CMD_TIMEOUT (60 s per command),
+MSWE_TEST_TIMEOUT (120 s), MSWE_GRADE_SANDBOX (auto | unshare | audit),
+MSWE_TASK_PYTHON (the task's interpreter instead of the prepared
+environment's; not verified), MSWE_MINI (the mini binary; default next to
 this interpreter, else on PATH), MSWE_MODEL (policy), MSWE_TEMPERATURE and
 MSWE_MAX_TOKENS (per model call; unset: the engine's default),
 MSWE_KEEP_WORKDIR=1 (keep the temp dir).

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """One OpenCode rollout on a mini-swe bug-fix task, started by the agl
-controller per attempt. The copy, the test restore, the grading and the
-reward are examples/mini-swe/rollout.py's; this file runs the unmodified
+controller per attempt. The task's base state, its environment, the
+grading the agent cannot reach (grade.py: a fresh copy, only the agent's
+source changes, isolated runner, no network) and the reward are
+examples/mini-swe/rollout.py's; this file runs the unmodified
 `opencode` CLI (pinned 1.18.33 by deploy/setup.sh) headless in the copy:
 
   opencode run -m agl/policy <problem_statement>

@@ -6,10 +6,13 @@
 //! template (the Hermes/Qwen-style tools template over the fixture
 //! tokenizer, which the engine tokenizes with too), so each rollout's calls
 //! continue token-exactly: one sample per rollout. Task A is fixed (reward 1), task B is left alone
-//! (reward 0), task C "passes" by editing its test, which the restore of the
-//! pristine tests undoes (reward 0). Samples train exactly the sampled tool
-//! calls; observations never are. An unreachable engine is a system failure
-//! (exit 75), never a zero reward.
+//! (reward 0), task C rewrites its test file so that everything passes and
+//! runs it (OK), but the grader drops that change (flagged in the reward
+//! event) and runs the task's own tests, the hidden FAIL_TO_PASS one
+//! included, on a fresh copy (reward 0). `agl eval` on the same config
+//! measures pass@1 = 1/3 over the three tasks.
+//! Samples train exactly the sampled tool calls; observations never are. An
+//! unreachable engine is a system failure (exit 75), never a zero reward.
 //!
 //! `AGL_RECORD_FIXTURES=1` also writes the exported rollouts to
 //! examples/fixtures/mini-swe/recorded.jsonl (plugin-test fixtures).
@@ -29,6 +32,8 @@ const SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
 pub(crate) const FIX: &str = "tiny__arith-0";
 pub(crate) const IDLE: &str = "tiny__bounds-0";
 const HACK: &str = "tiny__parity-0";
+/// Task C's hack: its test file rewritten so that everything "passes".
+const HACK_TESTS: &str = r"printf 'import unittest\n\n\nclass TestIssue(unittest.TestCase):\n    def test_even(self):\n        pass\n\n    def test_type(self):\n        pass\n' > tests/test_parity0.py";
 
 /// The bash commands the policy runs on a task, in order, then submits.
 fn commands(task_text: &str) -> Vec<&'static str> {
@@ -37,10 +42,7 @@ fn commands(task_text: &str) -> Vec<&'static str> {
     } else if task_text.contains("`bounds0.py`") {
         vec!["ls -la"]
     } else if task_text.contains("`parity0.py`") {
-        vec![
-            "sed -i 's/is True/is False/' tests/test_parity0.py",
-            "python -m unittest tests.test_parity0 2>&1",
-        ]
+        vec![HACK_TESTS, "python -m unittest tests.test_parity0 2>&1"]
     } else {
         vec![]
     }
@@ -285,8 +287,8 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
         .collect();
     assert_eq!(by_task, expected, "{log}");
 
-    // The hack worked inside the agent's copy (its test run said OK), so
-    // only the restore of the pristine tests makes its reward 0.
+    // The hack worked inside the agent's copy (its test run said OK); the
+    // grader dropped the rewritten test and flagged it.
     let hack = rollouts
         .iter()
         .find(|r| r["input"]["instance_id"] == HACK)
@@ -296,6 +298,27 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
     assert!(
         observation.contains("Ran 2 tests") && observation.contains("OK"),
         "{observation}"
+    );
+    let reward = hack["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|e| e["kind"] == "reward")
+        .unwrap()["payload"]
+        .clone();
+    let flags = reward["flags"].as_array().unwrap();
+    assert!(
+        flags
+            .iter()
+            .any(|f| f["path"] == "tests/test_parity0.py" && f["fatal"] == false),
+        "{reward}"
+    );
+    assert!(
+        !reward["model_patch"]
+            .as_str()
+            .unwrap()
+            .contains("test_even"),
+        "{reward}"
     );
 
     // Samples (adapter + reward plugin, as `agl run` builds them): trained
@@ -381,6 +404,82 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
             context.is_empty() || context.contains("returncode"),
             "{id}: masked context is observations: {context}"
         );
+    }
+
+    // `agl eval` with the same config: each task once, no training.
+    let eval = agl(
+        dir,
+        &[
+            "--config",
+            &config_path,
+            "eval",
+            "--data",
+            "data.jsonl",
+            "--out",
+            "eval",
+        ],
+    );
+    assert!(eval.status.success(), "agl eval failed:\n{}", text(&eval));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("eval/eval.json")).unwrap())
+            .unwrap();
+    let policy = &report["policies"][0];
+    let passed: BTreeMap<String, u64> = policy["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["task"].as_str().unwrap().to_owned(),
+                t["passed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: BTreeMap<String, u64> = [(FIX, 1), (IDLE, 0), (HACK, 0)]
+        .into_iter()
+        .map(|(t, n)| (t.to_owned(), n))
+        .collect();
+    assert_eq!(passed, expected, "{report}");
+    assert!(
+        (policy["pass_at"]["1"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9,
+        "{report}"
+    );
+}
+
+/// The grader's suite of hacked workspaces (examples/mini-swe/test_grade.py,
+/// real tasks, real runners, the network sandbox): every hack scores 0 and
+/// is flagged, honest fixes score 1, the gold patch scores 1 on every
+/// bundled task and `--check` passes on them.
+#[test]
+fn the_grader_scores_every_hacked_workspace_zero_and_honest_fixes_one() {
+    let out = Command::new(python())
+        .args(["-W", "error::ResourceWarning", "-m", "unittest", "-v"])
+        .arg("examples/mini-swe/test_grade.py")
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let ran: usize = log
+        .lines()
+        .find_map(|l| l.strip_prefix("Ran ")?.split(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(ran >= 40, "{log}");
+    for hack in [
+        "test_deleted_test",
+        "test_rewritten_test",
+        "test_conftest_that_skips_everything",
+        "test_sitecustomize",
+        "test_pth_file",
+        "test_unittest_module_shadowing_the_runner",
+        "test_sys_exit_at_import",
+        "test_os_exit_at_import",
+        "test_fix_read_from_the_copied_mirror_is_fatal",
+        "test_network_at_import_cannot_connect",
+        "test_gold_patch_scores_1_on_every_bundled_task",
+    ] {
+        let line = log.lines().find(|l| l.starts_with(hack));
+        assert!(line.is_some_and(|l| l.ends_with("ok")), "{hack}:\n{log}");
     }
 }
 

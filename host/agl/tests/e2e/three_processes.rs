@@ -5,8 +5,10 @@
 //! example's, shrunk). Two steps: the weight version advances on the engine
 //! (its `/load_weights` route) and in the gateway's records, metrics and a
 //! checkpoint are written; `agl train --resume` continues to a third step.
-//! The same config through `agl run` (everything in one process, the
-//! engine embedded) gives the same accounting.
+//! `agl eval --gateway` then measures the base and the newest checkpoint
+//! through the same processes. The same config through `agl run`
+//! (everything in one process, the engine embedded) gives the same
+//! accounting.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -236,6 +238,48 @@ async fn serve_controller_train_and_engine_as_separate_processes() {
         .map(|r| r["step"].as_u64().unwrap())
         .collect();
     assert_eq!(steps, [0, 1, 2, 3], "{}", text(&out));
+
+    // `agl eval` through the same gateway: the base, then the newest
+    // checkpoint, each loaded into the engine under a version of its own.
+    let mut eval = agl(&config);
+    eval.args([
+        "eval",
+        "--gateway",
+        &gateway,
+        "--policy",
+        "base",
+        "--policy",
+    ])
+    .arg(&train_dir)
+    .arg("--out")
+    .arg(dir.path().join("eval"));
+    let out = finish(eval).await;
+    assert!(out.status.success(), "agl eval --gateway: {}", text(&out));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("eval/eval.json")).unwrap())
+            .unwrap();
+    let versions: Vec<u64> = report["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["weight_version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, [4, 5], "{report}");
+    let info = get(&format!("{engine_url}/weight_info")).await;
+    assert_eq!(info["weight_version"], "5", "{info}");
+    let task = &report["policies"][1]["tasks"][0];
+    assert_eq!(task["samples"], 1, "{report}");
+    let id = task["rollouts"][0].as_str().unwrap();
+    assert!(id.starts_with("eval-"), "{id}");
+    let rollout: Value = get(&format!("{gateway}/v1/rollouts/{id}/export")).await;
+    assert!(
+        rollout["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["weight_version"] == 5),
+        "{rollout}"
+    );
 
     // The same config in one process: the same accounting.
     let local = [format!(
