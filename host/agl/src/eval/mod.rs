@@ -228,6 +228,19 @@ async fn reward_plugin(config: &Config, opts: &EvalOptions) -> anyhow::Result<Op
     ))
 }
 
+/// What both entry points set up first: the checks, the tasks, the
+/// evaluation's folder and the reward plugin.
+async fn prepare(
+    config: &Config,
+    opts: &EvalOptions,
+) -> anyhow::Result<(Tasks, PathBuf, Option<Plugin>)> {
+    check(config, opts)?;
+    let tasks = tasks(config, opts)?;
+    let dir = folder(config, opts)?;
+    let reward = reward_plugin(config, opts).await?;
+    Ok((tasks, dir, reward))
+}
+
 /// `agl eval` in one process: its own store, gateway, controller and (as
 /// `[engine]` says) embedded engine.
 pub async fn eval(
@@ -235,13 +248,10 @@ pub async fn eval(
     opts: EvalOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(PathBuf, EvalReport)> {
-    check(&config, &opts)?;
     if let Some(t) = opts.temperature {
         config.gateway.val_temperature = t;
     }
-    let tasks = tasks(&config, &opts)?;
-    let dir = folder(&config, &opts)?;
-    let reward = reward_plugin(&config, &opts).await?;
+    let (tasks, dir, reward) = prepare(&config, &opts).await?;
     let store = assembly::store(&config, &dir.join("agl.db"))?;
     let bound = assembly::gateway(
         &config,
@@ -286,15 +296,12 @@ pub async fn eval_remote(
     gateway: GatewayClient,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(PathBuf, EvalReport)> {
-    check(&config, &opts)?;
     if opts.temperature.is_some() {
         tracing::warn!(
             "--temperature: a remote gateway samples at its own gateway.val_temperature"
         );
     }
-    let tasks = tasks(&config, &opts)?;
-    let dir = folder(&config, &opts)?;
-    let reward = reward_plugin(&config, &opts).await?;
+    let (tasks, dir, reward) = prepare(&config, &opts).await?;
     let link = Arc::new(Link::Remote(gateway));
     let policy = start_policy(&config, &dir, None, &link).await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);

@@ -62,6 +62,23 @@ fn versioned_calc(
     }
 }
 
+/// Runs `agl eval` (without the caller's AGL_CONFIG / AGL_ADMIN_KEY) and
+/// returns its output, which must be a success.
+fn succeeds(eval: &mut Command) -> String {
+    let out = eval
+        .env_remove("AGL_CONFIG")
+        .env_remove("AGL_ADMIN_KEY")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "agl eval failed:\n{text}");
+    text
+}
+
 fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -82,8 +99,8 @@ async fn eval_compares_the_base_with_a_checkpoint_by_pass_at_k() {
     assert!(checkpoint.join("meta.json").is_file());
 
     let json = setup.out("report.json");
-    let out = Command::new(AGL)
-        .arg("--config")
+    let mut eval = Command::new(AGL);
+    eval.arg("--config")
         .arg(&config)
         .args([
             "eval",
@@ -100,17 +117,8 @@ async fn eval_compares_the_base_with_a_checkpoint_by_pass_at_k() {
         .arg(setup.out("eval"))
         .arg("--json")
         .arg(&json)
-        .current_dir(setup.out(""))
-        .env_remove("AGL_CONFIG")
-        .env_remove("AGL_ADMIN_KEY")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "agl eval failed:\n{text}");
+        .current_dir(setup.out(""));
+    let text = succeeds(&mut eval);
     let report = read_json(&json);
     assert_eq!(report, read_json(&setup.out("eval/eval.json")));
     assert_eq!(
@@ -198,8 +206,8 @@ async fn eval_runs_the_arith_example_on_smollm2() {
         .status()
         .unwrap();
     assert!(written.success());
-    let out = Command::new(AGL)
-        .arg("--config")
+    let mut eval = Command::new(AGL);
+    eval.arg("--config")
         .arg(repo().join("examples/arith/agl.toml"))
         .arg("-o")
         .arg(format!("model.path={}", model.display()))
@@ -213,17 +221,8 @@ async fn eval_runs_the_arith_example_on_smollm2() {
         .arg(&parquet)
         .arg("--out")
         .arg(dir.path().join("eval"))
-        .current_dir(repo())
-        .env_remove("AGL_CONFIG")
-        .env_remove("AGL_ADMIN_KEY")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "agl eval failed:\n{text}");
+        .current_dir(repo());
+    let text = succeeds(&mut eval);
     let report = read_json(&dir.path().join("eval/eval.json"));
     assert_eq!(report["split"], "all");
     let policy = &report["policies"][0];
