@@ -74,6 +74,30 @@ impl K8sRunner {
     }
 }
 
+/// The Job request of one launch: its key, input and environment, with the
+/// controller's timeout as the Job's deadline.
+fn job_spec(spec: LaunchSpec, timeout_secs: u64) -> kube::JobSpec {
+    kube::JobSpec {
+        rollout_id: spec.key.rollout_id,
+        attempt: spec.key.attempt,
+        input: spec.input,
+        env: spec.env.into_iter().collect(),
+        timeout_secs,
+    }
+}
+
+/// The Job the controller would create for `rollout` (`agl controller
+/// --runner k8s --dry-run`): the launch's own environment, template and
+/// config, rendered without a cluster.
+pub fn dry_run_job(
+    rollout: &agl_wire::api::RolloutView,
+    config: &crate::ControllerConfig,
+) -> Result<k8s_openapi::api::batch::v1::Job, kube::KubeError> {
+    let template = kube::JobTemplate::of_config(&config.kube)?;
+    let launch = crate::reconcile::launch_spec(rollout, &config.env_map);
+    template.render(&job_spec(launch, config.timeout_secs), &config.kube)
+}
+
 /// The outcome of a terminal Job state; `None` while it is still going.
 fn finished(state: &ExecState) -> Option<AttemptOutcome> {
     let verdict = match state {
@@ -107,19 +131,14 @@ impl Runner for K8sRunner {
     ) -> Result<Value, String> {
         // Registered first: a fast Job's completion must find its waiter.
         self.wait_for(&spec.key, updates);
-        let launch = kube::JobSpec {
-            rollout_id: spec.key.rollout_id.clone(),
-            attempt: spec.key.attempt,
-            input: spec.input,
-            env: spec.env.into_iter().collect(),
-            timeout_secs: self.timeout_secs,
-        };
+        let key = spec.key.clone();
+        let launch = job_spec(spec, self.timeout_secs);
         match self.kube.launch(&launch).await {
             Ok(()) => Ok(json!({
-                "job": kube::job_name(&spec.key.rollout_id, spec.key.attempt),
+                "job": kube::job_name(&key.rollout_id, key.attempt),
             })),
             Err(e) => {
-                self.forget(&spec.key);
+                self.forget(&key);
                 Err(e.to_string())
             }
         }

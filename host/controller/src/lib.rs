@@ -33,7 +33,7 @@ use tokio::task::JoinSet;
 pub use agl_client::{ClientError, GatewayClient};
 pub use config::{CommandSpec, ControllerConfig, RunnerKind};
 pub use env::{SYSTEM_FAILURE_EXIT_CODE, agent_env};
-pub use k8s::K8sRunner;
+pub use k8s::{K8sRunner, dry_run_job};
 pub use local::{LocalRunner, NoCommand, TAIL_BYTES};
 pub use recover::EXECUTION;
 pub use runner::{AttemptOutcome, Ending, ExecKey, LaunchSpec, Recovered, Runner, Verdict};

@@ -2,7 +2,7 @@
 //! stops executions whose rollout moved on (cancelled), and records how
 //! executions end. The store is the truth; every step can be repeated.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,16 +108,7 @@ impl<R: Runner> Reconciler<R> {
                 return Err(e);
             }
         }
-        // A stored input always parses; `null` keeps a bad one from
-        // stopping the loop.
-        let input = r.input.parse().unwrap_or(Value::Null);
-        let spec = LaunchSpec {
-            key: key.clone(),
-            mode: r.mode,
-            group_id: r.group_id.clone(),
-            env: agent_env(&r, &input, &self.config.env_map),
-            input,
-        };
+        let spec = launch_spec(&r, &self.config.env_map);
         match self.runner.launch(spec, self.updates.clone()).await {
             Ok(recorded) => {
                 self.live.insert(key.clone());
@@ -155,4 +146,22 @@ impl<R: Runner> Reconciler<R> {
 
 pub fn cancel_check_every(poll: Duration) -> Duration {
     poll.max(CANCEL_CHECK)
+}
+
+/// What the runner is asked to start for rollout `r`'s current attempt:
+/// its input and the agent's environment.
+pub(crate) fn launch_spec(r: &RolloutView, env_map: &BTreeMap<String, String>) -> LaunchSpec {
+    // A stored input always parses; `null` keeps a bad one from stopping
+    // the loop.
+    let input = r.input.parse().unwrap_or(Value::Null);
+    LaunchSpec {
+        key: ExecKey {
+            rollout_id: r.id.clone(),
+            attempt: r.attempt,
+        },
+        mode: r.mode,
+        group_id: r.group_id.clone(),
+        env: agent_env(r, &input, env_map),
+        input,
+    }
 }

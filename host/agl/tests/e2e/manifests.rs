@@ -139,3 +139,120 @@ fn the_validator_rejects_a_misspelt_field() {
     assert!(!ok, "{text}");
     assert!(text.contains("completionz"), "{text}");
 }
+
+/// `agl controller --runner k8s --dry-run`: the Job for a sample rollout
+/// (the mini-swe template, a row of its tasks) and for a rollout a live
+/// `agl serve` holds (the generic template), both printed by the real
+/// binary and both valid against the pinned schema; the second carries the
+/// rollout's own token and URLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dry_run_job_validates_and_carries_the_rollout() {
+    use crate::support::{ADMIN, AGL, spawn_serve};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agl.toml");
+    let template = |name: &str| repo_root().join("deploy/k8s").join(name);
+    let write_config = |template: &Path| {
+        std::fs::write(
+            &config,
+            format!(
+                "[gateway]\npublic_base_url = \"http://agl-gateway:8400\"\n[controller]\n\
+                 runner = \"k8s\"\ntimeout_secs = 321\nenv_map = {{ MSWE_STEP_LIMIT = \
+                 \"input.step_limit\" }}\n[controller.kube]\njob_template = {:?}\nimage = \
+                 \"agl-agent:2\"\n",
+                template.display().to_string()
+            ),
+        )
+        .unwrap();
+    };
+    let dry_run = |args: &[&str]| {
+        let out = Command::new(AGL)
+            .arg("--config")
+            .arg(&config)
+            .args(["controller", "--dry-run"])
+            .args(args)
+            .env_remove("AGL_CONFIG")
+            .env("AGL_ADMIN_KEY", ADMIN)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let job: serde_json::Value = serde_json::from_str(&text).unwrap();
+        job
+    };
+    let env_of = |job: &serde_json::Value| -> BTreeMap<String, String> {
+        job["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_owned(),
+                    e["value"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+
+    // A sample rollout of a mini-swe task row.
+    write_config(&template("mini-swe-job.yaml"));
+    let row = std::fs::read_to_string(repo_root().join("examples/mini-swe/tasks.jsonl")).unwrap();
+    let row = row.lines().next().unwrap();
+    let sample = dry_run(&["--input", row]);
+    let env = env_of(&sample);
+    assert_eq!(
+        env["AGL_INPUT"],
+        serde_json::from_str::<serde_json::Value>(row)
+            .unwrap()
+            .to_string()
+    );
+    assert_eq!(
+        env["OPENAI_BASE_URL"],
+        "http://agl-gateway:8400/proxy/dry-run/1/train/openai/v1"
+    );
+    assert_eq!(sample["spec"]["activeDeadlineSeconds"], 321);
+    assert_eq!(
+        sample["spec"]["template"]["spec"]["containers"][0]["image"],
+        "agl-agent:2"
+    );
+
+    // A rollout in a live gateway's store.
+    write_config(&template("job-template.yaml"));
+    let served = spawn_serve(&dir.path().join("agl.db"));
+    let created: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/rollouts", served.base))
+        .bearer_auth(ADMIN)
+        .json(&json!({"rollouts": [{"rollout_id": "dry-1", "mode": "val",
+                      "input": {"task": "What is 6 * 7?", "step_limit": 9}}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rollout = &created["rollouts"][0];
+    let live = dry_run(&["--gateway", &served.base, "--rollout", "dry-1"]);
+    let env = env_of(&live);
+    assert_eq!(env["OPENAI_API_KEY"], rollout["token"].as_str().unwrap());
+    assert_eq!(
+        env["OPENAI_BASE_URL"],
+        rollout["proxy_base_url"].as_str().unwrap()
+    );
+    assert_eq!(env["MSWE_STEP_LIMIT"], "9");
+
+    let files: Vec<PathBuf> = [("sample", &sample), ("live", &live)]
+        .iter()
+        .map(|(name, job)| {
+            let path = dir.path().join(format!("{name}.json"));
+            std::fs::write(&path, serde_json::to_string(job).unwrap()).unwrap();
+            path
+        })
+        .collect();
+    let (ok, text) = validate(&files);
+    assert!(ok, "{text}");
+    assert_eq!(text.matches(" passed for resource ").count(), 2, "{text}");
+}

@@ -122,14 +122,8 @@ struct Inner {
 impl KubeRunner {
     /// Reads and compiles the Job template named by `config.job_template`.
     pub async fn new(client: ::kube::Client, config: KubeConfig) -> Result<Self, KubeError> {
-        let path = config
-            .job_template
-            .clone()
-            .ok_or_else(|| KubeError::Config("controller.kube.job_template is not set".into()))?;
-        let source = tokio::fs::read_to_string(&path)
-            .await
-            .map_err(|source| KubeError::ReadTemplate { path, source })?;
-        Self::with_template(client, config, JobTemplate::new(&source)?)
+        let template = JobTemplate::of_config(&config)?;
+        Self::with_template(client, config, template)
     }
 
     /// A runner with an already compiled template.

@@ -44,6 +44,17 @@ impl JobTemplate {
         Ok(JobTemplate { env })
     }
 
+    /// Reads and compiles the template `config.job_template` names.
+    pub fn of_config(config: &KubeConfig) -> Result<Self, KubeError> {
+        let path = config
+            .job_template
+            .clone()
+            .ok_or_else(|| KubeError::Config("controller.kube.job_template is not set".into()))?;
+        let source = std::fs::read_to_string(&path)
+            .map_err(|source| KubeError::ReadTemplate { path, source })?;
+        Self::new(&source)
+    }
+
     /// Renders the manifest for one attempt and forces the runner's fields.
     pub fn render(&self, spec: &JobSpec, config: &KubeConfig) -> Result<Job, KubeError> {
         let name = job_name(&spec.rollout_id, spec.attempt);
