@@ -336,6 +336,46 @@ async fn example_trains_two_steps(h: &'static Harness) {
             );
         }
     }
+
+    // `agl eval` with the same config: the base and the run's checkpoint
+    // on both tasks. The scripted policy fixes the one task whatever the
+    // weights, so each scores 1 of 2 under either.
+    let mut args = args;
+    args.pop();
+    args.extend(
+        [
+            "eval",
+            "--data",
+            "data.jsonl",
+            "--policy",
+            "base",
+            "--policy",
+            "out",
+            "--out",
+            "eval",
+        ]
+        .map(String::from),
+    );
+    let eval = agl(dir, &args);
+    assert!(eval.status.success(), "agl eval failed:\n{}", text(&eval));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("eval/eval.json")).unwrap())
+            .unwrap();
+    let policies = report["policies"].as_array().unwrap();
+    assert_eq!(policies.len(), 2, "{report}");
+    for p in policies {
+        let passed: Vec<(&str, u64)> = p["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["task"].as_str().unwrap(), t["passed"].as_u64().unwrap()))
+            .collect();
+        assert!(
+            passed.contains(&(FIX, 1)) && passed.contains(&(IDLE, 0)),
+            "{report}"
+        );
+        assert_eq!(p["pass_at"]["1"], 0.5, "{report}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
