@@ -8,18 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tokio::sync::watch;
 
-/// One model call the proxy is serving.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct InFlightCall {
-    /// Process-local id of the registration.
-    pub id: u64,
-    pub rollout_id: String,
-    pub attempt: u32,
-    pub started_ms: u64,
-}
+/// One model call the proxy is serving (the wire shape `/v1/proxy/state`
+/// and a drain report).
+pub use agl_wire::api::InFlightCall;
 
 #[derive(Debug)]
 pub struct ProxyControl {

@@ -4,14 +4,28 @@
 
 use axum::extract::State;
 use axum::response::Json;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath};
-use agl_wire::api::{Engine, EngineList, RegisterEngine, Render};
+use agl_wire::api::{Engine, EngineList, EnginePath, EngineRemoved, RegisterEngine, Render};
+use agl_wire::error::ErrorBody;
 use agl_wire::urls;
 
+/// Register an engine (again: its new registration replaces the old).
+///
+/// `render = "gateway"` needs a policy to render with: the `policy`
+/// folder, loaded to check it, or the gateway's own.
+#[utoipa::path(
+    post,
+    path = "/v1/engines",
+    operation_id = "register_engine",
+    tag = "engines",
+    security(("admin_key" = [])),
+    request_body = RegisterEngine,
+    responses((status = 200, description = "The engine as stored.", body = Engine)),
+)]
 pub async fn register(
     State(st): State<AppState>,
     ApiJson(mut body): ApiJson<RegisterEngine>,
@@ -91,16 +105,38 @@ async fn reported_context(st: &AppState, base_url: &str) -> Option<u64> {
         .filter(|n| *n > 0 && i64::try_from(*n).is_ok())
 }
 
+/// The registered engines.
+#[utoipa::path(
+    get,
+    path = "/v1/engines",
+    operation_id = "list_engines",
+    tag = "engines",
+    security(("admin_key" = [])),
+    responses((status = 200, description = "Every engine.", body = EngineList)),
+)]
 pub async fn list(State(st): State<AppState>) -> Result<Json<EngineList>, ApiError> {
     Ok(Json(EngineList {
         engines: st.store.list_engines().await?,
     }))
 }
 
+/// Remove an engine.
+#[utoipa::path(
+    delete,
+    path = "/v1/engines/{name}",
+    operation_id = "remove_engine",
+    tag = "engines",
+    security(("admin_key" = [])),
+    params(EnginePath),
+    responses(
+        (status = 200, description = "It is gone.", body = EngineRemoved),
+        (status = 404, description = "No such engine.", body = ErrorBody),
+    ),
+)]
 pub async fn remove(
     State(st): State<AppState>,
-    ApiPath(name): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
+    ApiPath(EnginePath { name }): ApiPath<EnginePath>,
+) -> Result<Json<EngineRemoved>, ApiError> {
     st.store.remove_engine(&name).await?;
-    Ok(Json(json!({ "deleted": name })))
+    Ok(Json(EngineRemoved { deleted: name }))
 }

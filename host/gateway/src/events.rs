@@ -9,16 +9,35 @@ use super::AppState;
 use super::auth::Principal;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use agl_wire::api::{AppendEvent, EventAppended, EventList, ListEvents};
+use agl_wire::api::{AppendEvent, EventAppended, EventList, ListEvents, RolloutPath};
+use agl_wire::error::ErrorBody;
 use agl_wire::record::{MODEL_REQUEST, ModelRequest};
 
 const DEFAULT_PAGE: u32 = 100;
 const MAX_KIND_LEN: usize = 128;
 
+/// Record an event of the rollout (e.g. the harness's `reward`).
+///
+/// The rollout's own agent writes into its current attempt only.
+#[utoipa::path(
+    post,
+    path = "/v1/rollouts/{id}/events",
+    operation_id = "append_event",
+    tag = "events",
+    security(("admin_key" = []), ("rollout_token" = [])),
+    params(RolloutPath),
+    request_body = AppendEvent,
+    responses(
+        (status = 200, description = "The event's place.", body = EventAppended),
+        (status = 404, description = "No such rollout.", body = ErrorBody),
+        (status = 409, description = "That attempt has ended or is not the current one.",
+         body = ErrorBody),
+    ),
+)]
 pub async fn append(
     State(st): State<AppState>,
     Extension(who): Extension<Principal>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
     ApiJson(body): ApiJson<AppendEvent>,
 ) -> Result<Json<EventAppended>, ApiError> {
     if body.kind.is_empty() || body.kind.len() > MAX_KIND_LEN {
@@ -69,10 +88,23 @@ pub async fn append(
     }))
 }
 
+/// The rollout's events, oldest first, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/v1/rollouts/{id}/events",
+    operation_id = "list_events",
+    tag = "events",
+    security(("admin_key" = []), ("rollout_token" = [])),
+    params(RolloutPath, ListEvents),
+    responses(
+        (status = 200, description = "A page of events.", body = EventList),
+        (status = 404, description = "No such rollout.", body = ErrorBody),
+    ),
+)]
 pub async fn list(
     State(st): State<AppState>,
     Extension(who): Extension<Principal>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
     ApiQuery(q): ApiQuery<ListEvents>,
 ) -> Result<Json<EventList>, ApiError> {
     if let Principal::Rollout(own) = &who {

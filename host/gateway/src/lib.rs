@@ -1,7 +1,9 @@
 //! The gateway: agl's HTTP service. This module holds the management API
 //! under `/v1` (rollouts, events, engines, proxy pause/drain), `/healthz`
 //! and `/metrics`; the OpenAI-compatible proxy under `/proxy/...` plugs into
-//! the same [`AppState`] and shares [`ProxyControl`] with it.
+//! the same [`AppState`] and shares [`ProxyControl`] with it. Every route
+//! is listed once (`routes.rs`) with its OpenAPI description, served at
+//! `/openapi.json` (`openapi/`).
 //!
 //! Every error, including axum's own rejections, unknown routes and wrong
 //! methods, answers as `{"error": {"message", "type"}}` (see `error.rs`).
@@ -15,24 +17,24 @@ mod events;
 mod extract;
 mod local;
 mod metrics;
+mod openapi;
 mod plugins;
 mod policies;
 mod proxy;
 mod proxy_admin;
 mod rollouts;
+mod routes;
 mod server;
+mod service;
 mod viewer;
 mod weights;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::DefaultBodyLimit;
 use axum::middleware::from_fn_with_state;
-use axum::response::Json;
-use axum::routing::{delete, get, post};
-use serde_json::{Value, json};
+use axum::{Extension, Router};
 use tokio::net::TcpListener;
 
 pub use auth::{Auth, Principal, RolloutAttempt};
@@ -184,43 +186,9 @@ impl Gateway {
 
     pub fn router(&self) -> Router {
         let st = self.state.clone();
-        let admin = Router::new()
-            .route("/v1/rollouts", post(rollouts::create).get(rollouts::list))
-            .route(
-                "/v1/rollouts/{id}",
-                get(rollouts::get).patch(rollouts::patch),
-            )
-            .route("/v1/rollouts/{id}/cancel", post(rollouts::cancel))
-            .route("/v1/rollouts/{id}/retry", post(rollouts::retry))
-            .route("/v1/rollouts/{id}/export", get(rollouts::export))
-            .route("/v1/weights", get(weights::latest).post(weights::record))
-            .route("/v1/changes", get(rollouts::changes))
-            .route("/v1/engines", post(engines::register).get(engines::list))
-            .route("/v1/engines/{name}", delete(engines::remove))
-            .route("/v1/proxy/pause", post(proxy_admin::pause))
-            .route("/v1/proxy/resume", post(proxy_admin::resume))
-            .route("/v1/proxy/drain", post(proxy_admin::drain))
-            .route("/v1/proxy/state", get(proxy_admin::state))
-            .route("/v1/plugins", get(plugins::list))
-            .route("/v1/plugins/{role}", post(plugins::swap))
-            .route("/v1/steps", get(viewer::steps))
-            .route("/v1/rollouts/{id}/samples", get(viewer::samples))
-            .route_layer(from_fn_with_state(st.clone(), auth::require_admin));
-        let agent = Router::new()
-            .route(
-                "/v1/rollouts/{id}/events",
-                post(events::append).get(events::list),
-            )
-            .route_layer(from_fn_with_state(st.clone(), auth::require_rollout_access));
-        let mut router = Router::new()
-            .route("/healthz", get(healthz))
-            .route("/metrics", get(metrics_text))
-            .route("/ui", get(viewer::page))
-            .route("/ui/app.js", get(viewer::script))
-            .route("/ui/style.css", get(viewer::style))
-            .merge(admin)
-            .merge(agent)
-            .merge(proxy::routes())
+        let (router, api) = self.routes();
+        let mut router = router
+            .layer(Extension(openapi::Document::new(&api)))
             .fallback(error::unknown_route)
             .method_not_allowed_fallback(error::wrong_method);
         if !st.auth.enabled() {
@@ -230,6 +198,19 @@ impl Gateway {
             .layer(from_fn_with_state(st.clone(), metrics::track))
             .layer(DefaultBodyLimit::max(st.config.body_limit_bytes))
             .with_state(st)
+    }
+
+    /// The OpenAPI 3.1 description of every route [`Gateway::router`]
+    /// serves: what `GET /openapi.json` answers.
+    pub fn openapi(&self) -> utoipa::openapi::OpenApi {
+        self.routes().1
+    }
+
+    /// The routes and their description, finished.
+    fn routes(&self) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+        let (router, mut api) = routes::all(&self.state).split_for_parts();
+        openapi::finish(&mut api);
+        (router, api)
     }
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
@@ -245,16 +226,4 @@ impl Gateway {
         let metrics = self.state.metrics.clone();
         server::serve(listener, self.router(), limits, metrics, shutdown).await
     }
-}
-
-async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
-}
-
-async fn metrics_text(State(st): State<AppState>) -> String {
-    let mut text = st.metrics.render(&st.control);
-    if let Some(extra) = &st.extra_metrics {
-        extra.render(&mut text);
-    }
-    text
 }

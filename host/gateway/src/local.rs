@@ -16,8 +16,8 @@ use axum::http::{HeaderMap, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::AppState;
 use super::error::ApiError;
+use super::{AppState, proxy};
 
 /// The hosts a local gateway answers to, besides loopback.
 #[derive(Debug, Clone, Default)]
@@ -112,14 +112,13 @@ pub fn check(hosts: &LocalHosts, uri: &Uri, headers: &HeaderMap) -> Result<(), A
     Ok(())
 }
 
-/// Middleware form of [`check`], installed only while auth is off.
-pub async fn guard(
-    State(st): State<AppState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    check(&st.local_hosts, req.uri(), req.headers())?;
-    Ok(next.run(req).await)
+/// Middleware form of [`check`], installed only while auth is off; a
+/// refusal is in the error shape of the API the path belongs to.
+pub async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    match check(&st.local_hosts, req.uri(), req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => proxy::error_for_path(req.uri().path(), e),
+    }
 }
 
 #[cfg(test)]

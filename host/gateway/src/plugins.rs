@@ -13,12 +13,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::Json;
-use serde::Deserialize;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{ApiPath, ApiQuery};
-use agl_wire::api::{LoadedPlugin, PluginList, PluginRole, SwapPlugin};
+use agl_wire::api::{
+    LoadedPlugin, PluginList, PluginPath, PluginRole, SwapPlugin, SwapPluginQuery,
+};
+use agl_wire::error::ErrorBody;
 
 /// Where a new plugin comes from.
 #[derive(Debug, Clone)]
@@ -54,25 +56,53 @@ fn admin(st: &AppState) -> Result<&SharedPluginAdmin, ApiError> {
     })
 }
 
+/// The plugins the hosting run trains with.
+#[utoipa::path(
+    get,
+    path = "/v1/plugins",
+    operation_id = "list_plugins",
+    tag = "plugins",
+    security(("admin_key" = [])),
+    responses(
+        (status = 200, description = "The plugin of each role.", body = PluginList),
+        (status = 404, description = "No run hosts plugins here (`agl serve`).",
+         body = ErrorBody),
+    ),
+)]
 pub async fn list(State(st): State<AppState>) -> Result<Json<PluginList>, ApiError> {
     Ok(Json(PluginList {
         plugins: admin(&st)?.current(),
     }))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SwapQuery {
-    #[serde(default)]
-    name: Option<String>,
-}
-
+/// Swap the plugin of a role while the run goes.
+///
 /// `application/wasm` (or `application/octet-stream`) bodies are the
-/// component; anything else is a JSON [`SwapPlugin`].
+/// component; anything else is a JSON [`SwapPlugin`]. The new plugin is
+/// loaded and validated first: on any failure the old one keeps serving.
+#[utoipa::path(
+    post,
+    path = "/v1/plugins/{role}",
+    operation_id = "swap_plugin",
+    tag = "plugins",
+    security(("admin_key" = [])),
+    params(PluginPath, SwapPluginQuery),
+    request_body(content(
+        (SwapPlugin = "application/json"),
+        (Vec<u8> = "application/wasm"),
+    )),
+    responses(
+        (status = 200, description = "The plugin now serving the role.", body = LoadedPlugin),
+        (status = 404, description = "No such role, or no run hosts plugins here.",
+         body = ErrorBody),
+        (status = 400, description = "A body that is neither, or a plugin that does not load \
+            or validate (the old one keeps serving).", body = ErrorBody),
+    ),
+)]
 pub async fn swap(
     State(st): State<AppState>,
-    ApiPath(role): ApiPath<String>,
-    ApiQuery(q): ApiQuery<SwapQuery>,
+    ApiPath(PluginPath { role }): ApiPath<PluginPath>,
+    ApiQuery(q): ApiQuery<SwapPluginQuery>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<LoadedPlugin>, ApiError> {

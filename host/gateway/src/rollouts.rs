@@ -2,15 +2,16 @@
 
 use axum::extract::State;
 use axum::response::Json;
-use serde::Deserialize;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use agl_store::{RolloutFilter, RolloutRecord};
 use agl_wire::api::{
-    Changes, CreateRollouts, ListRollouts, RolloutList, RolloutView, StatusPatch, WaitChanges,
+    Changes, CreateRollouts, GetRollout, ListRollouts, RolloutList, RolloutPath, RolloutView,
+    StatusPatch, WaitChanges,
 };
+use agl_wire::error::ErrorBody;
 use agl_wire::rollout::{Mode, Rollout, RolloutStatus};
 use agl_wire::urls;
 
@@ -47,6 +48,18 @@ impl AppState {
     }
 }
 
+/// Create rollouts, `queued`.
+///
+/// An id that exists already answers the existing rollout.
+#[utoipa::path(
+    post,
+    path = "/v1/rollouts",
+    operation_id = "create_rollouts",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    request_body = CreateRollouts,
+    responses((status = 200, description = "The rollouts, in the order asked.", body = RolloutList)),
+)]
 pub async fn create(
     State(st): State<AppState>,
     ApiJson(body): ApiJson<CreateRollouts>,
@@ -61,6 +74,16 @@ pub async fn create(
     }))
 }
 
+/// List rollouts, oldest first, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/v1/rollouts",
+    operation_id = "list_rollouts",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    params(ListRollouts),
+    responses((status = 200, description = "A page of rollouts.", body = RolloutList)),
+)]
 pub async fn list(
     State(st): State<AppState>,
     ApiQuery(q): ApiQuery<ListRollouts>,
@@ -84,9 +107,11 @@ pub async fn list(
         group_id: q.group_id.filter(|g| !g.is_empty()),
         mode,
     };
+    // An empty cursor is the first page, as an empty filter is none.
+    let cursor = q.cursor.as_deref().filter(|c| !c.is_empty());
     let page = st
         .store
-        .list_rollouts(filter, q.cursor.as_deref(), q.limit.unwrap_or(DEFAULT_PAGE))
+        .list_rollouts(filter, cursor, q.limit.unwrap_or(DEFAULT_PAGE))
         .await?;
     Ok(Json(RolloutList {
         rollouts: page.rollouts.into_iter().map(|r| st.view(r)).collect(),
@@ -94,17 +119,23 @@ pub async fn list(
     }))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GetQuery {
-    #[serde(default)]
-    calls: bool,
-}
-
+/// One rollout.
+#[utoipa::path(
+    get,
+    path = "/v1/rollouts/{id}",
+    operation_id = "get_rollout",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    params(RolloutPath, GetRollout),
+    responses(
+        (status = 200, description = "The rollout.", body = RolloutView),
+        (status = 404, description = "No such rollout.", body = ErrorBody),
+    ),
+)]
 pub async fn get(
     State(st): State<AppState>,
-    ApiPath(id): ApiPath<String>,
-    ApiQuery(q): ApiQuery<GetQuery>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
+    ApiQuery(q): ApiQuery<GetRollout>,
 ) -> Result<Json<RolloutView>, ApiError> {
     if q.calls {
         // Two reads: a patch landing between them may leave the calls one
@@ -118,9 +149,29 @@ pub async fn get(
     Ok(Json(st.view(st.store.get_rollout(&id).await?)))
 }
 
+/// Move the current attempt to a status.
+///
+/// `queued -> running` claims it (attempt-checked, so an attempt never
+/// starts twice); a `failed` patch names its failure kind, and a system
+/// failure within the retries re-queues the rollout as its next attempt.
+#[utoipa::path(
+    patch,
+    path = "/v1/rollouts/{id}",
+    operation_id = "patch_rollout",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    params(RolloutPath),
+    request_body = StatusPatch,
+    responses(
+        (status = 200, description = "The rollout after the change.", body = RolloutView),
+        (status = 404, description = "No such rollout.", body = ErrorBody),
+        (status = 409, description = "Not the current attempt, or a transition the state \
+            machine refuses.", body = ErrorBody),
+    ),
+)]
 pub async fn patch(
     State(st): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
     ApiJson(body): ApiJson<StatusPatch>,
 ) -> Result<Json<RolloutView>, ApiError> {
     let rec = st.store.set_status(&id, &body).await?;
@@ -131,9 +182,23 @@ pub async fn patch(
     Ok(Json(st.view(rec)))
 }
 
+/// Cancel a rollout that has not ended.
+#[utoipa::path(
+    post,
+    path = "/v1/rollouts/{id}/cancel",
+    operation_id = "cancel_rollout",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    params(RolloutPath),
+    responses(
+        (status = 200, description = "The rollout, `cancelled`.", body = RolloutView),
+        (status = 404, description = "No such rollout.", body = ErrorBody),
+        (status = 409, description = "It has ended already.", body = ErrorBody),
+    ),
+)]
 pub async fn cancel(
     State(st): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
 ) -> Result<Json<RolloutView>, ApiError> {
     let rec = st.store.cancel(&id).await?;
     st.retries.forget(&id);
@@ -143,16 +208,43 @@ pub async fn cancel(
 
 /// The rollout as the trainer takes it (the rollout JSONL shape): its
 /// current attempt's calls, numbered, and its events.
+#[utoipa::path(
+    get,
+    path = "/v1/rollouts/{id}/export",
+    operation_id = "export_rollout",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    params(RolloutPath),
+    responses(
+        (status = 200, description = "The exported rollout.", body = Rollout),
+        (status = 404, description = "No such rollout.", body = ErrorBody),
+    ),
+)]
 pub async fn export(
     State(st): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
 ) -> Result<Json<Rollout>, ApiError> {
     Ok(Json(st.store.export_rollout(&id).await?))
 }
 
+/// Queue a failed or cancelled rollout again, as its next attempt.
+#[utoipa::path(
+    post,
+    path = "/v1/rollouts/{id}/retry",
+    operation_id = "retry_rollout",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    params(RolloutPath),
+    responses(
+        (status = 200, description = "The rollout, `queued` as its next attempt.",
+         body = RolloutView),
+        (status = 404, description = "No such rollout.", body = ErrorBody),
+        (status = 409, description = "Its status cannot go back to `queued`.", body = ErrorBody),
+    ),
+)]
 pub async fn retry(
     State(st): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
 ) -> Result<Json<RolloutView>, ApiError> {
     Ok(Json(st.view(st.store.retry(&id).await?)))
 }
@@ -160,9 +252,20 @@ pub async fn retry(
 /// The longest `GET /v1/changes` holds a request.
 const MAX_WAIT_MS: u64 = 60_000;
 
-/// Answers once the store's change counter differs from `after`, or after
-/// `wait_ms`: a trainer elsewhere (`agl train`) waits on rollouts with it
-/// instead of polling each one.
+/// Wait for the store's change counter to move.
+///
+/// Answers once the counter differs from `after`, or after `wait_ms`: a
+/// trainer elsewhere (`agl train`) waits on rollouts with it instead of
+/// polling each one.
+#[utoipa::path(
+    get,
+    path = "/v1/changes",
+    operation_id = "wait_changes",
+    tag = "rollouts",
+    security(("admin_key" = [])),
+    params(WaitChanges),
+    responses((status = 200, description = "The counter now.", body = Changes)),
+)]
 pub async fn changes(
     State(st): State<AppState>,
     ApiQuery(q): ApiQuery<WaitChanges>,

@@ -17,7 +17,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::ApiPath;
 use super::plugins::PluginFuture;
-use agl_wire::api::{SampleList, StepList};
+use agl_wire::api::{RolloutPath, SampleList, StepList};
+use agl_wire::error::ErrorBody;
 use agl_wire::rollout::Rollout;
 
 /// What the process hosting the gateway makes of a rollout for the
@@ -37,7 +38,17 @@ pub struct ViewerSources {
     pub samples: Option<SharedSampleViewer>,
 }
 
-/// `GET /v1/steps`.
+/// The run's step records (its `metrics.jsonl`), oldest first.
+///
+/// Empty when the gateway knows of no run, or the run has no step yet.
+#[utoipa::path(
+    get,
+    path = "/v1/steps",
+    operation_id = "list_steps",
+    tag = "viewer",
+    security(("admin_key" = [])),
+    responses((status = 200, description = "Every step so far.", body = StepList)),
+)]
 pub async fn steps(State(st): State<AppState>) -> Result<Json<StepList>, ApiError> {
     let Some(path) = &st.viewer.metrics_file else {
         return Ok(Json(StepList { steps: Vec::new() }));
@@ -52,10 +63,25 @@ pub async fn steps(State(st): State<AppState>) -> Result<Json<StepList>, ApiErro
     Ok(Json(StepList { steps }))
 }
 
-/// `GET /v1/rollouts/{id}/samples`.
+/// A rollout's training samples as the hosting process's adapter builds
+/// them, decoded with the policy's tokenizer, and its reward.
+#[utoipa::path(
+    get,
+    path = "/v1/rollouts/{id}/samples",
+    operation_id = "rollout_samples",
+    tag = "viewer",
+    security(("admin_key" = [])),
+    params(RolloutPath),
+    responses(
+        (status = 200, description = "The samples of the current attempt.", body = SampleList),
+        (status = 404, description = "No such rollout, or this gateway builds no samples \
+            (`agl serve` without `plugins.adapter`).", body = ErrorBody),
+        (status = 422, description = "The adapter failed on this rollout.", body = ErrorBody),
+    ),
+)]
 pub async fn samples(
     State(st): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(RolloutPath { id }): ApiPath<RolloutPath>,
 ) -> Result<Json<SampleList>, ApiError> {
     let viewer = st.viewer.samples.as_ref().ok_or_else(|| {
         ApiError::not_found(
@@ -79,17 +105,42 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// `GET /ui`.
+/// The rollout viewer: a page that asks this API with the admin key typed
+/// into it (kept in the browser session only).
+#[utoipa::path(
+    get,
+    path = "/ui",
+    operation_id = "viewer_page",
+    tag = "viewer",
+    responses((status = 200, description = "The page.", content_type = "text/html",
+               body = String)),
+)]
 pub async fn page() -> Response {
     asset("text/html; charset=utf-8", PAGE)
 }
 
-/// `GET /ui/app.js`.
+/// The viewer's script.
+#[utoipa::path(
+    get,
+    path = "/ui/app.js",
+    operation_id = "viewer_script",
+    tag = "viewer",
+    responses((status = 200, description = "The script.", content_type = "text/javascript",
+               body = String)),
+)]
 pub async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
-/// `GET /ui/style.css`.
+/// The viewer's style sheet.
+#[utoipa::path(
+    get,
+    path = "/ui/style.css",
+    operation_id = "viewer_style",
+    tag = "viewer",
+    responses((status = 200, description = "The style sheet.", content_type = "text/css",
+               body = String)),
+)]
 pub async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
 }

@@ -4,12 +4,14 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::error::AnthropicErrorBody;
 
 /// A whole `message`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = AnthropicMessage)]
 pub struct Message {
     pub id: String,
     /// Always `message`.
@@ -45,16 +47,18 @@ impl Message {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = AnthropicUsage)]
 pub struct MessageUsage {
     pub input_tokens: usize,
     pub output_tokens: usize,
 }
 
 /// A block of a message's `content`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[schema(as = AnthropicContentBlock)]
 pub enum ContentBlock {
     Text {
         text: String,
@@ -72,8 +76,9 @@ pub enum ContentBlock {
 }
 
 /// One event of a streamed message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[schema(as = AnthropicStreamEvent)]
 pub enum StreamEvent {
     MessageStart {
         message: Message,
@@ -128,30 +133,34 @@ fn sse(name: &str, data: &impl Serialize) -> String {
 }
 
 /// What a `content_block_delta` adds to its block.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[schema(as = AnthropicBlockDelta)]
 pub enum BlockDelta {
     TextDelta { text: String },
     ThinkingDelta { thinking: String },
     InputJsonDelta { partial_json: String },
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = AnthropicMessageDelta)]
 pub struct MessageDeltaBody {
     pub stop_reason: Option<String>,
     pub stop_sequence: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = AnthropicDeltaUsage)]
 pub struct DeltaUsage {
     pub output_tokens: usize,
 }
 
 /// `GET /v1/models`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = AnthropicModelList)]
 pub struct ModelList {
     pub data: Vec<ModelInfo>,
     pub has_more: bool,
@@ -171,8 +180,9 @@ impl ModelList {
 }
 
 /// One model of the list.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = AnthropicModelInfo)]
 pub struct ModelInfo {
     /// Always `model`.
     #[serde(rename = "type")]
@@ -196,8 +206,9 @@ impl ModelInfo {
 }
 
 /// `POST /v1/messages/count_tokens`'s answer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = AnthropicTokenCount)]
 pub struct TokenCount {
     pub input_tokens: usize,
 }

@@ -4,6 +4,7 @@
 
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -112,12 +113,12 @@ impl ApiError {
 }
 
 /// `{"error": {"message", "type"}}` as it travels.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     pub message: String,
     #[serde(rename = "type")]
@@ -134,14 +135,14 @@ impl axum::response::IntoResponse for ApiError {
 }
 
 /// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AnthropicErrorBody {
     #[serde(rename = "type")]
     pub kind: String,
     pub error: AnthropicErrorDetail,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AnthropicErrorDetail {
     #[serde(rename = "type")]
     pub kind: String,

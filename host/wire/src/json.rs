@@ -125,6 +125,20 @@ impl<'de> Deserialize<'de> for JsonText {
     }
 }
 
+/// Any JSON value (within the limits above): the schema says no more.
+impl utoipa::PartialSchema for JsonText {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
+            .description(Some(format!(
+                "Any JSON document nested at most {MAX_DEPTH} levels deep, with finite numbers."
+            )))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for JsonText {}
+
 impl JsonText {
     /// `text` as a checked document.
     pub fn new(text: String, max_depth: usize) -> Result<Self, String> {

@@ -1,5 +1,7 @@
 //! agl's wire types, one definition per contract, shared by the server, its
-//! clients, the test engine and the export: serde both ways, no I/O.
+//! clients, the test engine and the export: serde both ways, no I/O. The
+//! ones the gateway's routes read and write also derive their OpenAPI
+//! schemas (`utoipa`), which its `/openapi.json` is generated from.
 //!
 //! - [`rollout`]: the rollout record as exported (rollout JSONL), the
 //!   samples plugins return, statuses and modes.

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
 
 use crate::api::LoadedPlugin;
 
@@ -18,8 +19,9 @@ pub const BREAK_OTHER: &str = "other";
 /// so a log written by an older agl still loads.
 ///
 /// Trainer statistics are `None` where they were not computed (step 0, a
-/// step with nothing to train, entropy when disabled): JSON has no NaN.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// step with nothing to train, entropy when disabled): JSON has no NaN, so
+/// a NaN timing is written `null` (and read back as NaN).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct StepRecord {
     /// 1-based update number; 0 for the baseline.
@@ -30,18 +32,23 @@ pub struct StepRecord {
     pub weight_version: u64,
     /// Seconds since the run started (across resumes: the caller's clock).
     #[serde(deserialize_with = "f64_or_nan")]
+    #[schema(value_type = Option<f64>)]
     pub elapsed_s: f64,
     /// Wall time of this step: `wait_s + train_s + drain_s` plus overheads.
     #[serde(deserialize_with = "f64_or_nan")]
+    #[schema(value_type = Option<f64>)]
     pub step_s: f64,
     /// Waiting for enough finished rollouts.
     #[serde(deserialize_with = "f64_or_nan")]
+    #[schema(value_type = Option<f64>)]
     pub wait_s: f64,
     /// Forward/backward/optimizer.
     #[serde(deserialize_with = "f64_or_nan")]
+    #[schema(value_type = Option<f64>)]
     pub train_s: f64,
     /// Pausing the proxy, draining in-flight calls and loading weights.
     #[serde(deserialize_with = "f64_or_nan")]
+    #[schema(value_type = Option<f64>)]
     pub drain_s: f64,
     /// Mean reward of the rollouts this update trained on.
     pub reward_mean: Option<f64>,
@@ -108,6 +115,7 @@ pub struct StepRecord {
     pub skipped_samples: usize,
     /// Mean `weight_version - sampled version` over the trained rollouts.
     #[serde(deserialize_with = "f64_or_nan")]
+    #[schema(value_type = Option<f64>)]
     pub mean_staleness: f64,
     /// The plugins (role, name, version, content hash) that built and
     /// scored this update's rollouts: more than one per role when a swap
@@ -200,6 +208,22 @@ mod tests {
 
         let old: StepRecord = serde_json::from_str(r#"{"step": 5, "loss": 0.5}"#).unwrap();
         assert_eq!((old.step, old.loss, old.rollouts), (5, Some(0.5), 0));
+    }
+
+    #[test]
+    fn a_nan_timing_is_null_in_the_json_and_its_schema() {
+        use utoipa::PartialSchema;
+        let rec = StepRecord {
+            step_s: f64::NAN,
+            ..StepRecord::default()
+        };
+        let json = serde_json::to_value(&rec).unwrap();
+        assert!(json["step_s"].is_null());
+        let schema = serde_json::to_value(StepRecord::schema()).unwrap();
+        assert_eq!(
+            schema["properties"]["step_s"]["type"],
+            serde_json::json!(["number", "null"])
+        );
     }
 
     #[test]

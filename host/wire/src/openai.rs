@@ -8,6 +8,7 @@
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 /// `object` of a whole chat answer.
 pub const CHAT_COMPLETION: &str = "chat.completion";
@@ -17,7 +18,7 @@ pub const CHAT_COMPLETION_CHUNK: &str = "chat.completion.chunk";
 pub const TEXT_COMPLETION: &str = "text_completion";
 
 /// Token counts of one call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct Usage {
     pub prompt_tokens: usize,
@@ -36,7 +37,7 @@ impl Usage {
 }
 
 /// `chat.completion`: a whole chat answer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ChatCompletion {
     pub id: String,
@@ -56,7 +57,7 @@ pub struct ChatCompletion {
 }
 
 /// One choice of a whole chat answer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ChatChoice {
     pub index: usize,
@@ -75,7 +76,7 @@ pub struct ChatChoice {
 }
 
 /// The assistant `message` of a chat answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ChatMessage {
     pub role: String,
@@ -102,7 +103,7 @@ const ASSISTANT: &str = "assistant";
 const FUNCTION: &str = "function";
 
 /// A whole tool call.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ToolCall {
     pub id: String,
@@ -121,7 +122,7 @@ impl ToolCall {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct FunctionCall {
     pub name: String,
@@ -130,14 +131,14 @@ pub struct FunctionCall {
 }
 
 /// Chat logprobs: one entry per sampled token.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ChatLogprobs {
     pub content: Vec<TokenLogprob>,
 }
 
 /// One sampled token, its logprob and its most likely alternatives.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct TokenLogprob {
     pub token: String,
@@ -148,7 +149,7 @@ pub struct TokenLogprob {
 }
 
 /// One alternative of a sampled token.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct TopLogprob {
     pub token: String,
@@ -171,7 +172,7 @@ impl TopLogprob {
 
 /// `chat.completion.chunk`: one event of a streamed chat answer (a usage
 /// chunk has no choices).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ChatCompletionChunk {
     pub id: String,
@@ -189,7 +190,7 @@ pub struct ChatCompletionChunk {
 }
 
 /// One choice's part of a chat chunk.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ChunkChoice {
     pub index: usize,
@@ -207,7 +208,7 @@ pub struct ChunkChoice {
 }
 
 /// What a chat chunk adds to its choice.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -244,7 +245,7 @@ impl Delta {
 
 /// A piece of tool call `index`: its id, type and name when it starts, then
 /// pieces of its arguments.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ToolCallDelta {
     pub index: usize,
@@ -295,7 +296,7 @@ impl ToolCallDelta {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct FunctionDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -306,7 +307,7 @@ pub struct FunctionDelta {
 
 /// `text_completion`: a whole completions answer, or one chunk of a
 /// streamed one (the same shape).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct Completion {
     pub id: String,
@@ -321,7 +322,7 @@ pub struct Completion {
 }
 
 /// One choice of a completions answer (or its part of a chunk).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CompletionChoice {
     pub index: usize,
@@ -343,7 +344,7 @@ pub struct CompletionChoice {
 /// Legacy (completions) logprobs: per token its text, logprob, a map of
 /// the most likely tokens (the sampled one among them) to their logprobs,
 /// and its text's offset.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
@@ -379,7 +380,7 @@ impl CompletionLogprobs {
 }
 
 /// `GET /v1/models`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ModelList {
     /// Always `list`.
@@ -397,7 +398,7 @@ impl ModelList {
 }
 
 /// One model of the list.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
 pub struct ModelCard {
     pub id: String,

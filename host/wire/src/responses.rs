@@ -3,12 +3,14 @@
 //! stream's lifecycle events), its output items, and the stream's events.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::openai::TokenLogprob;
 
 /// A `response`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = ResponsesResponse)]
 pub struct Response {
     pub id: String,
     /// Always `response`.
@@ -39,15 +41,17 @@ impl Response {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = ResponsesIncompleteDetails)]
 pub struct IncompleteDetails {
     /// `max_output_tokens`.
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = ResponsesUsage)]
 pub struct ResponseUsage {
     pub input_tokens: usize,
     pub output_tokens: usize,
@@ -64,16 +68,18 @@ impl ResponseUsage {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(default)]
+#[schema(as = ResponsesError)]
 pub struct ResponseError {
     pub code: String,
     pub message: String,
 }
 
 /// One item of a response's `output`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[schema(as = ResponsesOutputItem)]
 pub enum OutputItem {
     Reasoning {
         id: String,
@@ -109,15 +115,17 @@ impl OutputItem {
 }
 
 /// A part of a reasoning item's summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[schema(as = ResponsesSummaryPart)]
 pub enum SummaryPart {
     SummaryText { text: String },
 }
 
 /// A part of a message item's content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[schema(as = ResponsesOutputContent)]
 pub enum OutputContent {
     OutputText {
         text: String,
@@ -141,8 +149,9 @@ impl OutputContent {
 
 /// One event of a streamed response (its `type` names it); on the wire
 /// each carries its `sequence_number` ([`ResponseEvent::frame`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type")]
+#[schema(as = ResponsesStreamEvent)]
 pub enum ResponseEvent {
     #[serde(rename = "response.created")]
     Created { response: Response },

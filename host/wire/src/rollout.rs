@@ -7,10 +7,11 @@ use std::io::BufRead;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 pub use crate::json::JsonText;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApiKind {
     ChatCompletions,
@@ -19,7 +20,7 @@ pub enum ApiKind {
     AnthropicMessages,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RolloutStatus {
     Queued,
@@ -65,7 +66,7 @@ impl RolloutStatus {
 /// Who a failed attempt's failure is blamed on. A `system` failure (the
 /// harness crashed, timed out, lost its pod) is retried and never scored; an
 /// `agent` failure is the policy's doing and is scored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     System,
@@ -90,7 +91,7 @@ impl FailureKind {
 }
 
 /// Whether a rollout trains the policy or only measures it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     Train,
@@ -115,7 +116,7 @@ impl Mode {
 }
 
 /// One proxied model call with the token ids and log-probs the engine returned.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelCall {
     pub index: u32,
@@ -170,7 +171,7 @@ impl ModelCall {
 /// One choice of a request that asked for `count` > 1 (`n`): the gateway
 /// records each as its own call, the siblings committed together under
 /// consecutive seqs, so the export numbers them `index - choice.index ..`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Choice {
     /// The choice's `index` in the answer, `0..count`.
@@ -179,7 +180,7 @@ pub struct Choice {
 }
 
 /// Any non-model event: a harness-reported `reward`, log tails, custom events.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Event {
     pub kind: String,
@@ -189,7 +190,7 @@ pub struct Event {
     pub timestamp_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rollout {
     pub id: String,
@@ -211,13 +212,15 @@ pub struct Rollout {
 }
 
 /// Half-open range `[start, end)` of response positions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Span {
     pub start: u32,
     pub end: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum BreakKind {
     Retokenize,
@@ -251,7 +254,7 @@ impl BreakKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ChainBreak {
     pub kind: BreakKind,
     pub call_index: u32,

@@ -6,10 +6,18 @@
 //! gateway returns it (and the events URL) with every rollout, so no client
 //! has to build or take apart one.
 
+use serde::Deserialize;
+use utoipa::IntoParams;
+
 use crate::rollout::Mode;
 
 /// Longest rollout id agl accepts.
 pub const MAX_ROLLOUT_ID_LEN: usize = 128;
+
+/// [`check_rollout_id`] as a regular expression (the OpenAPI `pattern` of
+/// rollout ids), less its one exception: `.` and `..` match it, and are
+/// refused.
+pub const ROLLOUT_ID_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
 
 /// A rollout id is one URL path segment that every client, proxy and
 /// router reads the same way: 1..=128 of `A-Z a-z 0-9 . _ -`, and not `.`
@@ -67,6 +75,22 @@ pub fn anthropic_base_url(base: &str, id: &str, attempt: u32, mode: Mode) -> Str
     )
 }
 
+/// The parameters of a proxy route,
+/// `/proxy/{rollout_id}/{attempt}/{mode}/...`: the path of a
+/// [`proxy_base_url`] or [`anthropic_base_url`].
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ProxyPath {
+    /// The rollout (as in its `proxy_base_url`).
+    #[param(pattern = "^[A-Za-z0-9._-]{1,128}$")]
+    pub rollout_id: String,
+    /// Its current attempt.
+    pub attempt: u32,
+    /// The rollout's mode (another is a 404).
+    #[param(value_type = Mode)]
+    pub mode: String,
+}
+
 /// Where rollout `id`'s agent posts its events on gateway `base`.
 pub fn events_url(base: &str, id: &str) -> String {
     format!(
@@ -111,6 +135,20 @@ mod tests {
             assert_eq!(engine_root_url(given), "http://h:8000", "{given}");
         }
         assert_eq!(engine_base_url("embedded://policy"), "embedded://policy");
+    }
+
+    #[test]
+    fn the_openapi_descriptions_carry_the_rollout_id_pattern() {
+        use utoipa::{IntoParams, PartialSchema};
+        let new = serde_json::to_value(crate::api::NewRollout::schema()).unwrap();
+        assert_eq!(new["properties"]["id"]["pattern"], ROLLOUT_ID_PATTERN);
+        let params = [
+            ProxyPath::into_params(|| None),
+            crate::api::RolloutPath::into_params(|| None),
+        ];
+        for first in params.iter().map(|p| serde_json::to_value(&p[0]).unwrap()) {
+            assert_eq!(first["schema"]["pattern"], ROLLOUT_ID_PATTERN, "{first}");
+        }
     }
 
     #[test]

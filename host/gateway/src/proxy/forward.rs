@@ -16,17 +16,19 @@ use tokio::sync::oneshot;
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
 use super::record::Tokens;
-use super::{record, record_body, stream};
+use super::{error_response, record, record_body, stream};
 use crate::ApiError;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::JsonText;
 
 /// Runs `call` (POST `body` to `url`) and returns its answer.
 pub async fn run(call: Call, url: String, body: Bytes, streaming: bool) -> Response {
+    let api = call.api;
     let (tx, rx) = oneshot::channel();
     tokio::spawn(drive(call, url, body, streaming, tx));
     rx.await.unwrap_or_else(|_| {
-        ApiError::internal("the proxied call ended without an answer").into_response()
+        let e = ApiError::internal("the proxied call ended without an answer");
+        error_response(api, e)
     })
 }
 
@@ -88,12 +90,14 @@ async fn drive(
     let _ = tx.send(answer);
 }
 
-/// Records a call that got no usable answer and answers 502.
+/// Records a call that got no usable answer and answers 502 (in the
+/// called API's error shape).
 async fn failed(call: &Call, outcome: CallOutcome, message: String) -> Response {
     if let Err(e) = call.commit(outcome).await {
-        return e.into_response();
+        return error_response(call.api, e);
     }
-    ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message).into_response()
+    let e = ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message);
+    error_response(call.api, e)
 }
 
 /// A non-streamed call (or an upstream error answer): commit the record
@@ -141,19 +145,19 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     let ok = outcomes.iter().all(|o| o.status == CallStatus::Ok);
     let committed = match call.commit_choices(outcomes).await {
         Ok(c) => c,
-        Err(e) => return e.into_response(),
+        Err(e) => return error_response(call.api, e),
     };
     if ok {
         let seqs = committed.iter().map(|c| c.seq);
         call.serving.served(seqs, response_ids, replies);
     }
     if status.is_success() && !valid {
-        return ApiError::new(
+        let e = ApiError::new(
             StatusCode::BAD_GATEWAY,
             "server_error",
             "engine answered with invalid JSON",
-        )
-        .into_response();
+        );
+        return error_response(call.api, e);
     }
     let note = DeliveryNote::new(call.st.retries.clone(), call.rollout_id.clone());
     note.set(committed.iter().map(|c| (c.retry, c.seq)));

@@ -31,8 +31,9 @@ use axum::extract::State;
 use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde_json::value::RawValue;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use rewrite::RawBody;
 
@@ -45,32 +46,53 @@ use super::auth::Principal;
 use super::control::now_ms;
 use super::error::ApiError;
 use super::extract::{ApiBody, ApiPath};
+use super::openapi::{AnthropicCallErrors, OpenAiCallErrors};
 use agl_store::{Engine, Mode};
-use agl_wire::json;
 use agl_wire::rollout::ApiKind;
+use agl_wire::{anthropic, json, openai, responses, urls};
 use call::Call;
 use serving::Serving;
 
-const PREFIX: &str = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1";
-const ANTHROPIC: &str = "/proxy/{rollout_id}/{attempt}/{mode}/anthropic/v1";
-
 /// The proxy's routes, merged into the gateway router.
-pub fn routes() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route(&format!("{PREFIX}/chat/completions"), post(chat))
-        .route(&format!("{PREFIX}/completions"), post(completions))
-        .route(&format!("{PREFIX}/responses"), post(responses))
-        .route(&format!("{ANTHROPIC}/messages"), post(messages))
-        .route(
-            &format!("{ANTHROPIC}/messages/count_tokens"),
-            post(models::count_tokens),
-        )
-        .route(&format!("{PREFIX}/models"), get(models::openai))
-        .route(&format!("{ANTHROPIC}/models"), get(models::anthropic))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(chat))
+        .routes(routes!(completions))
+        .routes(routes!(responses))
+        .routes(routes!(models::openai))
+        .routes(routes!(messages))
+        .routes(routes!(models::count_tokens))
+        .routes(routes!(models::anthropic))
 }
 
-type ProxyPath = ApiPath<(String, u32, String)>;
+/// The path of a proxy route, or why it does not parse (answered in the
+/// called API's shape).
+type ProxyPath = Result<ApiPath<urls::ProxyPath>, ApiError>;
 
+/// A Chat Completions call, recorded.
+///
+/// The body goes to the rollout's engine with `model`, the mode's
+/// `temperature`, `return_token_ids` and `logprobs` rewritten (rendered by
+/// the gateway instead when the engine is registered with `render =
+/// "gateway"`). `x-agl-*` request headers are kept as the call's tags.
+#[utoipa::path(
+    post,
+    path = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1/chat/completions",
+    operation_id = "chat_completions",
+    tag = "openai",
+    security(("rollout_token" = []), ("admin_key" = [])),
+    params(urls::ProxyPath),
+    request_body(content = Object, description = "A Chat Completions request.",
+                 content_type = "application/json"),
+    responses(
+        (status = 200, description = "The answer; with `stream: true`, SSE frames of \
+            `ChatCompletionChunk` ending in `data: [DONE]`.", content(
+            (openai::ChatCompletion = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        OpenAiCallErrors,
+    ),
+)]
 async fn chat(
     st: State<AppState>,
     path: ProxyPath,
@@ -80,6 +102,25 @@ async fn chat(
     serve(ApiKind::ChatCompletions, st, path, headers, body).await
 }
 
+/// A Completions call, recorded (passed through to the engine).
+#[utoipa::path(
+    post,
+    path = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1/completions",
+    operation_id = "completions",
+    tag = "openai",
+    security(("rollout_token" = []), ("admin_key" = [])),
+    params(urls::ProxyPath),
+    request_body(content = Object, description = "A Completions request.",
+                 content_type = "application/json"),
+    responses(
+        (status = 200, description = "The answer; with `stream: true`, SSE frames of \
+            `Completion` chunks ending in `data: [DONE]`.", content(
+            (openai::Completion = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        OpenAiCallErrors,
+    ),
+)]
 async fn completions(
     st: State<AppState>,
     path: ProxyPath,
@@ -89,6 +130,25 @@ async fn completions(
     serve(ApiKind::Completions, st, path, headers, body).await
 }
 
+/// A Responses call, recorded (`render = "gateway"` engines).
+#[utoipa::path(
+    post,
+    path = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1/responses",
+    operation_id = "responses",
+    tag = "openai",
+    security(("rollout_token" = []), ("admin_key" = [])),
+    params(urls::ProxyPath),
+    request_body(content = Object, description = "A Responses request.",
+                 content_type = "application/json"),
+    responses(
+        (status = 200, description = "The response; with `stream: true`, SSE frames of \
+            numbered `ResponsesStreamEvent`s.", content(
+            (responses::Response = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        OpenAiCallErrors,
+    ),
+)]
 async fn responses(
     st: State<AppState>,
     path: ProxyPath,
@@ -98,7 +158,26 @@ async fn responses(
     serve(ApiKind::Responses, st, path, headers, body).await
 }
 
-/// Anthropic Messages (`?beta=true` and other query strings tolerated).
+/// An Anthropic Messages call, recorded (`render = "gateway"` engines;
+/// `?beta=true` and other query strings tolerated).
+#[utoipa::path(
+    post,
+    path = "/proxy/{rollout_id}/{attempt}/{mode}/anthropic/v1/messages",
+    operation_id = "anthropic_messages",
+    tag = "anthropic",
+    security(("rollout_token" = []), ("rollout_token_x_api_key" = []), ("admin_key" = [])),
+    params(urls::ProxyPath),
+    request_body(content = Object, description = "A Messages request.",
+                 content_type = "application/json"),
+    responses(
+        (status = 200, description = "The message; with `stream: true`, SSE frames of \
+            `AnthropicStreamEvent`s.", content(
+            (anthropic::Message = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        AnthropicCallErrors,
+    ),
+)]
 async fn messages(
     st: State<AppState>,
     path: ProxyPath,
@@ -108,19 +187,34 @@ async fn messages(
     serve(ApiKind::AnthropicMessages, st, path, headers, body).await
 }
 
-/// The one handler behind every proxied API: body rejections and errors
-/// become JSON responses in the API's own shape.
+/// The one handler behind every proxied API: path and body rejections and
+/// errors become JSON responses in the API's own shape.
 async fn serve(
     api: ApiKind,
     State(st): State<AppState>,
-    ApiPath(path): ProxyPath,
+    path: ProxyPath,
     headers: HeaderMap,
     body: Result<ApiBody, ApiError>,
 ) -> Response {
-    let body = body.map(|b| b.0);
-    handle(st, api, path, headers, body)
-        .await
-        .unwrap_or_else(|e| error_response(api, e))
+    let answer = match path {
+        Ok(ApiPath(p)) => {
+            let body = body.map(|b| b.0);
+            handle(st, api, (p.rollout_id, p.attempt, p.mode), headers, body).await
+        }
+        Err(e) => Err(e),
+    };
+    answer.unwrap_or_else(|e| error_response(api, e))
+}
+
+/// An error in the shape of the API `path` belongs to (Anthropic's on the
+/// Anthropic routes), for what answers before a handler does.
+pub fn error_for_path(path: &str, e: ApiError) -> Response {
+    let api = if path.starts_with("/proxy/") && path.contains("/anthropic/") {
+        ApiKind::AnthropicMessages
+    } else {
+        ApiKind::ChatCompletions
+    };
+    error_response(api, e)
 }
 
 /// An error in the shape of the API that was called.

@@ -10,6 +10,7 @@ mod harness;
 mod hostile;
 mod load;
 mod openai_sdk;
+mod openapi;
 mod opencode;
 #[path = "../../../../tests/support/policy.rs"]
 mod policy;
