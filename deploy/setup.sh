@@ -5,8 +5,10 @@
 # built-in plugins (build/plugins/*.wasm), and the Python references the
 # GGUF import and trainer parity tests compare against (transformers, gguf,
 # jinja2, accelerate, peft), componentize-py (the Python plugins), jsonschema
-# (the constrained-decoding tests), pyarrow (parquet task files),
-# mini-swe-agent (the harness of examples/mini-swe), and
+# (the constrained-decoding tests), pyarrow (parquet task files), tensorboard
+# and wandb (the `[report]` exports of agl run / agl train),
+# openapi-spec-validator and schemathesis (the checks of the gateway's
+# /openapi.json), mini-swe-agent (the harness of examples/mini-swe), and
 # the Claude Code, Codex and OpenCode CLIs from npm (examples/claude-code,
 # examples/codex, examples/opencode and the tests that drive them) into
 # $AGL_VENV/node, so deploy/env.sh puts them on PATH, and Debian's chromium
@@ -33,6 +35,10 @@ JSONSCHEMA_VERSION=4.26.0  # validates constrained outputs (host/agl/tests/e2e/e
 # Writes and reads parquet task files (SWE-bench rows: host/agl/tests/e2e/eval.rs,
 # examples/mini-swe/tasks.py).
 PYARROW_VERSION=26.0.1
+# `[report]` exports (host/agl/python/report_sink.py writes with them) and their
+# read-back test (host/agl/tests/e2e/report_export.rs reads with them).
+TENSORBOARD_VERSION=2.21.0
+WANDB_VERSION=0.31.0
 # The real harness examples/mini-swe runs and host/agl/tests/e2e/mini_swe.rs drives
 # (pulls litellm; about 70 s to install on 2 cores with a warm pip cache).
 MINI_SWE_AGENT_VERSION=2.4.6
@@ -44,6 +50,11 @@ CUDA_CCCL_VERSION=13.0.85
 # (host/agl/tests/e2e/manifests.rs).
 KUBERNETES_VALIDATE_VERSION=1.37.0
 KUBERNETES_SCHEMA_VERSION=1.34.0
+# Check the gateway's /openapi.json: valid OpenAPI 3.1
+# (host/gateway/tests/gateway/openapi.rs), fuzzed against a live agl serve
+# (host/agl/tests/e2e/openapi_fuzz.rs, tests/fuzz_api.sh).
+OPENAPI_SPEC_VALIDATOR_VERSION=0.9.0
+SCHEMATHESIS_VERSION=4.32.5
 # The coding-agent CLIs (each ships its native binary as a platform package).
 CLAUDE_CODE_VERSION=2.1.328
 CODEX_VERSION=0.169.0
@@ -104,6 +115,15 @@ fi
 if ! "$VENV/bin/python" -c "
 import sys
 from importlib.metadata import version
+sys.exit([version('tensorboard'), version('wandb')] != ['$TENSORBOARD_VERSION', '$WANDB_VERSION'])
+" 2>/dev/null; then
+    echo "setup: installing tensorboard==$TENSORBOARD_VERSION and wandb==$WANDB_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet "tensorboard==$TENSORBOARD_VERSION" "wandb==$WANDB_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "
+import sys
+from importlib.metadata import version
 sys.exit(version('componentize-py') != '$COMPONENTIZE_PY_VERSION')
 " 2>/dev/null; then
     echo "setup: installing componentize-py==$COMPONENTIZE_PY_VERSION into $VENV"
@@ -128,6 +148,17 @@ sys.exit([version(p) for p in ('nvidia-cuda-crt', 'nvidia-cuda-cccl', 'kubernete
     echo "setup: installing the CUDA header wheels and kubernetes-validate into $VENV"
     "$VENV/bin/pip" install --quiet "nvidia-cuda-crt==$CUDA_CRT_VERSION" \
         "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+
+if ! "$VENV/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit([version('openapi-spec-validator'), version('schemathesis')]
+         != ['$OPENAPI_SPEC_VALIDATOR_VERSION', '$SCHEMATHESIS_VERSION'])
+" 2>/dev/null; then
+    echo "setup: installing openapi-spec-validator and schemathesis into $VENV"
+    "$VENV/bin/pip" install --quiet "openapi-spec-validator==$OPENAPI_SPEC_VALIDATOR_VERSION" \
+        "schemathesis==$SCHEMATHESIS_VERSION" "jsonschema==$JSONSCHEMA_VERSION"
 fi
 
 if ! "$VENV/bin/python" -c "

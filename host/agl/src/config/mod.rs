@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod report;
 mod train;
+pub use report::{ReportConfig, WandbConfig, WandbMode};
 pub use train::{
     EngineKind, InFlightMode, LoopMode, PauseMode, PolicyEngineConfig, RunConfig, TrainConfig,
 };
@@ -48,10 +50,17 @@ pub struct Config {
     /// `agl run`: the engine serving the policy.
     #[serde(default)]
     pub engine: PolicyEngineConfig,
+    /// `agl run` / `agl train`: TensorBoard and W&B exports of the steps.
+    #[serde(default)]
+    pub report: ReportConfig,
     /// Each plugin's own table, keyed by the plugin file's stem
     /// (`[plugin.exact-match]` configures `exact-match.wasm`).
     #[serde(default)]
     pub plugin: BTreeMap<String, toml::Table>,
+    /// The tables as loaded (the file, then the overrides), paths
+    /// resolved: what [`Config::export_json`] starts from.
+    #[serde(skip)]
+    given: toml::Table,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -112,7 +121,7 @@ impl Config {
             apply_override(&mut table, o)?;
         }
         let mut config: Config =
-            toml::Value::Table(table)
+            toml::Value::Table(table.clone())
                 .try_into()
                 .map_err(|e: toml::de::Error| ConfigError::Parse {
                     path: shown.clone(),
@@ -125,10 +134,32 @@ impl Config {
                 path: shown,
                 message,
             })?;
+        config.given = table;
         config.resolve_paths(&base);
         Ok(config)
     }
 
+    /// The path keys, by dotted name.
+    fn path_fields(&mut self) -> [(&'static str, &mut Option<PathBuf>); 10] {
+        [
+            ("model.tokenizer", &mut self.model.tokenizer),
+            ("model.path", &mut self.model.path),
+            ("run.data", &mut self.run.data),
+            ("run.out_dir", &mut self.run.out_dir),
+            ("plugins.adapter", &mut self.plugins.adapter),
+            ("plugins.reward", &mut self.plugins.reward),
+            ("plugins.cache_dir", &mut self.plugins.cache_dir),
+            ("controller.workdir", &mut self.controller.workdir),
+            ("controller.logs_dir", &mut self.controller.logs_dir),
+            (
+                "controller.kube.job_template",
+                &mut self.controller.kube.job_template,
+            ),
+        ]
+    }
+
+    /// Resolves the path keys against `base` (`~` against `$HOME`), in the
+    /// config and in the tables it was loaded from.
     fn resolve_paths(&mut self, base: &Path) {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let fix = |p: &mut Option<PathBuf>| {
@@ -139,16 +170,25 @@ impl Config {
                 *path = base.join(&*path);
             }
         };
-        fix(&mut self.model.tokenizer);
-        fix(&mut self.model.path);
-        fix(&mut self.run.data);
-        fix(&mut self.run.out_dir);
-        fix(&mut self.plugins.adapter);
-        fix(&mut self.plugins.reward);
-        fix(&mut self.plugins.cache_dir);
-        fix(&mut self.controller.workdir);
-        fix(&mut self.controller.logs_dir);
-        fix(&mut self.controller.kube.job_template);
+        let mut given = std::mem::take(&mut self.given);
+        for (key, path) in self.path_fields() {
+            fix(path);
+            if let Some(path) = path {
+                set_given(&mut given, key, path);
+            }
+        }
+        // `python = "python3"` is a command on PATH; a path resolves.
+        if let Some(python) = &mut self.report.python
+            && python.components().count() > 1
+        {
+            let mut resolved = Some(std::mem::take(python));
+            fix(&mut resolved);
+            if let Some(path) = resolved {
+                set_given(&mut given, "report.python", &path);
+                *python = path;
+            }
+        }
+        self.given = given;
     }
 
     /// The table for the plugin at `path`, keyed by its file stem.
@@ -165,6 +205,25 @@ pub fn plugin_name(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Sets the string at dotted `key` in `table` to `path` where the tables
+/// hold that key.
+fn set_given(table: &mut toml::Table, key: &str, path: &Path) {
+    let mut segments = key.split('.').peekable();
+    let mut cursor = table;
+    while let Some(seg) = segments.next() {
+        if segments.peek().is_none() {
+            if let Some(v) = cursor.get_mut(seg) {
+                *v = toml::Value::String(path.display().to_string());
+            }
+            return;
+        }
+        match cursor.get_mut(seg).and_then(toml::Value::as_table_mut) {
+            Some(next) => cursor = next,
+            None => return,
+        }
+    }
 }
 
 fn apply_override(table: &mut toml::Table, spec: &str) -> Result<(), ConfigError> {

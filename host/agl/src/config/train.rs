@@ -7,14 +7,14 @@ use std::path::PathBuf;
 
 use agl_trainer::engine::EngineConfig as TchEngineConfig;
 use agl_trainer::model::{Lean, LoraConfig};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use agl_trainer::rl::{
     AdamWConfig, BatchConfig, Correction, Estimator, LossConfig, LossNorm, LrDecay, LrSchedule,
     ScheduleConfig, StepConfig, UpdateCap,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoopMode {
     /// Launch B groups, wait for all of them, train, repeat.
@@ -26,7 +26,7 @@ pub enum LoopMode {
 
 /// `[run] in_flight`: the model calls running when new weights are
 /// published.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InFlightMode {
     /// Wait for them (up to `drain_timeout_secs`): every call is sampled by
@@ -57,7 +57,7 @@ impl InFlightMode {
 }
 
 /// `[run]`: the data and the shape of the loop.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunConfig {
     /// JSONL, one input per line; a row's `"split"` (`"train"` | `"val"`,
@@ -156,7 +156,7 @@ impl RunConfig {
 
 /// `[train] correction`: how the engine/trainer mismatch is corrected
 /// (`agl_trainer::rl::Correction`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CorrectionKind {
     None,
@@ -168,7 +168,7 @@ pub enum CorrectionKind {
 
 /// `[train] loss_norm`: what weighs the same in the loss
 /// (`agl_trainer::rl::LossNorm`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LossNormKind {
     Rollout,
@@ -177,7 +177,7 @@ pub enum LossNormKind {
     Group,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EstimatorKind {
     /// (r - mean) / (std + eps).
@@ -188,7 +188,7 @@ pub enum EstimatorKind {
 }
 
 /// `[train]`: the update.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
     pub estimator: EstimatorKind,
@@ -397,7 +397,7 @@ impl TrainConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EngineKind {
     /// agl's own tch engine on the policy weights, in this process.
@@ -427,7 +427,7 @@ impl EngineKind {
 
 /// How a remote engine treats requests still in flight when it pauses
 /// for new weights (the gateway has drained its own calls by then).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PauseMode {
     /// Frozen in place and continued on the new weights (vLLM `keep`,
@@ -438,7 +438,7 @@ pub enum PauseMode {
 }
 
 /// `[engine]`: which engine serves the policy during `agl run`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyEngineConfig {
     pub kind: EngineKind,
@@ -464,7 +464,8 @@ pub struct PolicyEngineConfig {
     pub api: EngineApi,
     /// Gateway rendering: how the model writes tool calls (`"hermes"`,
     /// `"qwen3_coder"`, `"llama3_json"`, `"none"`); unset: read from the
-    /// chat template.
+    /// chat template. (Not serialized: the exports record it as given.)
+    #[serde(skip_serializing)]
     pub tool_parser: Option<ToolFormat>,
     /// Gateway rendering: whether outputs open with `<think>...</think>`;
     /// unset: read from the chat template.

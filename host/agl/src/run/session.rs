@@ -13,7 +13,7 @@ use agl_trainer::checkpoint;
 
 use super::data::Dataset;
 use super::driver::{Driver, HostState, Parts, Start};
-use super::report::{self, MetricsLog, Progress, TrainerGauges};
+use super::report::{self, Export, ExportStart, MetricsLog, Progress, TrainerGauges};
 use super::{RunFinished, RunOptions};
 use crate::assembly;
 use crate::config::Config;
@@ -230,7 +230,18 @@ impl Session<'_> {
             let meta = serde_json::json!({"step": start.step, "resumed": self.resume});
             self.link.record_version(start.version, &meta).await?;
         }
-        let metrics = MetricsLog::open(&self.folder.metrics(), self.resume.then_some(start.step))?;
+        let resume_after = self.resume.then_some(start.step);
+        let mut metrics = MetricsLog::open(&self.folder.metrics(), resume_after)?;
+        let export = Export::start(ExportStart {
+            report: &config.report,
+            out_dir: &self.folder.out_dir,
+            resume_after,
+            config: config.export_json(),
+            plugins: self.plugins.loaded(),
+        });
+        if let Some(export) = export {
+            metrics.export_to(export);
+        }
         let progress = Progress::new(cfg.steps, !cfg.progress);
         progress.resume_at(start.step);
         Driver::new(
@@ -254,7 +265,8 @@ impl Session<'_> {
 }
 
 /// Runs the loop until its steps are done or `stop` is set, cancels what
-/// is still in flight, and writes the plot and the summary.
+/// is still in flight, ends the exports, and writes the plot and the
+/// summary.
 pub async fn drive(
     mut driver: Driver,
     folder: &RunFolder,
@@ -263,12 +275,25 @@ pub async fn drive(
     let outcome = driver.run(stop).await;
     driver.cancel_in_flight().await;
     driver.finish_progress();
+    if let Some(export) = driver.take_export() {
+        close_export(export).await;
+    }
     outcome?;
     finish_report(&folder.metrics(), &folder.out_dir)?;
     Ok(RunFinished {
         out_dir: folder.out_dir.clone(),
         steps: driver.step(),
     })
+}
+
+/// Waits (off the async workers) for the exports to be written; a
+/// failure is a warning.
+async fn close_export(export: Export) {
+    match tokio::task::spawn_blocking(move || export.close()).await {
+        Ok(Ok(outputs)) => outputs.iter().for_each(|line| println!("{line}")),
+        Ok(Err(e)) => tracing::warn!("{e}"),
+        Err(e) => tracing::warn!(error = %e, "closing the report sink"),
+    }
 }
 
 /// The plot and the summary table from the metrics file.

@@ -17,6 +17,7 @@ mod layering;
 mod manifests;
 mod mini_swe;
 mod model_import;
+mod openapi_fuzz;
 mod partial_rollouts;
 #[allow(dead_code)]
 #[path = "../../../../tests/support/policy.rs"]
@@ -25,6 +26,7 @@ mod policy;
 #[path = "../../../../tests/support/process.rs"]
 mod process;
 mod python_plugins;
+mod report_export;
 mod run_report;
 mod scaffold;
 mod serve_cli;

@@ -180,6 +180,11 @@ impl Driver {
         self.progress.finish();
     }
 
+    /// The TensorBoard / W&B export, to close at the run's end.
+    pub fn take_export(&mut self) -> Option<super::report::Export> {
+        self.metrics.take_export()
+    }
+
     /// Runs until `cfg.steps` updates are done or `stop` is set.
     pub async fn run(&mut self, stop: &tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
         if self.step == 0 && self.cfg.val_every > 0 {

@@ -1,16 +1,18 @@
-//! `metrics.jsonl`: one JSON line per [`StepRecord`], appended as it happens.
+//! `metrics.jsonl`: one JSON line per [`StepRecord`], appended as it happens
+//! (and handed to the run's [`Export`], when it has one).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{ReportError, StepRecord};
+use super::{Export, ReportError, StepRecord};
 
 /// Appends step records to a JSONL file, one `write` per line so a crash
 /// tears at most the last line.
 pub struct MetricsLog {
     path: PathBuf,
     file: File,
+    export: Option<Export>,
 }
 
 impl MetricsLog {
@@ -45,6 +47,7 @@ impl MetricsLog {
         Ok(MetricsLog {
             path: path.to_path_buf(),
             file,
+            export: None,
         })
     }
 
@@ -52,14 +55,29 @@ impl MetricsLog {
         &self.path
     }
 
-    /// Writes `record` as one line and flushes it to the OS.
+    /// From now on every appended record goes to `export` too.
+    pub fn export_to(&mut self, export: Export) {
+        self.export = Some(export);
+    }
+
+    /// The export, to close it at the run's end.
+    pub fn take_export(&mut self) -> Option<Export> {
+        self.export.take()
+    }
+
+    /// Writes `record` as one line and flushes it to the OS; then hands it
+    /// to the export.
     pub fn append(&mut self, record: &StepRecord) -> Result<(), ReportError> {
         let mut line = serde_json::to_string(record)?;
         line.push('\n');
         self.file
             .write_all(line.as_bytes())
             .and_then(|()| self.file.flush())
-            .map_err(ReportError::io(&self.path))
+            .map_err(ReportError::io(&self.path))?;
+        if let Some(export) = &mut self.export {
+            export.step(record);
+        }
+        Ok(())
     }
 }
 

@@ -2,25 +2,31 @@
 //! to `metrics.jsonl` ([`MetricsLog`]), printed as at most two lines
 //! ([`summary_lines`]) above the progress bar ([`Progress`]), exported as
 //! Prometheus gauges on the gateway's `/metrics` ([`TrainerGauges`]),
-//! drawn as a PNG of [`panels`] ([`plot()`]) and summed up at the end ([`summary_table`]).
+//! drawn as a PNG of [`panels`] ([`plot()`]) and summed up at the end ([`summary_table`]);
+//! with `[report]`, also written as TensorBoard event files and a W&B run
+//! ([`Export`], the record's [`scalars`]) as each line is appended.
 //!
 //! The baseline validation (before any update) is a record with `step: 0`
 //! and `weight_version: 0`: only its `val_reward`, `val_rollouts`,
 //! `elapsed_s` and `total_steps` mean anything. Every view treats step 0 as
 //! the baseline and skips it for training statistics.
 
+mod export;
 mod gauges;
 mod log;
 mod plot;
 mod progress;
 mod record;
+mod scalars;
 mod text;
 
+pub use export::{Export, ExportError, ExportStart};
 pub use gauges::TrainerGauges;
 pub use log::{MetricsLog, read_records};
 pub use plot::{Labels, Panel, panels, plot};
 pub use progress::Progress;
 pub use record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord, TrainerStats};
+pub use scalars::scalars;
 pub use text::{per_rollout, summary_lines, summary_table};
 
 use std::path::PathBuf;
