@@ -1,6 +1,6 @@
 //! agl: harnessed agentic RL. The `agl` binary's library half: the config
 //! that composes every subsystem's section, `agl run` (the training loop
-//! over gateway, engine, controller, plugins and trainer), the runtime and
+//! over gateway, engine, controller, plugins and trainer) and
 //! the plugin scaffold and builder. The subsystems are their own crates (see
 //! ARCHITECTURE.md).
 
@@ -13,7 +13,6 @@ pub mod plugin_build;
 pub mod plugins;
 pub mod policy;
 pub mod run;
-pub mod runtime;
 pub mod scaffold;
 pub mod trainer;
 pub mod viewer;

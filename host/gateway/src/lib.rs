@@ -24,6 +24,7 @@ mod proxy;
 mod proxy_admin;
 mod rollouts;
 mod routes;
+pub mod runtime;
 mod server;
 mod service;
 mod viewer;

@@ -15,5 +15,5 @@ use anyhow::Context;
 
 /// The async runtime every subcommand that does I/O runs on.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    agl::runtime::build().context("cannot start the async runtime")
+    agl_gateway::runtime::build().context("cannot start the async runtime")
 }

@@ -1,5 +1,6 @@
-//! The async runtime of every `agl` subcommand that does I/O, and of the
-//! gateway benchmark (so it measures what ships).
+//! The async runtime of every `agl` subcommand that does I/O (`agl serve`
+//! runs the gateway on it), and of the gateway's benchmarks (so they
+//! measure what ships).
 
 /// Multi-threaded, checking the I/O driver and the global queue every 8 task
 /// polls instead of tokio's 61 and 31. Under load a worker otherwise runs

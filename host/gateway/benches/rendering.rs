@@ -4,7 +4,7 @@
 //! "gateway"`: the gateway renders with the policy template and continues
 //! the chain token-exactly), in one run, on loopback.
 //!
-//! `cargo bench -p agl --bench rendering [-- --turns N --runs R]`
+//! `cargo bench -p agl-gateway --bench rendering [-- --turns N --runs R]`
 //!
 //! The policy is the fixture tokenizer under the Hermes/Qwen-style tools
 //! template (`tests/python/tools_template.jinja`); the engine is the test
@@ -151,7 +151,7 @@ fn main() {
             .unwrap_or(default)
     };
     let (turns, runs) = (arg("--turns", 30), arg("--runs", 5));
-    let rt = agl::runtime::build().expect("runtime");
+    let rt = agl_gateway::runtime::build().expect("runtime");
     rt.block_on(async {
         let engine = TestEngine::start(TestEngineConfig {
             log_requests: false,
