@@ -165,14 +165,17 @@ impl Call {
             constrained: self.constrained,
             choice,
         };
-        let mut payload = record.to_payload();
-        // An assembled stream can nest deeper than any one chunk did.
-        if let Err(e) = json::check(payload.as_str(), json::MAX_DEPTH) {
+        // The record nests the request and the response one level down:
+        // the request was checked at that depth before it was forwarded,
+        // the response is checked here (an assembled stream can nest
+        // deeper than any one chunk did), so the payload is within the
+        // limit without a pass over all of it (the request is most of it).
+        if let Err(e) = json::check(record.response.as_str(), json::MAX_DEPTH - 1) {
             record.response = JsonText::default();
             record.status = CallStatus::Error;
             record.error = Some(format!("engine response cannot be kept: {e}"));
-            payload = record.to_payload();
         }
+        let payload = record.to_payload();
         let ok = record.status == CallStatus::Ok;
         let key = retry_key(self.attempt, &record.prompt_ids, choice).filter(|_| ok);
         (payload, key)
