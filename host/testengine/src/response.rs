@@ -28,14 +28,17 @@ impl Call {
         Usage::new(self.params.prompt_ids.len(), self.plan.ids().len())
     }
 
-    /// The complete response body.
-    pub fn body(&self) -> Value {
-        let typed = match self.params.endpoint {
-            Endpoint::Chat => serde_json::to_value(self.chat_body()),
-            Endpoint::Completions => serde_json::to_value(self.completion_body()),
-            Endpoint::Generate => return super::sglang::body(self),
+    /// The complete response body, as JSON text: written straight from
+    /// the typed answer (a tree of it first cost more than the gateway's
+    /// own work on a long prompt's ids, benches/rendering.rs).
+    pub fn body(&self) -> Vec<u8> {
+        let text = match self.params.endpoint {
+            Endpoint::Chat => serde_json::to_vec(&self.chat_body()),
+            Endpoint::Completions => serde_json::to_vec(&self.completion_body()),
+            Endpoint::Generate => serde_json::to_vec(&super::sglang::body(self)),
         };
-        typed.unwrap_or_default()
+        // Plain data with string keys always serialises.
+        text.unwrap_or_default()
     }
 
     fn chat_body(&self) -> ChatCompletion {

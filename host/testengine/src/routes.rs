@@ -143,7 +143,7 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         stream::respond(&call, decision, answering)
     } else {
         answering.done();
-        Json(call.body()).into_response()
+        ([(header::CONTENT_TYPE, "application/json")], call.body()).into_response()
     }
 }
 
