@@ -1,6 +1,7 @@
 //! One RL training step in agl vs the same step in PyTorch eager
 //! (`step_torch.py`, transformers, identical weights and batch), the
-//! padding waste of FFD packing on a heavy-tailed length distribution, and
+//! padding waste of the trainer's packing (`pack`) against first-fit
+//! decreasing and input order on a heavy-tailed length distribution, and
 //! collocated async vs sync scheduling on simulated heavy-tailed rollouts.
 //!
 //! `cargo bench -p agl-trainer --bench step` (needs `$AGL_VENV` with torch
@@ -11,10 +12,11 @@ use std::process::Command;
 use std::time::Instant;
 
 use agl_trainer::model::{Model, ModelConfig};
+use agl_trainer::rl::step::DEFAULT_MICRO_BATCH_OVERHEAD;
 use agl_trainer::rl::{
     BatchConfig, CallDrain, Correction, Outcome, Packing, Sample, ScheduleConfig, ScoredRollout,
-    SimConfig, SimResult, StepConfig, UpdateBatch, accumulate_gradients, build_update, pack_ffd,
-    pack_in_order, simulate,
+    SimConfig, SimResult, StepConfig, UpdateBatch, accumulate_gradients, build_update, pack,
+    pack_ffd, pack_in_order, simulate,
 };
 use serde_json::json;
 use tch::{Device, Kind};
@@ -253,14 +255,24 @@ fn step_and_packing() -> anyhow::Result<()> {
     let lengths: Vec<usize> = (0..512)
         .map(|_| (1500.0 * (0.8 * rng.normal()).exp()).clamp(64.0, 8192.0) as usize)
         .collect();
-    println!("\npadding waste, 512 samples, log-normal lengths (median 1500, sigma 0.8):");
-    println!("| budget | FFD waste | micro-batches | in-order waste | micro-batches |");
-    println!("|--------|-----------|---------------|----------------|---------------|");
+    println!(
+        "\npadding waste, 512 samples, log-normal lengths (median 1500, sigma 0.8); pack's \
+         overhead {DEFAULT_MICRO_BATCH_OVERHEAD} slots per micro-batch:"
+    );
+    println!(
+        "| budget | pack waste | micro-batches | FFD waste | micro-batches | in-order waste | micro-batches |"
+    );
+    println!(
+        "|--------|------------|---------------|-----------|---------------|----------------|---------------|"
+    );
     for budget in [8192, 16384, 32768] {
+        let packed = pack(&lengths, budget, DEFAULT_MICRO_BATCH_OVERHEAD);
         let ffd = pack_ffd(&lengths, budget);
         let naive = pack_in_order(&lengths, budget);
         println!(
-            "| {budget:6} | {:8.1}% | {:13} | {:13.1}% | {:13} |",
+            "| {budget:6} | {:9.1}% | {:13} | {:8.1}% | {:13} | {:13.1}% | {:13} |",
+            100.0 * packed.padding_waste(),
+            packed.micro_batches.len(),
             100.0 * ffd.padding_waste(),
             ffd.micro_batches.len(),
             100.0 * naive.padding_waste(),

@@ -36,7 +36,7 @@ pub use batch::{
 };
 pub use data_parallel::{check_same_weights, train_step_data_parallel, weights_hash};
 pub use loss::{Correction, LossConfig};
-pub use pack::{MicroBatch, Packing, pack_ffd, pack_in_order};
+pub use pack::{MicroBatch, Packing, pack, pack_ffd, pack_in_order};
 pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
 pub use schedule_sim::{CallDrain, SimConfig, SimResult, simulate};
 pub use step::{

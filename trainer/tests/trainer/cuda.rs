@@ -178,6 +178,7 @@ fn step_config(bf16_autocast: bool) -> StepConfig {
         },
         temperature: 1.0,
         token_budget: 64,
+        micro_batch_overhead: 0,
         max_grad_norm: Some(1.0),
         bf16_autocast,
         entropy: true,

@@ -8,7 +8,7 @@ use agl_trainer::rl::loss::{TokenInputs, token_loss};
 use agl_trainer::rl::{
     AdamWConfig, BatchConfig, Correction, Estimator, LossConfig, LrDecay, LrSchedule, Outcome,
     Packing, RlOptimizer, Sample, ScoredRollout, StepConfig, UpdateBatch, accumulate_gradients,
-    build_update, evaluate, pack_ffd, score_old_logprobs, train_step,
+    build_update, evaluate, pack, pack_ffd, score_old_logprobs, train_step,
 };
 use serde_json::json;
 use tch::{Kind, Tensor};
@@ -135,6 +135,7 @@ pub(crate) fn cfg() -> StepConfig {
         },
         temperature: 0.8,
         token_budget: 64,
+        micro_batch_overhead: 0,
         max_grad_norm: Some(1.0),
         bf16_autocast: true,
         entropy: true,
@@ -368,6 +369,8 @@ fn same_gradient_for_every_packing(model: &Model, batch: &UpdateBatch, c: &StepC
         Packing::from_groups(&lengths, vec![(0..n).collect()]),
         Packing::from_groups(&lengths, (0..n).map(|i| vec![i]).collect()),
         pack_ffd(&lengths, 48),
+        // The trainer's own: a pass worth 2 slots cuts this batch's runs.
+        pack(&lengths, 1 << 20, 2),
     ];
     let mut results = Vec::new();
     for packing in &packings {
@@ -375,7 +378,12 @@ fn same_gradient_for_every_packing(model: &Model, batch: &UpdateBatch, c: &StepC
         let stats = accumulate_gradients(model, batch, packing, c).unwrap();
         results.push((stats, grads(model)));
     }
-    assert!(packings[2].micro_batches.len() > 1 && packings[2].micro_batches.len() < n);
+    for cut in &packings[2..] {
+        assert!(
+            cut.micro_batches.len() > 1 && cut.micro_batches.len() < n,
+            "{cut:?}"
+        );
+    }
     // The correction is at work (some tokens truncated or masked), not all.
     let corrected = results[0].0.corrected_fraction;
     assert!(corrected > 0.0 && corrected < 1.0, "{corrected}");

@@ -214,6 +214,8 @@ pub struct TrainConfig {
     pub kl_coef: f64,
     /// Slots (rows x padded length) per micro-batch.
     pub token_budget: usize,
+    /// A micro-batch pass's fixed cost, in slots (`agl_trainer::rl::pack`).
+    pub micro_batch_overhead: usize,
     /// Update cap: whole groups beyond these are carried to the next step.
     pub max_groups: Option<usize>,
     pub max_samples: Option<usize>,
@@ -271,6 +273,7 @@ impl Default for TrainConfig {
             loss_norm: LossNormKind::Rollout,
             kl_coef: 0.0,
             token_budget: 8192,
+            micro_batch_overhead: agl_trainer::rl::step::DEFAULT_MICRO_BATCH_OVERHEAD,
             max_groups: None,
             max_samples: None,
             max_tokens: None,
@@ -362,6 +365,7 @@ impl TrainConfig {
             },
             temperature,
             token_budget: self.token_budget,
+            micro_batch_overhead: self.micro_batch_overhead,
             max_grad_norm: self.max_grad_norm,
             bf16_autocast: self.bf16,
             entropy: self.entropy,
