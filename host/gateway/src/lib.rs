@@ -33,9 +33,9 @@ mod weights;
 use std::future::Future;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::from_fn_with_state;
-use axum::{Extension, Router};
 use tokio::net::TcpListener;
 
 pub use auth::{Auth, Principal, RolloutAttempt};
@@ -95,6 +95,8 @@ pub struct Shared {
     pub chains: proxy::ChainIndex,
     /// What the viewer reads besides the store.
     pub viewer: viewer::ViewerSources,
+    /// What `GET /openapi.json` answers, made by the first [`Gateway::router`].
+    pub openapi: std::sync::OnceLock<openapi::Document>,
 }
 
 pub struct Gateway {
@@ -145,6 +147,7 @@ impl Gateway {
                 policies: Arc::default(),
                 chains: proxy::ChainIndex::default(),
                 viewer: viewer::ViewerSources::default(),
+                openapi: std::sync::OnceLock::new(),
                 config: Arc::new(config),
             })),
         }
@@ -209,8 +212,8 @@ impl Gateway {
     pub fn router(&self) -> Router {
         let st = self.state.clone();
         let (router, api) = self.routes();
+        st.openapi.get_or_init(|| openapi::Document::new(&api));
         let mut router = router
-            .layer(Extension(openapi::Document::new(&api)))
             .fallback(error::unknown_route)
             .method_not_allowed_fallback(error::wrong_method);
         if !st.auth.enabled() {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
@@ -33,11 +33,19 @@ pub trait MetricsSource: Send + Sync {
     fn render(&self, out: &mut String);
 }
 
+/// One route's counts: by (method, status), and its latency histogram.
+#[derive(Default)]
+struct RouteStats {
+    /// A route sees a handful of (method, status) pairs: a short list.
+    requests: Vec<(String, u16, u64)>,
+    latency: Histogram,
+}
+
 #[derive(Default)]
 pub struct Metrics {
-    /// (route, method, status) -> count.
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    latency: Mutex<BTreeMap<String, Histogram>>,
+    /// Route template -> its stats. Looked up by `&str`, so a request to a
+    /// route seen before allocates nothing.
+    routes: Mutex<BTreeMap<String, RouteStats>>,
     events_written: AtomicU64,
     upstream_errors: AtomicU64,
     connections: Arc<AtomicU64>,
@@ -55,21 +63,36 @@ impl Drop for OpenConnection {
 
 impl Metrics {
     pub fn record_request(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
-        if let Ok(mut m) = self.requests.lock() {
-            *m.entry((route.to_string(), method.to_string(), status))
-                .or_default() += 1;
+        let mut routes = self.routes();
+        if !routes.contains_key(route) {
+            routes.insert(route.to_owned(), RouteStats::default());
         }
-        if let Ok(mut m) = self.latency.lock() {
-            let h = m.entry(route.to_string()).or_default();
-            let secs = elapsed.as_secs_f64();
-            for (bound, n) in BUCKETS.iter().zip(h.counts.iter_mut()) {
-                if secs <= *bound {
-                    *n += 1;
-                }
+        let Some(stats) = routes.get_mut(route) else {
+            return;
+        };
+        match stats
+            .requests
+            .iter_mut()
+            .find(|(m, s, _)| m == method && *s == status)
+        {
+            Some((_, _, n)) => *n += 1,
+            None => stats.requests.push((method.to_owned(), status, 1)),
+        }
+        let h = &mut stats.latency;
+        let secs = elapsed.as_secs_f64();
+        for (bound, n) in BUCKETS.iter().zip(h.counts.iter_mut()) {
+            if secs <= *bound {
+                *n += 1;
             }
-            h.count += 1;
-            h.sum += secs;
         }
+        h.count += 1;
+        h.sum += secs;
+    }
+
+    /// The counters hold no invariant a panic could have broken halfway
+    /// that matters more than losing every later count.
+    fn routes(&self) -> MutexGuard<'_, BTreeMap<String, RouteStats>> {
+        self.routes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn event_written(&self) {
@@ -99,9 +122,12 @@ impl Metrics {
 
     pub fn render(&self, control: &ProxyControl) -> String {
         let mut out = String::new();
+        let routes = self.routes();
         let _ = writeln!(out, "# TYPE agl_http_requests_total counter");
-        if let Ok(m) = self.requests.lock() {
-            for ((route, method, status), n) in m.iter() {
+        for (route, stats) in routes.iter() {
+            let mut requests: Vec<_> = stats.requests.iter().collect();
+            requests.sort();
+            for (method, status, n) in requests {
                 let _ = writeln!(
                     out,
                     "agl_http_requests_total{{route=\"{}\",method=\"{method}\",status=\"{status}\"}} {n}",
@@ -110,9 +136,9 @@ impl Metrics {
             }
         }
         let _ = writeln!(out, "# TYPE agl_http_request_duration_seconds histogram");
-        if let Ok(m) = self.latency.lock() {
-            for (route, h) in m.iter() {
-                let route = escape(route);
+        {
+            for (route, stats) in routes.iter() {
+                let (route, h) = (escape(route), &stats.latency);
                 for (bound, n) in BUCKETS.iter().zip(h.counts.iter()) {
                     let _ = writeln!(
                         out,
@@ -128,6 +154,7 @@ impl Metrics {
                 );
             }
         }
+        drop(routes);
         let gauges = [
             (
                 "agl_events_written_total",
@@ -173,16 +200,17 @@ fn escape(label: &str) -> String {
 /// Middleware: counts every request by its route template (never the raw
 /// path, which would make one series per rollout id).
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
-    let method = req.method().to_string();
+    // Both clones are reference counts, not copies of the text.
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let method = req.method().clone();
     let start = Instant::now();
     let resp = next.run(req).await;
-    state
-        .metrics
-        .record_request(&route, &method, resp.status().as_u16(), start.elapsed());
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    state.metrics.record_request(
+        route,
+        method.as_str(),
+        resp.status().as_u16(),
+        start.elapsed(),
+    );
     resp
 }

@@ -13,13 +13,14 @@ mod errors;
 
 use std::sync::Arc;
 
-use axum::Extension;
+use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use utoipa::Modify;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 
+use crate::AppState;
 use agl_wire::anthropic;
 use agl_wire::error::{AnthropicErrorBody, ErrorBody};
 use agl_wire::openai;
@@ -138,6 +139,7 @@ impl Document {
     responses((status = 200, description = "This document (OpenAPI 3.1).",
                content_type = "application/json", body = Object)),
 )]
-pub async fn document(Extension(doc): Extension<Document>) -> Response {
-    ([(CONTENT_TYPE, "application/json")], doc.0.to_string()).into_response()
+pub async fn document(State(state): State<AppState>) -> Response {
+    let text = state.openapi.get().map_or("{}", |doc| &doc.0);
+    ([(CONTENT_TYPE, "application/json")], text.to_owned()).into_response()
 }
