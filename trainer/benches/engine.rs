@@ -1,8 +1,11 @@
 //! Decode throughput of agl's engine vs transformers `generate` on
 //! SmolLM2-135M-Instruct, plus peak memory. Prints a table.
 //!
-//! `cargo bench -p agl-trainer --bench engine` with `AGL_VENV` set: f32 on
-//! CPU (same thread count for both) at 1 and 8 concurrent requests; the model
+//! `cargo bench -p agl-trainer --bench engine` with `AGL_VENV` set: f32 and
+//! bf16 on CPU (same thread count as transformers) at 1 and 8 concurrent
+//! requests, against the memory-bandwidth bound measured in the same run (a
+//! batch-1 step reads every weight once, so `bandwidth / weight bytes` is
+//! the most tokens/s it can give), with issue 35's limits; the model
 //! folder is `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct`
 //! (built by `host/agl/tests/e2e/engine_server.rs`'s `smollm2_dir`).
 //!
@@ -19,7 +22,7 @@ use std::time::Instant;
 use agl_trainer::engine::{EngineConfig, EngineEvent, EngineHandle, Request, SamplingParams};
 use agl_trainer::model::{Model, ModelConfig};
 use serde_json::{Value, json};
-use tch::{Device, Kind};
+use tch::{Device, Kind, Tensor};
 
 const NEW_TOKENS: usize = 64;
 
@@ -158,6 +161,61 @@ fn spawn(model: Model, max_seqs: usize) -> EngineHandle {
     EngineHandle::spawn(model, config).unwrap()
 }
 
+/// Bytes one batch-1 decode step must read: every parameter once (a tied
+/// embedding is one tensor, read whole as the LM head).
+fn weight_bytes(model: &Model) -> usize {
+    model
+        .var_store()
+        .variables()
+        .values()
+        .map(|t| t.numel() * t.kind().elt_size_in_bytes())
+        .sum()
+}
+
+/// The machine's streaming-read bandwidth in bytes/s: the median of 7
+/// `sum()`s over an f32 buffer of `bytes` (libtorch's vectorised,
+/// multi-threaded reduction, the same thread count the engine uses).
+fn read_bandwidth(bytes: usize) -> f64 {
+    let buffer = Tensor::ones([(bytes / 4) as i64], (Kind::Float, Device::Cpu));
+    let _ = buffer.sum(Kind::Float).double_value(&[]); // fault the pages in
+    let mut rates: Vec<f64> = (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            let _ = buffer.sum(Kind::Float).double_value(&[]);
+            bytes as f64 / t.elapsed().as_secs_f64()
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+/// Best of three runs of `n` concurrent requests (the machine is shared).
+fn best_of(engine: &EngineHandle, prompt: &[u32], n: usize) -> f64 {
+    (0..3).map(|_| run(engine, prompt, n)).fold(0.0, f64::max)
+}
+
+struct CpuRow {
+    single: f64,
+    batch8: f64,
+    bytes: usize,
+}
+
+fn cpu_engine(dir: &Path, kind: Kind, prompt: &[u32]) -> CpuRow {
+    let model = Model::load(dir, kind, Device::Cpu).expect("load model");
+    let bytes = weight_bytes(&model);
+    let engine = spawn(model, 8);
+    run(&engine, prompt, 1); // warm-up
+    CpuRow {
+        single: best_of(&engine, prompt, 1),
+        batch8: best_of(&engine, prompt, 8),
+        bytes,
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
 fn cpu_bench(dir: &Path) {
     let threads = tch::get_num_threads();
     let args = [NEW_TOKENS.to_string(), threads.to_string()];
@@ -165,36 +223,66 @@ fn cpu_bench(dir: &Path) {
     let prompt = hf
         .as_ref()
         .map_or_else(synthetic_prompt, |h| ids(&h["prompt_ids"]));
-    let model = Model::load(dir, Kind::Float, Device::Cpu).expect("load model");
-    let engine = spawn(model, 8);
-    run(&engine, &prompt, 1); // warm-up
-    let single = run(&engine, &prompt, 1);
-    let batch8 = run(&engine, &prompt, 8);
+    // f32 first, so the peak RSS is the f32 engine's alone.
+    let f32_row = cpu_engine(dir, Kind::Float, &prompt);
+    let rss = peak_rss_mb();
+    let bf16_row = cpu_engine(dir, Kind::BFloat16, &prompt);
+    let bandwidth = read_bandwidth(f32_row.bytes);
     println!(
-        "SmolLM2-135M-Instruct f32, CPU, {threads} threads, {NEW_TOKENS} new tokens, prompt {} tokens",
+        "SmolLM2-135M-Instruct, CPU, {threads} threads, {NEW_TOKENS} new tokens, greedy, prompt {} tokens; best of 3 runs",
         prompt.len()
     );
     println!(
-        "{:<24} {:>12} {:>16} {:>14}",
-        "", "1 req tok/s", "8 conc. tok/s", "peak RSS MB"
+        "streaming read of a {:.0} MB f32 buffer (the weights' size): {:.2} GB/s",
+        f32_row.bytes as f64 / 1e6,
+        bandwidth / 1e9
     );
-    let row = |name: &str, a: f64, b: f64, c: f64| {
-        println!("{name:<24} {a:>12.1} {b:>16.1} {c:>14.0}");
-    };
-    row("agl engine", single, batch8, peak_rss_mb());
-    if let Some(hf) = hf {
-        let f = |k: &str| hf[k].as_f64().unwrap_or(0.0);
-        row(
-            "transformers generate",
+    println!(
+        "{:<26} {:>11} {:>11} {:>13} {:>9} {:>8}",
+        "", "1 req tok/s", "bound tok/s", "of the bound", "8 conc.", "8 / 1"
+    );
+    for (name, row) in [("agl engine f32", &f32_row), ("agl engine bf16", &bf16_row)] {
+        let bound = bandwidth / row.bytes as f64;
+        println!(
+            "{name:<26} {:>11.1} {bound:>11.1} {:>12.0}% {:>9.1} {:>7.2}x",
+            row.single,
+            100.0 * row.single / bound,
+            row.batch8,
+            row.batch8 / row.single
+        );
+    }
+    let hf_rss = hf.as_ref().map(|hf| {
+        let f = |k: &str| hf[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{:<26} {:>11.1} {:>11} {:>13} {:>9.1} {:>7.2}x",
+            "transformers generate f32",
             f("single_tok_s"),
+            "",
+            "",
             f("batch8_tok_s"),
-            f("peak_rss_mb"),
+            f("batch8_tok_s") / f("single_tok_s")
         );
         println!(
-            "ratio agl/transformers: 1 req {:.2}x, 8 conc. {:.2}x",
-            single / f("single_tok_s"),
-            batch8 / f("single_tok_s")
+            "ratio agl/transformers f32: 1 req {:.2}x, 8 conc. {:.2}x",
+            f32_row.single / f("single_tok_s"),
+            f32_row.batch8 / f("batch8_tok_s")
         );
+        f("peak_rss_mb")
+    });
+    let f32_share = f32_row.single * f32_row.bytes as f64 / bandwidth;
+    println!(
+        "limits: f32 batch 1 >= 80% of the bound: {} ({:.0}%); batch 8 >= 3x batch 1: {} ({:.2}x)",
+        verdict(f32_share >= 0.8),
+        100.0 * f32_share,
+        verdict(f32_row.batch8 >= 3.0 * f32_row.single),
+        f32_row.batch8 / f32_row.single
+    );
+    match hf_rss {
+        Some(hf_rss) => println!(
+            "peak RSS, f32: agl {rss:.0} MB, transformers {hf_rss:.0} MB: no more than transformers' {}",
+            verdict(rss <= hf_rss)
+        ),
+        None => println!("peak RSS, f32: agl {rss:.0} MB"),
     }
 }
 

@@ -232,7 +232,11 @@ fn main() -> anyhow::Result<()> {
     let wasm_ratio = ratio(wasm_stats.median, native.median);
     println!(
         "ratio wasm / native (medians): {wasm_ratio:.2}x   limit <= {LIMIT}x: {}",
-        if wasm_ratio <= LIMIT { "met" } else { "NOT met" }
+        if wasm_ratio <= LIMIT {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     let n = (1_000 / instances) * instances;
     println!(
