@@ -20,6 +20,7 @@ mod lean;
 mod logprobs;
 mod lora;
 mod rope;
+mod weight_file;
 mod weights;
 
 use std::path::PathBuf;

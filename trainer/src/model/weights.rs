@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{Value, json};
 use tch::{Device, Kind, Tensor};
 
+use super::weight_file::WeightFile;
 use super::{Model, ModelConfig, ModelError};
 
 const SINGLE_FILE: &str = "model.safetensors";
@@ -54,40 +55,15 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     )))
 }
 
-/// Reads one safetensors file into CPU tensors of their stored dtype.
-fn read_file(path: &Path) -> Result<Vec<(String, Tensor)>, ModelError> {
-    let bytes = fs::read(path).map_err(io_err(path))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|source| ModelError::SafeTensors {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    st.iter()
-        .map(|(name, view)| {
-            let kind = match view.dtype() {
-                Dtype::F32 => Kind::Float,
-                Dtype::F16 => Kind::Half,
-                Dtype::BF16 => Kind::BFloat16,
-                other => {
-                    return Err(ModelError::Weights(format!(
-                        "{name}: unsupported dtype {other:?}"
-                    )));
-                }
-            };
-            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-            Ok((
-                name.to_string(),
-                Tensor::f_from_data_size(view.data(), &shape, kind)?,
-            ))
-        })
-        .collect()
-}
-
 /// Every tensor of a Hugging Face folder (single file or shards), on the CPU
 /// in its stored dtype.
 pub fn read_safetensors_folder(dir: &Path) -> Result<Vec<(String, Tensor)>, ModelError> {
     let mut all = Vec::new();
-    for file in weight_files(dir)? {
-        all.extend(read_file(&file)?);
+    for path in weight_files(dir)? {
+        let file = WeightFile::open(&path)?;
+        for entry in file.entries() {
+            all.push((entry.name.clone(), file.read(entry)?));
+        }
     }
     Ok(all)
 }
@@ -112,18 +88,29 @@ impl Model {
     }
 
     /// Copies every parameter from a Hugging Face folder into this model's
-    /// existing tensors; all parameters must be present.
+    /// existing tensors; all parameters must be present. A file's tensors
+    /// are read and copied one at a time (so a load holds the model plus one
+    /// tensor), after its header has shown every name and shape to fit;
+    /// the files of a sharded folder are copied one after another.
     pub fn load_weights_from_folder(&self, dir: &Path) -> Result<(), ModelError> {
-        let mut missing: HashSet<String> = self.vs.variables().into_keys().collect();
-        for file in weight_files(dir)? {
-            let tensors = read_file(&file)?;
-            for (name, _) in &tensors {
-                missing.remove(name);
+        let vars = self.vs.variables();
+        let mut missing: HashSet<&String> = vars.keys().collect();
+        for path in weight_files(dir)? {
+            let file = WeightFile::open(&path)?;
+            let mut pairs = Vec::with_capacity(file.entries().len());
+            for entry in file.entries() {
+                missing.remove(&entry.name);
+                if let Some(dst) = self.target(&vars, &entry.name, &entry.shape)? {
+                    pairs.push((dst.shallow_clone(), entry));
+                }
             }
-            self.load_weights_in_place(&tensors)?;
+            for (mut dst, entry) in pairs {
+                let src = file.read(entry)?;
+                tch::no_grad(|| dst.f_copy_(&src))?;
+            }
         }
         if !missing.is_empty() {
-            let mut missing: Vec<_> = missing.into_iter().collect();
+            let mut missing: Vec<&str> = missing.into_iter().map(String::as_str).collect();
             missing.sort();
             return Err(ModelError::Weights(format!(
                 "missing from {}: {}",
@@ -143,20 +130,9 @@ impl Model {
         let vars = self.vs.variables();
         let mut pairs = Vec::with_capacity(tensors.len());
         for (name, src) in tensors {
-            if ignored(name, &self.config) {
-                continue;
+            if let Some(dst) = self.target(&vars, name, &src.size())? {
+                pairs.push((dst.shallow_clone(), src));
             }
-            let dst = vars
-                .get(name)
-                .ok_or_else(|| ModelError::Weights(format!("unexpected tensor {name}")))?;
-            if dst.size() != src.size() {
-                return Err(ModelError::Weights(format!(
-                    "{name}: shape {:?}, expected {:?}",
-                    src.size(),
-                    dst.size()
-                )));
-            }
-            pairs.push((dst.shallow_clone(), src));
         }
         tch::no_grad(|| {
             for (mut dst, src) in pairs {
@@ -164,6 +140,30 @@ impl Model {
             }
             Ok(())
         })
+    }
+
+    /// The parameter a checkpoint tensor `name` of `shape` loads into:
+    /// `None` for an entry that is not a parameter here (see [`ignored`]),
+    /// an error for an unknown name or another shape.
+    fn target<'v>(
+        &self,
+        vars: &'v HashMap<String, Tensor>,
+        name: &str,
+        shape: &[i64],
+    ) -> Result<Option<&'v Tensor>, ModelError> {
+        if ignored(name, &self.config) {
+            return Ok(None);
+        }
+        let dst = vars
+            .get(name)
+            .ok_or_else(|| ModelError::Weights(format!("unexpected tensor {name}")))?;
+        if dst.size() != shape {
+            return Err(ModelError::Weights(format!(
+                "{name}: shape {shape:?}, expected {:?}",
+                dst.size()
+            )));
+        }
+        Ok(Some(dst))
     }
 
     /// Saves `config.json` and the weights (single file up to
