@@ -9,7 +9,7 @@ use tch::Tensor;
 use tch::nn::Path;
 
 use super::config::ModelConfig;
-use super::layers::{Linear, Mlp, RmsNorm};
+use super::layers::{Linear, Mlp, Pass, RmsNorm};
 use super::rope::RopeTables;
 
 /// Which keys a query may see.
@@ -84,7 +84,7 @@ impl Attention {
     }
 
     /// `x` `[B, T, hidden]` -> q `[B, heads, T, d]`, k and v `[B, kv_heads, T, d]`.
-    pub fn project(&self, x: &Tensor, rope: &RopeTables) -> (Tensor, Tensor, Tensor) {
+    pub fn project(&self, x: &Tensor, rope: &RopeTables, pass: Pass) -> (Tensor, Tensor, Tensor) {
         let (b, t) = (x.size()[0], x.size()[1]);
         let split = |y: Tensor, heads: i64, norm: &Option<RmsNorm>| {
             let y = y.view([b, t, heads, self.head_dim]);
@@ -94,16 +94,23 @@ impl Attention {
             };
             y.transpose(1, 2)
         };
-        let q = split(self.q_proj.forward(x), self.num_heads, &self.q_norm);
-        let k = split(self.k_proj.forward(x), self.num_kv_heads, &self.k_norm);
-        let v = split(self.v_proj.forward(x), self.num_kv_heads, &None);
+        let q = split(self.q_proj.run(x, pass), self.num_heads, &self.q_norm);
+        let k = split(self.k_proj.run(x, pass), self.num_kv_heads, &self.k_norm);
+        let v = split(self.v_proj.run(x, pass), self.num_kv_heads, &None);
         (rope.apply(&q), rope.apply(&k), v)
     }
 
     /// Attends `q` `[B, heads, T, d]` over `k`/`v` `[B, kv_heads, L, d]`;
     /// `mask` says which keys each query sees. Every query row must see at
     /// least one key. Returns `[B, T, hidden]`.
-    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Visibility) -> Tensor {
+    pub fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Visibility,
+        pass: Pass,
+    ) -> Tensor {
         // enable_gqa: kv head j serves query heads j*groups .. (j+1)*groups,
         // as transformers' repeat_kv, without materialising the repeat.
         let gqa = self.num_heads != self.num_kv_heads;
@@ -117,7 +124,7 @@ impl Attention {
         let out = out
             .transpose(1, 2)
             .reshape([b, t, self.num_heads * self.head_dim]);
-        self.o_proj.forward(&out)
+        self.o_proj.run(&out, pass)
     }
 }
 
@@ -170,14 +177,16 @@ impl DecoderLayer {
         x: &Tensor,
         rope: &RopeTables,
         mask: Visibility,
+        pass: Pass,
         kv: impl FnOnce(Tensor, Tensor) -> (Tensor, Tensor),
     ) -> Tensor {
-        let (q, k, v) = self
-            .self_attn
-            .project(&self.input_layernorm.forward(x), rope);
+        let attn = &self.self_attn;
+        let (q, k, v) = attn.project(&self.input_layernorm.forward(x), rope, pass);
         let (k, v) = kv(k, v);
-        let x = x + self.self_attn.attend(&q, &k, &v, mask);
-        let mlp_out = self.mlp.forward(&self.post_attention_layernorm.forward(&x));
+        let x = x + attn.attend(&q, &k, &v, mask, pass);
+        let mlp_out = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x), pass);
         x + mlp_out
     }
 }

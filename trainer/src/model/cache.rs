@@ -21,6 +21,8 @@
 use tch::{Device, Kind, Tensor};
 
 use super::attention::Visibility;
+use super::decode_matmul;
+use super::layers::Pass;
 use super::{Model, ModelError};
 
 /// A sequence's place in a [`KvCache`].
@@ -207,7 +209,7 @@ impl Model {
             let mut x = Tensor::embedding(&self.embed_tokens, &tokens, -1, false, false);
             for (l, layer) in self.layers.iter().enumerate() {
                 let (keys, values) = (&mut cache.keys[l], &mut cache.values[l]);
-                x = layer.forward(&x, &tables, mask, |k, v| {
+                x = layer.forward(&x, &tables, mask, Pass::Inference, |k, v| {
                     (
                         plan.write_and_read(keys, &k),
                         plan.write_and_read(values, &v),
@@ -217,7 +219,9 @@ impl Model {
             let rows = Tensor::arange(n, (Kind::Int64, device));
             let last = (count.view([n]) - 1).to_device(device);
             let x = x.index(&[Some(&rows), Some(&last)]);
-            self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>)
+            let h = self.norm.forward(&x);
+            decode_matmul::linear(&h, &self.lm_head)
+                .unwrap_or_else(|| h.linear(&self.lm_head, None::<Tensor>))
         });
         for ((slot, _), (s, c)) in batch.iter().zip(starts.iter().zip(&counts)) {
             cache.lens[slot.0] = Some((s + c) as usize);

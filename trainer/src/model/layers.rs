@@ -5,7 +5,16 @@ use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
 use super::config::ModelConfig;
+use super::decode_matmul;
 use super::lora::LoraPair;
+
+/// How a forward runs: with autograd (training, scoring), or as an engine
+/// step under `no_grad`, which may take kernels that build no graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    Autograd,
+    Inference,
+}
 
 /// `y = x W^T (+ b)`, weights `[out, in]` as in PyTorch, plus a LoRA
 /// adapter's `scale * B A x` when one is attached.
@@ -36,6 +45,27 @@ impl Linear {
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let y = x.linear(&self.weight, self.bias.as_ref());
+        self.with_adapter(x, y)
+    }
+
+    /// [`Linear::forward`]; under [`Pass::Inference`] a decode step's few
+    /// rows on the CPU go through [`decode_matmul`].
+    pub fn run(&self, x: &Tensor, pass: Pass) -> Tensor {
+        let fast = match pass {
+            Pass::Inference => decode_matmul::linear(x, &self.weight),
+            Pass::Autograd => None,
+        };
+        let Some(y) = fast else {
+            return self.forward(x);
+        };
+        let y = match &self.bias {
+            Some(bias) => y + bias,
+            None => y,
+        };
+        self.with_adapter(x, y)
+    }
+
+    fn with_adapter(&self, x: &Tensor, y: Tensor) -> Tensor {
         match &self.lora {
             Some(lora) if lora.active() => y + lora.delta(x),
             _ => y,
@@ -105,9 +135,9 @@ impl Mlp {
         }
     }
 
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.down_proj
-            .forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+    pub fn forward(&self, x: &Tensor, pass: Pass) -> Tensor {
+        let hidden = self.gate_proj.run(x, pass).silu() * self.up_proj.run(x, pass);
+        self.down_proj.run(&hidden, pass)
     }
 
     /// The projections by Hugging Face module name.

@@ -23,6 +23,7 @@
 
 use tch::{Kind, Tensor};
 
+use super::layers::Pass;
 use super::{BodyInputs, Model, ModelError};
 
 /// Which savings to make.
@@ -79,7 +80,13 @@ impl Model {
                 if lean.checkpoint_layers {
                     keep.push(x.shallow_clone());
                 }
-                layer.forward(&x, &body.tables, body.visibility(), |k, v| (k, v))
+                layer.forward(
+                    &x,
+                    &body.tables,
+                    body.visibility(),
+                    Pass::Autograd,
+                    |k, v| (k, v),
+                )
             })
         };
         let mut layer_inputs = Vec::new();
@@ -160,7 +167,13 @@ impl Model {
         }
         for (layer, input) in self.layers.iter().zip(&fwd.layer_inputs).rev() {
             let x = input.detach().set_requires_grad(true);
-            let y = layer.forward(&x, &fwd.body.tables, fwd.body.visibility(), |k, v| (k, v));
+            let y = layer.forward(
+                &x,
+                &fwd.body.tables,
+                fwd.body.visibility(),
+                Pass::Autograd,
+                |k, v| (k, v),
+            );
             (y * &g).sum(Kind::Float).backward();
             g = x.grad();
         }

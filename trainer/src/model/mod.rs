@@ -15,6 +15,7 @@ mod adapter;
 mod attention;
 mod cache;
 mod config;
+mod decode_matmul;
 mod layers;
 mod lean;
 mod logprobs;
@@ -29,7 +30,7 @@ use tch::nn::{Init, VarStore};
 use tch::{Device, Kind, Tensor};
 
 use attention::{DecoderLayer, Visibility};
-use layers::RmsNorm;
+use layers::{Pass, RmsNorm};
 use rope::Rope;
 
 pub use adapter::AdapterLoad;
@@ -184,7 +185,13 @@ impl Model {
         let body = self.body_inputs(tokens, attention_mask)?;
         let mut x = self.embed(tokens);
         for layer in &self.layers {
-            x = layer.forward(&x, &body.tables, body.visibility(), |k, v| (k, v));
+            x = layer.forward(
+                &x,
+                &body.tables,
+                body.visibility(),
+                Pass::Autograd,
+                |k, v| (k, v),
+            );
         }
         Ok(self.head(&x))
     }
