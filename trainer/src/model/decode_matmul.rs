@@ -1,22 +1,28 @@
-//! `x W^T` for a one-sequence decode step on the CPU: one row against each
-//! weight matrix, so the step is a read of every weight and its speed is
-//! the memory bandwidth's. libtorch hands this shape to MKL's `sgemv`,
-//! which on the AMD cores of this project's machines streams the weights
-//! at ~16 GB/s where a plain read reaches ~40; the `gemm` crate (candle's
-//! CPU matmul) reads them at ~31 GB/s, which took the embedded engine's
-//! batch-1 decode of SmolLM2 f32 from 24 to 44 tokens/s
-//! (`trainer/benches/engine.rs` prints it beside the bandwidth bound). For
-//! 2-16 rows the crate packs the weights as MKL does and is no faster
-//! (8-11 GB/s measured), so those stay on libtorch.
+//! `x W^T` for a decode step on the CPU: one row per sequence (1 to 8)
+//! against each weight matrix, so the step is a read of every weight and
+//! its speed is the memory bandwidth's. libtorch hands these shapes to
+//! MKL's `sgemv`/`sgemm`, which on the AMD cores of this project's machines
+//! streams the weights at ~16 GB/s for one row and ~12 for eight (it
+//! repacks the weight matrix on every call), where a plain read reaches
+//! ~40. Measured on 2 cores, the kernels here:
 //!
-//! Only for inference: the result has no autograd graph. Anything else
-//! (another device or dtype, more rows, non-contiguous operands) returns
-//! `None` and the caller takes libtorch's path.
+//! - AVX-512 (`avx512`): each weight row is read once and multiplied into
+//!   every input row held in registers (the inputs packed so that their
+//!   16-lane blocks lie together), the output rows split over rayon's
+//!   threads: 40 GB/s for one row, 34 for two, 21-25 for four, 16 for eight.
+//! - Without AVX-512, one row goes through the `gemm` crate (candle's CPU
+//!   matmul): ~31 GB/s; more rows stay on libtorch (the crate packs them as
+//!   MKL does and is no faster).
+//!
+//! `trainer/benches/engine.rs` prints the engine's tokens/s beside the
+//! bandwidth bound. Only for inference: the result has no autograd graph.
+//! Anything else (another device or dtype, more rows, non-contiguous
+//! operands) returns `None` and the caller takes libtorch's path.
 
 use tch::{Device, Kind, Tensor};
 
 /// Rows (sequences in one decode step) taken here; see the module docs.
-pub const MAX_ROWS: i64 = 1;
+pub const MAX_ROWS: i64 = 8;
 
 /// `x` `[..., in]` times `weight` `[out, in]` transposed: `[..., out]`.
 pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
@@ -34,25 +40,47 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
     *shape.last_mut()? = out_dim;
     let y = Tensor::empty(&shape[..], (Kind::Float, Device::Cpu));
     let (m, n, k) = (rows as usize, out_dim as usize, in_dim as usize);
-    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
     // SAFETY: the three tensors are contiguous f32 on the CPU with the
-    // sizes named (checked above; `y` was just allocated with them), and
-    // `y` aliases neither input. Strides are in elements: `y` and `x` are
-    // row-major `[m, n]` and `[m, k]`; `weight` row-major `[n, k]` is the
-    // right-hand side `[k, n]` with row stride 1 and column stride `k`.
+    // sizes named (checked above; `y` was just allocated with them), they
+    // live to the end of this function, and `y` aliases neither input.
+    let (xs, ws, ys) = unsafe {
+        (
+            std::slice::from_raw_parts(x.data_ptr() as *const f32, m * k),
+            std::slice::from_raw_parts(weight.data_ptr() as *const f32, n * k),
+            std::slice::from_raw_parts_mut(y.data_ptr() as *mut f32, m * n),
+        )
+    };
+    #[cfg(target_arch = "x86_64")]
+    if avx512::usable(k) {
+        avx512::linear(xs, ws, ys, m, n, k);
+        return Some(y);
+    }
+    (m == 1).then(|| {
+        one_row_gemm(xs, ws, ys, n, k);
+        y
+    })
+}
+
+/// `y [1, n] = x [1, k] W^T` with the `gemm` crate.
+fn one_row_gemm(x: &[f32], w: &[f32], y: &mut [f32], n: usize, k: usize) {
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
+    // SAFETY: the slices hold exactly the elements the sizes and strides
+    // below reach. Strides are in elements: `y` and `x` are row vectors;
+    // `w` row-major `[n, k]` is the right-hand side `[k, n]` with row
+    // stride 1 and column stride `k`.
     unsafe {
         gemm::gemm(
-            m,
+            1,
             n,
             k,
-            y.data_ptr() as *mut f32,
+            y.as_mut_ptr(),
             1,
             n as isize,
             false,
-            x.data_ptr() as *const f32,
+            x.as_ptr(),
             1,
             k as isize,
-            weight.data_ptr() as *const f32,
+            w.as_ptr(),
             k as isize,
             1,
             0.0,
@@ -63,34 +91,176 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
             gemm::Parallelism::Rayon(threads),
         );
     }
-    Some(y)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::{
+        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_reduce_add_ps, _mm512_setzero_ps,
+    };
+
+    use rayon::prelude::*;
+
+    const LANES: usize = 16;
+    /// Output rows per task, at least: fewer cost more in hand-offs.
+    const MIN_BLOCK: usize = 64;
+
+    pub fn usable(k: usize) -> bool {
+        k % LANES == 0 && std::arch::is_x86_feature_detected!("avx512f")
+    }
+
+    /// The operands of one call, shared by its tasks.
+    #[derive(Clone, Copy)]
+    struct Operands {
+        /// `x` packed: `[k / 16][m][16]`.
+        packed: *const f32,
+        w: *const f32,
+        y: *mut f32,
+        m: usize,
+        n: usize,
+        k: usize,
+    }
+
+    // SAFETY: the pointers outlive the parallel loop that uses them (it
+    // ends before `linear` returns), the inputs are only read, and each
+    // task writes the output entries of its own output rows only.
+    unsafe impl Send for Operands {}
+    unsafe impl Sync for Operands {}
+
+    /// `y [m, n] = x [m, k] W^T` for `w` `[n, k]`, `m` in 1..=8, `k` a
+    /// multiple of 16 on a CPU with AVX-512F (see [`usable`]).
+    pub fn linear(x: &[f32], w: &[f32], y: &mut [f32], m: usize, n: usize, k: usize) {
+        assert!((1..=8).contains(&m) && k % LANES == 0 && x.len() == m * k);
+        assert!(w.len() == n * k && y.len() == m * n);
+        let mut packed = vec![0f32; m * k];
+        for c in 0..k / LANES {
+            for r in 0..m {
+                packed[(c * m + r) * LANES..][..LANES]
+                    .copy_from_slice(&x[r * k + c * LANES..][..LANES]);
+            }
+        }
+        let ops = Operands {
+            packed: packed.as_ptr(),
+            w: w.as_ptr(),
+            y: y.as_mut_ptr(),
+            m,
+            n,
+            k,
+        };
+        let tasks = rayon::current_num_threads()
+            .min(n.div_ceil(MIN_BLOCK))
+            .max(1);
+        let block = n.div_ceil(tasks);
+        (0..tasks).into_par_iter().for_each(|t| {
+            let rows = t * block..((t + 1) * block).min(n);
+            // SAFETY: `usable` was checked by the caller (AVX-512F is
+            // there); the asserts above bound every offset `rows_of`
+            // reaches; the tasks' `rows` do not overlap.
+            unsafe { rows_of(ops, rows.start, rows.end) }
+        });
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rows_of(ops: Operands, o0: usize, o1: usize) {
+        // SAFETY: as `linear` says.
+        unsafe {
+            match ops.m {
+                1 => rows::<1>(ops, o0, o1),
+                2 => rows::<2>(ops, o0, o1),
+                3 => rows::<3>(ops, o0, o1),
+                4 => rows::<4>(ops, o0, o1),
+                5 => rows::<5>(ops, o0, o1),
+                6 => rows::<6>(ops, o0, o1),
+                7 => rows::<7>(ops, o0, o1),
+                _ => rows::<8>(ops, o0, o1),
+            }
+        }
+    }
+
+    /// Output rows `o0..o1`: each weight row read once, `M` accumulators.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rows<const M: usize>(ops: Operands, o0: usize, o1: usize) {
+        let Operands {
+            packed, w, y, n, k, ..
+        } = ops;
+        for o in o0..o1 {
+            // SAFETY: `o < n` and every chunk `c < k / 16`, so the loads
+            // stay in `w` (`n * k`) and `packed` (`M * k`), the stores in
+            // `y` (`M * n`).
+            unsafe {
+                let row = w.add(o * k);
+                let mut acc: [__m512; M] = [_mm512_setzero_ps(); M];
+                for c in 0..k / LANES {
+                    let wv = _mm512_loadu_ps(row.add(c * LANES));
+                    let xs = packed.add(c * LANES * M);
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        *a = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xs.add(r * LANES)), *a);
+                    }
+                }
+                for (r, a) in acc.iter().enumerate() {
+                    *y.add(r * n + o) = _mm512_reduce_add_ps(*a);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        (a - b).abs().max().double_value(&[])
+    }
+
     #[test]
-    fn matches_libtorch() {
+    fn matches_libtorch_for_every_decode_batch_size() {
         tch::manual_seed(0);
-        let w = Tensor::randn([300, 97], (Kind::Float, Device::Cpu));
-        for rows in 1..=MAX_ROWS {
-            let x = Tensor::randn([rows, 1, 97], (Kind::Float, Device::Cpu));
-            let fast = linear(&x, &w).expect("eligible");
-            let reference = x.linear(&w, None::<Tensor>);
-            assert_eq!(fast.size(), reference.size());
-            let diff = (&fast - &reference).abs().max().double_value(&[]);
-            assert!(diff < 1e-4, "{rows} rows: max diff {diff}");
+        // 96 inputs take the AVX-512 kernel where there is one; 97 the
+        // one-row fallback (or libtorch, for more rows).
+        for in_dim in [96, 97] {
+            let w = Tensor::randn([300, in_dim], (Kind::Float, Device::Cpu));
+            for rows in 1..=MAX_ROWS {
+                let x = Tensor::randn([rows, 1, in_dim], (Kind::Float, Device::Cpu));
+                let reference = x.linear(&w, None::<Tensor>);
+                let Some(fast) = linear(&x, &w) else {
+                    assert!(rows > 1, "one row is always taken");
+                    continue;
+                };
+                assert_eq!(fast.size(), reference.size());
+                let diff = max_diff(&fast, &reference);
+                assert!(diff < 1e-4, "{rows} x {in_dim}: max diff {diff}");
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx512_kernel_splits_its_rows_without_gaps_or_overlaps() {
+        if !avx512::usable(32) {
+            return; // nothing to test on this CPU
+        }
+        // Output rows that do not divide evenly among the tasks.
+        let (m, n, k) = (3, 1000 + 7, 32);
+        let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.5).collect();
+        let mut y = vec![f32::NAN; m * n];
+        avx512::linear(&x, &w, &mut y, m, n, k);
+        for r in 0..m {
+            for o in 0..n {
+                let want: f32 = (0..k).map(|j| x[r * k + j] * w[o * k + j]).sum();
+                assert!((y[r * n + o] - want).abs() < 1e-3, "y[{r}, {o}]");
+            }
         }
     }
 
     #[test]
     fn declines_what_it_does_not_cover() {
-        let w = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
-        let x = Tensor::randn([MAX_ROWS + 1, 4], (Kind::Float, Device::Cpu));
+        let w = Tensor::randn([8, 16], (Kind::Float, Device::Cpu));
+        let x = Tensor::randn([MAX_ROWS + 1, 16], (Kind::Float, Device::Cpu));
         assert!(linear(&x, &w).is_none(), "a prefill's rows");
         assert!(linear(&x.narrow(0, 0, 2).to_kind(Kind::BFloat16), &w).is_none());
-        let strided = Tensor::randn([4, 2], (Kind::Float, Device::Cpu)).transpose(0, 1);
+        let strided = Tensor::randn([16, 2], (Kind::Float, Device::Cpu)).transpose(0, 1);
         assert!(linear(&strided, &w).is_none(), "a non-contiguous input");
         assert!(linear(&Tensor::randn([2, 5], (Kind::Float, Device::Cpu)), &w).is_none());
     }
