@@ -145,6 +145,13 @@ fn main() -> anyhow::Result<()> {
         wasm.display()
     );
     let rollout = long_rollout();
+    // The same ids with `{}` for every request and response: how much of
+    // the wasm call is handing the JSON over.
+    let mut bare = rollout.clone();
+    for call in &mut bare.calls {
+        call.request = Default::default();
+        call.response = Default::default();
+    }
     let ids: usize = rollout.calls.iter().map(|c| c.prompt_ids.len()).sum();
     let json_bytes: usize = rollout.calls.iter().map(|c| c.request.as_str().len()).sum();
     let last_prompt = rollout.calls.last().map_or(0, |c| c.prompt_ids.len());
@@ -163,56 +170,61 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (native, wasm_calls, e2e, e2e_samples, instances) = runtime.block_on(async {
-        let cache = tempfile::tempdir()?;
-        let host = PluginHost::new(HostConfig {
-            cache_dir: Some(cache.path().to_path_buf()),
-            ..HostConfig::default()
-        })?;
-        let spec = PluginSpec::new("trajectory", &wasm);
-        let instances = spec.limits.instances;
-        let plugin = host.load(spec).await?;
-        // Warm up every instance's memory once.
-        for _ in 0..instances {
-            plugin.build_samples(&rollout).await?;
-        }
-        // Native and wasm calls alternate, so a noisy spell of the machine
-        // slows both alike.
-        let (mut native, mut calls) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            let (elapsed, expect) = native_once()?;
-            native.push(elapsed);
+    let (native, wasm_calls, bare_calls, e2e, e2e_samples, instances) =
+        runtime.block_on(async {
+            let cache = tempfile::tempdir()?;
+            let host = PluginHost::new(HostConfig {
+                cache_dir: Some(cache.path().to_path_buf()),
+                ..HostConfig::default()
+            })?;
+            let spec = PluginSpec::new("trajectory", &wasm);
+            let instances = spec.limits.instances;
+            let plugin = host.load(spec).await?;
+            // Warm up every instance's memory once.
+            for _ in 0..instances {
+                plugin.build_samples(&rollout).await?;
+            }
+            // Native and wasm calls alternate, so a noisy spell of the machine
+            // slows both alike.
+            let (mut native, mut calls, mut bare_calls) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                let (elapsed, expect) = native_once()?;
+                native.push(elapsed);
+                let t = Instant::now();
+                let samples = plugin.build_samples(&rollout).await?;
+                calls.push(t.elapsed());
+                anyhow::ensure!(samples.len() == expect, "wasm and native disagree");
+                let t = Instant::now();
+                plugin.build_samples(&bare).await?;
+                bare_calls.push(t.elapsed());
+            }
+            // 1,000 rollouts, as many in flight as the plugin has instances.
+            let shared = Arc::new(rollout.clone());
             let t = Instant::now();
-            let samples = plugin.build_samples(&rollout).await?;
-            calls.push(t.elapsed());
-            anyhow::ensure!(samples.len() == expect, "wasm and native disagree");
-        }
-        // 1,000 rollouts, as many in flight as the plugin has instances.
-        let shared = Arc::new(rollout.clone());
-        let t = Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        let per_task = 1_000 / instances;
-        for _ in 0..instances {
-            let plugin = plugin.clone();
-            let r = shared.clone();
-            tasks.spawn(async move {
-                let mut n = 0usize;
-                for _ in 0..per_task {
-                    n += plugin.build_samples(&r).await?.len();
-                }
-                anyhow::Ok(n)
-            });
-        }
-        let mut samples = 0;
-        while let Some(done) = tasks.join_next().await {
-            samples += done??;
-        }
-        let e2e = t.elapsed();
-        anyhow::Ok((native, calls, e2e, samples, instances))
-    })?;
+            let mut tasks = tokio::task::JoinSet::new();
+            let per_task = 1_000 / instances;
+            for _ in 0..instances {
+                let plugin = plugin.clone();
+                let r = shared.clone();
+                tasks.spawn(async move {
+                    let mut n = 0usize;
+                    for _ in 0..per_task {
+                        n += plugin.build_samples(&r).await?.len();
+                    }
+                    anyhow::Ok(n)
+                });
+            }
+            let mut samples = 0;
+            while let Some(done) = tasks.join_next().await {
+                samples += done??;
+            }
+            let e2e = t.elapsed();
+            anyhow::Ok((native, calls, bare_calls, e2e, samples, instances))
+        })?;
 
     let native = stats(native);
     let wasm_stats = stats(wasm_calls);
+    let bare_stats = stats(bare_calls);
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
         "rollout: {CALLS} calls, prompts {FIRST_PROMPT} -> {last_prompt} tokens, \
@@ -228,6 +240,10 @@ fn main() -> anyhow::Result<()> {
     row(
         "wasm via PluginHost (copy in, call, copy out, validate)",
         &wasm_stats,
+    );
+    row(
+        "wasm, the same ids without the JSON (`{}` each)",
+        &bare_stats,
     );
     let wasm_ratio = ratio(wasm_stats.median, native.median);
     println!(
