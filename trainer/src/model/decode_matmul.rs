@@ -106,7 +106,7 @@ mod avx512 {
     const MIN_BLOCK: usize = 64;
 
     pub fn usable(k: usize) -> bool {
-        k % LANES == 0 && std::arch::is_x86_feature_detected!("avx512f")
+        k.is_multiple_of(LANES) && std::arch::is_x86_feature_detected!("avx512f")
     }
 
     /// The operands of one call, shared by its tasks.
@@ -130,7 +130,7 @@ mod avx512 {
     /// `y [m, n] = x [m, k] W^T` for `w` `[n, k]`, `m` in 1..=8, `k` a
     /// multiple of 16 on a CPU with AVX-512F (see [`usable`]).
     pub fn linear(x: &[f32], w: &[f32], y: &mut [f32], m: usize, n: usize, k: usize) {
-        assert!((1..=8).contains(&m) && k % LANES == 0 && x.len() == m * k);
+        assert!((1..=8).contains(&m) && k.is_multiple_of(LANES) && x.len() == m * k);
         assert!(w.len() == n * k && y.len() == m * n);
         let mut packed = vec![0f32; m * k];
         for c in 0..k / LANES {
