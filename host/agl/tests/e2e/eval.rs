@@ -83,6 +83,17 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// 1 - C(n - c, k) / C(n, k), by hand.
+fn unbiased_pass_at(n: u64, c: u64, k: u64) -> f64 {
+    let choose = |a: u64, b: u64| -> f64 {
+        if b > a {
+            return 0.0;
+        }
+        (0..b).map(|i| (a - i) as f64 / (b - i) as f64).product()
+    };
+    1.0 - choose(n - c, k) / choose(n, k)
+}
+
 fn close(a: &Value, b: f64) -> bool {
     a.as_f64().is_some_and(|a| (a - b).abs() < 1e-9)
 }
@@ -133,18 +144,29 @@ async fn eval_compares_the_base_with_a_checkpoint_by_pass_at_k() {
         trained["policy"],
         checkpoint.canonicalize().unwrap().display().to_string()
     );
-    // Two val tasks, 4 samples each, 2 of them right under the base:
-    // pass@1 = 2/4, pass@2 = 1 - C(2,2)/C(4,2) = 5/6, pass@4 = 1.
-    for task in base["tasks"].as_array().unwrap() {
-        assert_eq!(
-            (task["samples"].as_u64(), task["passed"].as_u64()),
-            (Some(4), Some(2)),
-            "{task}"
+    // Two val tasks, 4 samples each. The scripted engine answers every
+    // other call for a question wrong under the base, so about half pass;
+    // exactly how many depends on how the calls interleave (a retried
+    // attempt makes one more), so the expected pass@k is computed from the
+    // reported counts by the unbiased estimator 1 - C(n-c, k) / C(n, k):
+    // 2 of 4 gives pass@1 = 1/2, pass@2 = 5/6, pass@4 = 1.
+    let tasks = base["tasks"].as_array().unwrap();
+    let mut expected = [0.0; 3];
+    for task in tasks {
+        let (n, c) = (task["samples"].as_u64(), task["passed"].as_u64());
+        assert_eq!(n, Some(4), "{task}");
+        let c = c.unwrap();
+        assert!(
+            (1..=3).contains(&c),
+            "some but not all pass under the base: {task}"
         );
+        for (slot, k) in expected.iter_mut().zip([1, 2, 4]) {
+            *slot += unbiased_pass_at(4, c, k) / tasks.len() as f64;
+        }
     }
-    assert!(close(&base["pass_at"]["1"], 0.5), "{base}");
-    assert!(close(&base["pass_at"]["2"], 5.0 / 6.0), "{base}");
-    assert!(close(&base["pass_at"]["4"], 1.0), "{base}");
+    for (k, want) in ["1", "2", "4"].into_iter().zip(expected) {
+        assert!(close(&base["pass_at"][k], want), "pass@{k} {want}: {base}");
+    }
     for k in ["1", "2", "4"] {
         assert!(close(&trained["pass_at"][k], 1.0), "{trained}");
     }
@@ -170,9 +192,9 @@ async fn eval_compares_the_base_with_a_checkpoint_by_pass_at_k() {
         .collect();
     assert_eq!(reloads[reloads.len() - 2..], ["0", "1"], "{reloads:?}");
     // The table shows them side by side.
-    let pass1 = text.lines().find(|l| l.starts_with("pass@2")).unwrap();
+    let pass2 = text.lines().find(|l| l.starts_with("pass@2")).unwrap();
     assert!(
-        pass1.contains("0.833") && pass1.trim_end().ends_with("1.000"),
+        pass2.contains(&format!("{:.3}", expected[1])) && pass2.trim_end().ends_with("1.000"),
         "{text}"
     );
     assert!(
