@@ -64,11 +64,12 @@ impl Drop for OpenConnection {
 impl Metrics {
     pub fn record_request(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
         let mut routes = self.routes();
+        // Only a route's first request pays for its name.
         if !routes.contains_key(route) {
             routes.insert(route.to_owned(), RouteStats::default());
         }
         let Some(stats) = routes.get_mut(route) else {
-            return;
+            return; // inserted just above
         };
         match stats
             .requests
@@ -136,23 +137,21 @@ impl Metrics {
             }
         }
         let _ = writeln!(out, "# TYPE agl_http_request_duration_seconds histogram");
-        {
-            for (route, stats) in routes.iter() {
-                let (route, h) = (escape(route), &stats.latency);
-                for (bound, n) in BUCKETS.iter().zip(h.counts.iter()) {
-                    let _ = writeln!(
-                        out,
-                        "agl_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}"
-                    );
-                }
+        for (route, stats) in routes.iter() {
+            let (route, h) = (escape(route), &stats.latency);
+            for (bound, n) in BUCKETS.iter().zip(h.counts.iter()) {
                 let _ = writeln!(
                     out,
-                    "agl_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}\n\
-                     agl_http_request_duration_seconds_sum{{route=\"{route}\"}} {}\n\
-                     agl_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
-                    h.count, h.sum, h.count
+                    "agl_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}"
                 );
             }
+            let _ = writeln!(
+                out,
+                "agl_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}\n\
+                 agl_http_request_duration_seconds_sum{{route=\"{route}\"}} {}\n\
+                 agl_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count, h.sum, h.count
+            );
         }
         drop(routes);
         let gauges = [
