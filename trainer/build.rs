@@ -1,5 +1,6 @@
 //! Compiles the C++ shims against the libtorch torch-sys linked (the
-//! autocast dtype, `csrc/autocast.cpp`; the c10d process group,
+//! autocast dtype, `csrc/autocast.cpp`; oneDNN's linear with its backward,
+//! `csrc/onednn_linear.cpp`; the c10d process group,
 //! `csrc/c10d*.cpp`, with its symbol check), points the trainer's own
 //! test/bench binaries at libtorch, and hands the libtorch lib dir on to
 //! dependents.
@@ -45,6 +46,9 @@ fn compile_shim(lib_dir: &Path) {
     torch_cpp(lib_dir)
         .file("csrc/autocast.cpp")
         .compile("agl_autocast");
+    torch_cpp(lib_dir)
+        .file("csrc/onednn_linear.cpp")
+        .compile("agl_onednn_linear");
 }
 
 /// A C++17 build against libtorch's headers, as torch-sys builds libtch.

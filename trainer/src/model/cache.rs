@@ -21,8 +21,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::attention::Visibility;
-use super::decode_matmul;
-use super::layers::Pass;
+use super::layers::{self, Pass};
 use super::{Model, ModelError};
 
 /// A sequence's place in a [`KvCache`].
@@ -220,8 +219,7 @@ impl Model {
             let last = (count.view([n]) - 1).to_device(device);
             let x = x.index(&[Some(&rows), Some(&last)]);
             let h = self.norm.forward(&x);
-            decode_matmul::linear(&h, &self.lm_head)
-                .unwrap_or_else(|| h.linear(&self.lm_head, None::<Tensor>))
+            layers::project(&h, &self.lm_head, Pass::Inference)
         });
         for ((slot, _), (s, c)) in batch.iter().zip(starts.iter().zip(&counts)) {
             cache.lens[slot.0] = Some((s + c) as usize);

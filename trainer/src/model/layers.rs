@@ -5,8 +5,8 @@ use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
 use super::config::ModelConfig;
-use super::decode_matmul;
 use super::lora::LoraPair;
+use super::{decode_matmul, onednn_linear};
 
 /// How a forward runs: with autograd (training, scoring), or as an engine
 /// step under `no_grad`, which may take kernels that build no graph.
@@ -14,6 +14,20 @@ use super::lora::LoraPair;
 pub enum Pass {
     Autograd,
     Inference,
+}
+
+/// `x W^T` (weight `[out, in]`) by the fastest path that takes the
+/// operands: under [`Pass::Inference`] a decode step's few rows on the CPU
+/// go through [`decode_matmul`]; other f32 on the CPU through
+/// [`onednn_linear`] (with its backward); the rest is libtorch's.
+pub fn project(x: &Tensor, weight: &Tensor, pass: Pass) -> Tensor {
+    let decode = match pass {
+        Pass::Inference => decode_matmul::linear(x, weight),
+        Pass::Autograd => None,
+    };
+    decode
+        .or_else(|| onednn_linear::linear(x, weight))
+        .unwrap_or_else(|| x.linear(weight, None::<Tensor>))
 }
 
 /// `y = x W^T (+ b)`, weights `[out, in]` as in PyTorch, plus a LoRA
@@ -43,21 +57,10 @@ impl Linear {
         }
     }
 
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        let y = x.linear(&self.weight, self.bias.as_ref());
-        self.with_adapter(x, y)
-    }
-
-    /// [`Linear::forward`]; under [`Pass::Inference`] a decode step's few
-    /// rows on the CPU go through [`decode_matmul`].
+    /// `y = x W^T (+ b)` plus the adapter's delta, the product by
+    /// [`project`] for `pass`.
     pub fn run(&self, x: &Tensor, pass: Pass) -> Tensor {
-        let fast = match pass {
-            Pass::Inference => decode_matmul::linear(x, &self.weight),
-            Pass::Autograd => None,
-        };
-        let Some(y) = fast else {
-            return self.forward(x);
-        };
+        let y = project(x, &self.weight, pass);
         let y = match &self.bias {
             Some(bias) => y + bias,
             None => y,

@@ -20,6 +20,7 @@ mod layers;
 mod lean;
 mod logprobs;
 mod lora;
+mod onednn_linear;
 mod rope;
 mod weight_file;
 mod weights;
@@ -209,9 +210,7 @@ impl Model {
 
     /// The final norm and the LM head: hidden states -> logits.
     fn head(&self, hidden: &Tensor) -> Tensor {
-        self.norm
-            .forward(hidden)
-            .linear(&self.lm_head, None::<Tensor>)
+        layers::project(&self.norm.forward(hidden), &self.lm_head, Pass::Autograd)
     }
 
     /// Checks `tokens` / `attention_mask` and builds what every decoder
