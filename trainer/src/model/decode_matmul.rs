@@ -8,8 +8,8 @@
 //!
 //! - AVX-512 (`avx512`): each weight row is read once and multiplied into
 //!   every input row held in registers (the inputs packed so that their
-//!   16-lane blocks lie together), the output rows split over rayon's
-//!   threads: 40 GB/s for one row, 34 for two, 21-25 for four, 16 for eight.
+//!   16-lane blocks lie together), the output rows split over the current
+//!   rayon pool's threads (the engine's loop runs on a pool of its own): 40 GB/s for one row, 34 for two, 21-25 for four, 16 for eight.
 //! - Without AVX-512, one row goes through the `gemm` crate (candle's CPU
 //!   matmul): ~31 GB/s; more rows stay on libtorch (the crate packs them as
 //!   MKL does and is no faster).
