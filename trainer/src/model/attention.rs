@@ -83,6 +83,11 @@ impl Attention {
         ]
     }
 
+    /// `(heads, kv_heads, head_dim)`.
+    pub fn heads(&self) -> (i64, i64, i64) {
+        (self.num_heads, self.num_kv_heads, self.head_dim)
+    }
+
     /// `x` `[B, T, hidden]` -> q `[B, heads, T, d]`, k and v `[B, kv_heads, T, d]`.
     pub fn project(&self, x: &Tensor, rope: &RopeTables, pass: Pass) -> (Tensor, Tensor, Tensor) {
         let (b, t) = (x.size()[0], x.size()[1]);
@@ -168,6 +173,16 @@ impl DecoderLayer {
         let mlp = self.mlp.linears().into_iter();
         attn.chain(mlp.map(|(n, l)| (format!("mlp.{n}"), l)))
             .collect()
+    }
+
+    /// The input norm, the attention, the post-attention norm, the MLP.
+    pub fn parts(&self) -> (&RmsNorm, &Attention, &RmsNorm, &Mlp) {
+        (
+            &self.input_layernorm,
+            &self.self_attn,
+            &self.post_attention_layernorm,
+            &self.mlp,
+        )
     }
 
     /// `kv` maps this step's new k/v to the k/v to attend over (identity for

@@ -21,6 +21,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::attention::Visibility;
+use super::decode_step;
 use super::layers::{self, Pass};
 use super::{Model, ModelError};
 
@@ -160,17 +161,58 @@ impl Model {
         batch: &[(SlotId, &[i64])],
     ) -> Result<Tensor, ModelError> {
         self.check_step(cache, batch)?;
-        let device = self.device();
         let starts: Vec<i64> = batch
             .iter()
             .map(|(s, _)| cache.lens[s.0].unwrap_or(0) as i64)
             .collect();
+        if let Some(logits) = self.decode_in_rust(cache, batch, &starts) {
+            return Ok(logits);
+        }
+        self.forward_cached_torch(cache, batch, &starts)
+    }
+
+    /// A step of one new token per sequence through [`decode_step`], where
+    /// it covers the model and the step.
+    fn decode_in_rust(
+        &self,
+        cache: &mut KvCache,
+        batch: &[(SlotId, &[i64])],
+        starts: &[i64],
+    ) -> Option<Tensor> {
+        let rows = batch
+            .iter()
+            .zip(starts)
+            .map(|((slot, tokens), &start)| match tokens {
+                [token] => Some(decode_step::Row {
+                    slot: slot.0,
+                    pos: start as usize,
+                    token: *token,
+                }),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        cache.grow(rows.iter().map(|r| r.pos + 1).max()?);
+        let logits = decode_step::run(self, &mut cache.keys, &mut cache.values, &rows)?;
+        for row in &rows {
+            cache.lens[row.slot] = Some(row.pos + 1);
+        }
+        Some(logits)
+    }
+
+    /// [`Model::forward_cached`] through libtorch, for any step.
+    fn forward_cached_torch(
+        &self,
+        cache: &mut KvCache,
+        batch: &[(SlotId, &[i64])],
+        starts: &[i64],
+    ) -> Result<Tensor, ModelError> {
+        let device = self.device();
         let counts: Vec<i64> = batch.iter().map(|(_, t)| t.len() as i64).collect();
         let (n, t_new) = (
             batch.len() as i64,
             counts.iter().copied().max().unwrap_or(0),
         );
-        let plan = plan_step(batch, &starts, &counts, device);
+        let plan = plan_step(batch, starts, &counts, device);
         cache.grow(plan.key_len as usize);
 
         let mut padded = vec![0i64; (n * t_new) as usize];
@@ -181,7 +223,7 @@ impl Model {
             .view([n, t_new])
             .to_device(device);
         let col = Tensor::arange(t_new, (Kind::Int64, device)).view([1, t_new]);
-        let start = Tensor::from_slice(&starts).to_device(device).view([n, 1]);
+        let start = Tensor::from_slice(starts).to_device(device).view([n, 1]);
         let count = Tensor::from_slice(&counts).to_device(device).view([n, 1]);
         let positions = &start + &col;
         // Padding queries reuse their row's last real position, so every
@@ -316,5 +358,129 @@ impl StepPlan {
         cache
             .narrow(2, 0, self.key_len)
             .index_select(0, &self.slots)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::ModelConfig;
+
+    fn model(extra: serde_json::Value) -> Model {
+        model_in(extra, Kind::Float)
+    }
+
+    fn model_in(extra: serde_json::Value, kind: Kind) -> Model {
+        let mut config = json!({
+            "model_type": "llama", "vocab_size": 300, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "max_position_embeddings": 256, "tie_word_embeddings": false,
+        });
+        if let (Some(base), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        tch::manual_seed(3);
+        Model::new(ModelConfig::from_json(config).unwrap(), kind, Device::Cpu).unwrap()
+    }
+
+    fn copy(cache: &KvCache) -> KvCache {
+        KvCache {
+            keys: cache.keys.iter().map(Tensor::copy).collect(),
+            values: cache.values.iter().map(Tensor::copy).collect(),
+            lens: cache.lens.clone(),
+            capacity: cache.capacity,
+            max_len: cache.max_len,
+        }
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        f64::try_from((a - b).abs().max()).unwrap()
+    }
+
+    /// The Rust decode step against libtorch's on the same cache: logits,
+    /// every layer's keys and values, and the lengths, for 1 and 3
+    /// sequences at different positions (3 only where the kernels take
+    /// them, i.e. with AVX-512).
+    #[test]
+    fn the_rust_decode_step_matches_libtorch() {
+        let model = model(json!({}));
+        let mut cache = KvCache::new(&model, 4, 128);
+        let slots: Vec<SlotId> = (0..3).map(|_| cache.allocate().unwrap()).collect();
+        for (i, slot) in slots.iter().enumerate() {
+            let prompt: Vec<i64> = (0..(5 + 30 * i as i64))
+                .map(|t| (t * 7 + 1) % 300)
+                .collect();
+            let _ = model
+                .forward_cached(&mut cache, &[(*slot, &prompt)])
+                .unwrap();
+        }
+        for rows in [1, 3] {
+            let tokens = [11i64, 222, 33];
+            let batch: Vec<(SlotId, &[i64])> = slots[..rows]
+                .iter()
+                .zip(&tokens)
+                .map(|(s, t)| (*s, std::slice::from_ref(t)))
+                .collect();
+            let starts: Vec<i64> = slots[..rows]
+                .iter()
+                .map(|s| cache.seq_len(*s).unwrap() as i64)
+                .collect();
+            let mut torch_cache = copy(&cache);
+            let fast = tch::no_grad(|| model.decode_in_rust(&mut cache, &batch, &starts));
+            let Some(fast) = fast else {
+                assert!(rows > 1, "one row is always covered");
+                continue;
+            };
+            let torch = model
+                .forward_cached_torch(&mut torch_cache, &batch, &starts)
+                .unwrap();
+            assert_eq!(fast.size(), torch.size());
+            assert!(max_diff(&fast, &torch) < 1e-5, "{rows} rows: logits");
+            for (a, b) in cache
+                .keys
+                .iter()
+                .chain(&cache.values)
+                .zip(torch_cache.keys.iter().chain(&torch_cache.values))
+            {
+                assert!(max_diff(a, b) < 1e-5, "{rows} rows: cache");
+            }
+            assert_eq!(cache.lens, torch_cache.lens);
+        }
+    }
+
+    /// Biases, q/k norms and bf16 are left to libtorch.
+    #[test]
+    fn the_rust_decode_step_declines_what_it_does_not_cover() {
+        for (model, why) in [
+            (
+                model(json!({ "model_type": "qwen3", "head_dim": 16 })),
+                "q/k norms",
+            ),
+            (model(json!({ "attention_bias": true })), "biases"),
+        ] {
+            let mut cache = KvCache::new(&model, 1, 16);
+            let slot = cache.allocate().unwrap();
+            let _ = model
+                .forward_cached(&mut cache, &[(slot, &[1, 2])])
+                .unwrap();
+            assert!(
+                model
+                    .decode_in_rust(&mut cache, &[(slot, &[3])], &[2])
+                    .is_none(),
+                "{why}"
+            );
+        }
+        let bf16 = model_in(json!({}), Kind::BFloat16);
+        let mut cache = KvCache::new(&bf16, 1, 16);
+        let slot = cache.allocate().unwrap();
+        assert!(
+            bf16.decode_in_rust(&mut cache, &[(slot, &[3])], &[0])
+                .is_none(),
+            "bf16"
+        );
     }
 }

@@ -32,14 +32,14 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
     };
     let eligible =
         |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous();
-    let rows = x.numel() as i64 / in_dim.max(1);
-    if k != in_dim || rows == 0 || rows > MAX_ROWS || !eligible(x) || !eligible(weight) {
+    let m = x.numel() as i64 / in_dim.max(1);
+    if k != in_dim || m == 0 || m > MAX_ROWS || !eligible(x) || !eligible(weight) {
         return None;
     }
     let mut shape = x.size();
     *shape.last_mut()? = out_dim;
     let y = Tensor::empty(&shape[..], (Kind::Float, Device::Cpu));
-    let (m, n, k) = (rows as usize, out_dim as usize, in_dim as usize);
+    let (m, n, k) = (m as usize, out_dim as usize, in_dim as usize);
     // SAFETY: the three tensors are contiguous f32 on the CPU with the
     // sizes named (checked above; `y` was just allocated with them), they
     // live to the end of this function, and `y` aliases neither input.
@@ -50,15 +50,33 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
             std::slice::from_raw_parts_mut(y.data_ptr() as *mut f32, m * n),
         )
     };
-    #[cfg(target_arch = "x86_64")]
-    if avx512::usable(k) {
-        avx512::linear(xs, ws, ys, m, n, k);
-        return Some(y);
-    }
-    (m == 1).then(|| {
-        one_row_gemm(xs, ws, ys, n, k);
+    covers(m, k).then(|| {
+        rows(xs, ws, ys, m, n, k);
         y
     })
+}
+
+/// Whether [`rows`] takes `m` rows of `k` inputs: 1-8 rows with AVX-512
+/// (`k` a multiple of 16), one row without.
+pub fn covers(m: usize, k: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if (1..=MAX_ROWS as usize).contains(&m) && avx512::usable(k) {
+        return true;
+    }
+    m == 1
+}
+
+/// `y [m, n] = x [m, k] W^T` for `w` `[n, k]` on slices, for shapes
+/// [`covers`] takes (panics on others).
+pub fn rows(x: &[f32], w: &[f32], y: &mut [f32], m: usize, n: usize, k: usize) {
+    assert!(covers(m, k), "{m} rows of {k} are not covered");
+    assert!(x.len() == m * k && w.len() == n * k && y.len() == m * n);
+    #[cfg(target_arch = "x86_64")]
+    if avx512::usable(k) {
+        avx512::linear(x, w, y, m, n, k);
+        return;
+    }
+    one_row_gemm(x, w, y, n, k);
 }
 
 /// `y [1, n] = x [1, k] W^T` with the `gemm` crate.

@@ -75,6 +75,13 @@ impl Linear {
         }
     }
 
+    /// The weight, when `y = x W^T` is the whole layer (no bias, no active
+    /// adapter).
+    pub fn plain_weight(&self) -> Option<&Tensor> {
+        let adapter = self.lora.as_ref().is_some_and(LoraPair::active);
+        (self.bias.is_none() && !adapter).then_some(&self.weight)
+    }
+
     /// `(out, in)`.
     pub fn dims(&self) -> (i64, i64) {
         let size = self.weight.size();
@@ -105,6 +112,11 @@ impl RmsNorm {
             weight: path.var("weight", &[dim], Init::Const(1.0)),
             eps,
         }
+    }
+
+    /// `(weight, eps)`.
+    pub fn parts(&self) -> (&Tensor, f64) {
+        (&self.weight, self.eps)
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {

@@ -16,6 +16,7 @@ mod attention;
 mod cache;
 mod config;
 mod decode_matmul;
+mod decode_step;
 mod layers;
 mod lean;
 mod logprobs;

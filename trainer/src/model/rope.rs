@@ -36,6 +36,11 @@ impl Rope {
         }
     }
 
+    /// The inverse frequencies, `[head_dim / 2]` f32.
+    pub fn inv_freq(&self) -> &Tensor {
+        &self.inv_freq
+    }
+
     /// Tables for `positions` (`[B, T]` i64), in `kind`. Angles are computed
     /// in f32 whatever the model dtype, as transformers does.
     pub fn tables(&self, positions: &Tensor, kind: Kind) -> RopeTables {
