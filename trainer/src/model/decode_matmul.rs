@@ -73,14 +73,26 @@ pub fn covers(m: usize, k: usize) -> bool {
 /// `y [m, n] = x [m, k] W^T` for `w` `[n, k]` on slices, for shapes
 /// [`covers`] takes (panics on others).
 pub fn rows(x: &[f32], w: &[f32], y: &mut [f32], m: usize, n: usize, k: usize) {
+    rows_many(x, &mut [(w, y, n)], m, k);
+}
+
+/// [`rows`] for several weights `(w [n, k], y [m, n], n)` that share the
+/// input, in one parallel loop (one hand-off instead of one per weight).
+pub fn rows_many(x: &[f32], outs: &mut [(&[f32], &mut [f32], usize)], m: usize, k: usize) {
     assert!(covers(m, k), "{m} rows of {k} are not covered");
-    assert!(x.len() == m * k && w.len() == n * k && y.len() == m * n);
+    assert!(x.len() == m * k);
+    assert!(
+        outs.iter()
+            .all(|(w, y, n)| w.len() == n * k && y.len() == m * n)
+    );
     #[cfg(target_arch = "x86_64")]
     if avx512::usable(k) {
-        avx512::linear(x, w, y, m, n, k);
+        avx512::linear(x, outs, m, k);
         return;
     }
-    one_row_gemm(x, w, y, n, k);
+    for (w, y, n) in outs {
+        one_row_gemm(x, w, y, *n, k);
+    }
 }
 
 /// `y [1, n] = x [1, k] W^T` with the `gemm` crate.
@@ -152,11 +164,15 @@ mod avx512 {
     unsafe impl Send for Operands {}
     unsafe impl Sync for Operands {}
 
-    /// `y [m, n] = x [m, k] W^T` for `w` `[n, k]`, `m` in 1..=8, `k` a
-    /// multiple of 16 on a CPU with AVX-512F (see [`usable`]).
-    pub fn linear(x: &[f32], w: &[f32], y: &mut [f32], m: usize, n: usize, k: usize) {
+    /// `y [m, n] = x [m, k] W^T` for every `(w [n, k], y, n)` of `outs`,
+    /// `m` in 1..=8, `k` a multiple of 16 on a CPU with AVX-512F (see
+    /// [`usable`]). One parallel loop over all the outputs.
+    pub fn linear(x: &[f32], outs: &mut [(&[f32], &mut [f32], usize)], m: usize, k: usize) {
         assert!((1..=8).contains(&m) && k.is_multiple_of(LANES) && x.len() == m * k);
-        assert!(w.len() == n * k && y.len() == m * n);
+        assert!(
+            outs.iter()
+                .all(|(w, y, n)| w.len() == n * k && y.len() == m * n)
+        );
         let mut packed = vec![0f32; m * k];
         for c in 0..k / LANES {
             for r in 0..m {
@@ -164,24 +180,36 @@ mod avx512 {
                     .copy_from_slice(&x[r * k + c * LANES..][..LANES]);
             }
         }
-        let ops = Operands {
-            packed: packed.as_ptr(),
-            w: w.as_ptr(),
-            y: y.as_mut_ptr(),
-            m,
-            n,
-            k,
-        };
+        let parts: Vec<Operands> = outs
+            .iter_mut()
+            .map(|(w, y, n)| Operands {
+                packed: packed.as_ptr(),
+                w: w.as_ptr(),
+                y: y.as_mut_ptr(),
+                m,
+                n: *n,
+                k,
+            })
+            .collect();
+        // The outputs of all parts laid end to end, split evenly.
+        let total: usize = parts.iter().map(|p| p.n).sum();
         let tasks = rayon::current_num_threads()
-            .min(n.div_ceil(MIN_BLOCK))
+            .min(total.div_ceil(MIN_BLOCK))
             .max(1);
-        let block = n.div_ceil(tasks);
+        let block = total.div_ceil(tasks);
         (0..tasks).into_par_iter().for_each(|t| {
-            let rows = t * block..((t + 1) * block).min(n);
-            // SAFETY: `usable` was checked by the caller (AVX-512F is
-            // there); the asserts above bound every offset `rows_of`
-            // reaches; the tasks' `rows` do not overlap.
-            unsafe { rows_of(ops, rows.start, rows.end) }
+            let (lo, hi) = (t * block, ((t + 1) * block).min(total));
+            let mut start = 0;
+            for ops in &parts {
+                let (a, b) = (lo.max(start), hi.min(start + ops.n));
+                if a < b {
+                    // SAFETY: `usable` was checked by the caller (AVX-512F
+                    // is there); the asserts above bound every offset
+                    // `rows_of` reaches; the tasks' ranges do not overlap.
+                    unsafe { rows_of(*ops, a - start, b - start) }
+                }
+                start += ops.n;
+            }
         });
     }
 
@@ -298,13 +326,40 @@ mod tests {
         let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
         let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.5).collect();
         let mut y = vec![f32::NAN; m * n];
-        avx512::linear(&x, &w, &mut y, m, n, k);
+        avx512::linear(&x, &mut [(&w, &mut y, n)], m, k);
         for r in 0..m {
             for o in 0..n {
                 let want: f32 = (0..k).map(|j| x[r * k + j] * w[o * k + j]).sum();
                 assert!((y[r * n + o] - want).abs() < 1e-3, "y[{r}, {o}]");
             }
         }
+    }
+
+    /// Several weights in one call give what one call each gives, also
+    /// where a task's range crosses from one weight into the next.
+    #[test]
+    fn many_weights_in_one_call_match_one_call_each() {
+        let k = 32;
+        let m = if covers(3, k) { 3 } else { 1 };
+        let x: Vec<f32> = (0..m * k).map(|i| (i % 9) as f32 - 4.0).collect();
+        let sizes = [70usize, 5, 131];
+        let ws: Vec<Vec<f32>> = sizes
+            .iter()
+            .map(|&n| (0..n * k).map(|i| (i % 11) as f32 * 0.25).collect())
+            .collect();
+        let mut one: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0.0; m * n]).collect();
+        for ((w, y), &n) in ws.iter().zip(&mut one).zip(&sizes) {
+            rows(&x, w, y, m, n, k);
+        }
+        let mut many: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![f32::NAN; m * n]).collect();
+        let mut outs: Vec<(&[f32], &mut [f32], usize)> = ws
+            .iter()
+            .zip(many.iter_mut())
+            .zip(&sizes)
+            .map(|((w, y), &n)| (w.as_slice(), y.as_mut_slice(), n))
+            .collect();
+        rows_many(&x, &mut outs, m, k);
+        assert_eq!(one, many);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! LoRA adapter, shapes the kernels do not take) returns `None` and the
 //! caller takes the libtorch path.
 
+use rayon::prelude::*;
 use tch::{Device, Kind, Tensor};
 
 use super::Model;
@@ -212,9 +213,16 @@ impl<'a> LayerWeights<'a> {
         let (m, h, d) = (s.m, s.hidden, s.d);
         let (qd, kvd) = (s.heads * d, s.kv_heads * d);
         rms_norm(x, self.in_norm.0, self.in_norm.1, &mut b.normed, h);
-        decode_matmul::rows(&b.normed, self.q, &mut b.q, m, qd, h);
-        decode_matmul::rows(&b.normed, self.k, &mut b.k, m, kvd, h);
-        decode_matmul::rows(&b.normed, self.v, &mut b.v, m, kvd, h);
+        decode_matmul::rows_many(
+            &b.normed,
+            &mut [
+                (self.q, &mut b.q, qd),
+                (self.k, &mut b.k, kvd),
+                (self.v, &mut b.v, kvd),
+            ],
+            m,
+            h,
+        );
         for (r, row) in rows.iter().enumerate() {
             rope.apply(r, &mut b.q[r * qd..][..qd], d);
             rope.apply(r, &mut b.k[r * kvd..][..kvd], d);
@@ -223,20 +231,29 @@ impl<'a> LayerWeights<'a> {
                 cache.keys[at..][..d].copy_from_slice(&b.k[r * kvd + g * d..][..d]);
                 cache.values[at..][..d].copy_from_slice(&b.v[r * kvd + g * d..][..d]);
             }
-            attend(
-                s,
-                &cache,
-                row,
-                &b.q[r * qd..][..qd],
-                &mut b.attn[r * qd..][..qd],
-                &mut b.scores,
-            );
         }
+        // Every (row, query head) apart: over the pool's threads.
+        let (cache, q) = (&cache, &b.q);
+        b.attn
+            .par_chunks_mut(d)
+            .enumerate()
+            .for_each_init(Vec::new, |scores, (i, out)| {
+                let (r, hq) = (i / s.heads, i % s.heads);
+                let q = &q[r * qd + hq * d..][..d];
+                attend(s, cache, &rows[r], hq, q, out, scores);
+            });
         decode_matmul::rows(&b.attn, self.o, &mut b.out, m, h, qd);
         add(x, &b.out);
         rms_norm(x, self.post_norm.0, self.post_norm.1, &mut b.normed, h);
-        decode_matmul::rows(&b.normed, self.gate, &mut b.gate, m, s.inter, h);
-        decode_matmul::rows(&b.normed, self.up, &mut b.up, m, s.inter, h);
+        decode_matmul::rows_many(
+            &b.normed,
+            &mut [
+                (self.gate, &mut b.gate, s.inter),
+                (self.up, &mut b.up, s.inter),
+            ],
+            m,
+            h,
+        );
         for (g, u) in b.gate.iter_mut().zip(&b.up) {
             *g = *g / (1.0 + (-*g).exp()) * u;
         }
@@ -269,7 +286,6 @@ struct Buffers {
     out: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    scores: Vec<f32>,
 }
 
 impl Buffers {
@@ -284,7 +300,6 @@ impl Buffers {
             out: vec![0.0; s.m * s.hidden],
             gate: vec![0.0; s.m * s.inter],
             up: vec![0.0; s.m * s.inter],
-            scores: Vec::new(),
         }
     }
 }
@@ -323,34 +338,37 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Each query head of `q` over its kv head's keys `0..=row.pos` of the
-/// row's slot: softmax(q k / sqrt(d)) v into `out`.
-fn attend(s: &Shape, cache: &Cache, row: &Row, q: &[f32], out: &mut [f32], scores: &mut Vec<f32>) {
+/// Query head `hq` (`q`, `d` floats) over its kv head's keys `0..=row.pos`
+/// of the row's slot: softmax(q k / sqrt(d)) v into `out`.
+fn attend(
+    s: &Shape,
+    cache: &Cache,
+    row: &Row,
+    hq: usize,
+    q: &[f32],
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
     let d = s.d;
     let scale = 1.0 / (d as f32).sqrt();
-    let group = s.heads / s.kv_heads;
+    let g = hq / (s.heads / s.kv_heads);
     let len = row.pos + 1;
-    for hq in 0..s.heads {
-        let g = hq / group;
-        let qh = &q[hq * d..][..d];
-        let base = cache.at(s, row.slot, g, 0);
-        let keys = &cache.keys[base..][..len * d];
-        let values = &cache.values[base..][..len * d];
-        scores.clear();
-        scores.extend(keys.chunks_exact(d).map(|k| dot(qh, k) * scale));
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0;
-        for p in scores.iter_mut() {
-            *p = (*p - max).exp();
-            sum += *p;
-        }
-        let oh = &mut out[hq * d..][..d];
-        oh.fill(0.0);
-        for (p, v) in scores.iter().zip(values.chunks_exact(d)) {
-            let w = p / sum;
-            for (o, &vv) in oh.iter_mut().zip(v) {
-                *o += w * vv;
-            }
+    let base = cache.at(s, row.slot, g, 0);
+    let keys = &cache.keys[base..][..len * d];
+    let values = &cache.values[base..][..len * d];
+    scores.clear();
+    scores.extend(keys.chunks_exact(d).map(|k| dot(q, k) * scale));
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for p in scores.iter_mut() {
+        *p = (*p - max).exp();
+        sum += *p;
+    }
+    out.fill(0.0);
+    for (p, v) in scores.iter().zip(values.chunks_exact(d)) {
+        let w = p / sum;
+        for (o, &vv) in out.iter_mut().zip(v) {
+            *o += w * vv;
         }
     }
 }
