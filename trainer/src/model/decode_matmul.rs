@@ -141,6 +141,10 @@ mod avx512 {
     const PREFETCH: usize = 256;
     /// Output rows per task, at least: fewer cost more in hand-offs.
     const MIN_BLOCK: usize = 64;
+    /// Tasks per thread: a pool thread woken late (tens of microseconds
+    /// here) takes what is left instead of a fixed half the caller then
+    /// waits for.
+    const TASKS_PER_THREAD: usize = 8;
 
     pub fn usable(k: usize) -> bool {
         k.is_multiple_of(LANES) && std::arch::is_x86_feature_detected!("avx512f")
@@ -193,7 +197,7 @@ mod avx512 {
             .collect();
         // The outputs of all parts laid end to end, split evenly.
         let total: usize = parts.iter().map(|p| p.n).sum();
-        let tasks = rayon::current_num_threads()
+        let tasks = (TASKS_PER_THREAD * rayon::current_num_threads())
             .min(total.div_ceil(MIN_BLOCK))
             .max(1);
         let block = total.div_ceil(tasks);
