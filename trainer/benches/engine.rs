@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use agl_trainer::engine::{EngineConfig, EngineEvent, EngineHandle, Request, SamplingParams};
 use agl_trainer::model::{Model, ModelConfig};
+use rayon::prelude::*;
 use serde_json::{Value, json};
 use tch::{Device, Kind, Tensor};
 
@@ -172,21 +173,54 @@ fn weight_bytes(model: &Model) -> usize {
         .sum()
 }
 
-/// The machine's streaming-read bandwidth in bytes/s: the median of 7
-/// `sum()`s over an f32 buffer of `bytes` (libtorch's vectorised,
-/// multi-threaded reduction, the same thread count the engine uses).
-fn read_bandwidth(bytes: usize) -> f64 {
+/// The machine's streaming-read bandwidth in bytes/s over an f32 buffer of
+/// `bytes`, the same thread count the engine uses: the best of 7 reads by
+/// each of two readers, libtorch's vectorised multi-threaded `sum()` and a
+/// rayon read that prefetches ahead as agl's decode kernel does (which reads
+/// faster than the plain sum here), best as the tokens/s are a best of 3.
+fn read_bandwidth(bytes: usize) -> (f64, f64) {
     let buffer = Tensor::ones([(bytes / 4) as i64], (Kind::Float, Device::Cpu));
     let _ = buffer.sum(Kind::Float).double_value(&[]); // fault the pages in
-    let mut rates: Vec<f64> = (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            let _ = buffer.sum(Kind::Float).double_value(&[]);
-            bytes as f64 / t.elapsed().as_secs_f64()
-        })
-        .collect();
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
+    let best = |read: &dyn Fn()| {
+        (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                read();
+                bytes as f64 / t.elapsed().as_secs_f64()
+            })
+            .fold(0.0, f64::max)
+    };
+    let torch = best(&|| {
+        let _ = buffer.sum(Kind::Float).double_value(&[]);
+    });
+    let floats = Vec::<f32>::try_from(&buffer).unwrap();
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let prefetched = best(&|| {
+        let total: f32 = pool.install(|| floats.par_chunks(1 << 16).map(prefetched_sum).sum());
+        std::hint::black_box(total);
+    });
+    (torch, prefetched)
+}
+
+/// A sum in 16 lanes, each 64-byte line prefetched 4 KiB ahead.
+fn prefetched_sum(chunk: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    for (i, x) in chunk.chunks_exact(16).enumerate() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: prefetching is a hint; it never faults, even past the end.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(chunk.as_ptr().wrapping_add(i * 16 + 1024) as *const i8);
+        }
+        for (a, v) in acc.iter_mut().zip(x) {
+            *a += v;
+        }
+    }
+    acc.iter().sum()
 }
 
 /// Best of three runs of `n` concurrent requests (the machine is shared).
@@ -227,14 +261,17 @@ fn cpu_bench(dir: &Path) {
     let f32_row = cpu_engine(dir, Kind::Float, &prompt);
     let rss = peak_rss_mb();
     let bf16_row = cpu_engine(dir, Kind::BFloat16, &prompt);
-    let bandwidth = read_bandwidth(f32_row.bytes);
+    let (torch_read, prefetched_read) = read_bandwidth(f32_row.bytes);
+    let bandwidth = torch_read.max(prefetched_read);
     println!(
         "SmolLM2-135M-Instruct, CPU, {threads} threads, {NEW_TOKENS} new tokens, greedy, prompt {} tokens; best of 3 runs",
         prompt.len()
     );
     println!(
-        "streaming read of a {:.0} MB f32 buffer (the weights' size): {:.2} GB/s",
+        "streaming read of a {:.0} MB f32 buffer (the weights' size), best of 7: libtorch sum {:.2} GB/s, prefetching read {:.2} GB/s; the bound takes {:.2}",
         f32_row.bytes as f64 / 1e6,
+        torch_read / 1e9,
+        prefetched_read / 1e9,
         bandwidth / 1e9
     );
     println!(

@@ -136,9 +136,10 @@ mod avx512 {
     use rayon::prelude::*;
 
     const LANES: usize = 16;
-    /// Floats ahead of the current chunk a weight row is prefetched (1 KiB):
-    /// the hardware prefetcher alone left one input at ~40 GB/s.
-    const PREFETCH: usize = 256;
+    /// Floats ahead of the current chunk a weight row is prefetched (4 KiB):
+    /// the hardware prefetcher alone left one input at ~40 GB/s; 1 KiB
+    /// ahead was as good for one input, not for eight.
+    const PREFETCH: usize = 1024;
     /// Output rows per task, at least: fewer cost more in hand-offs.
     const MIN_BLOCK: usize = 64;
     /// Tasks per thread: a pool thread woken late (tens of microseconds
