@@ -34,30 +34,36 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
     else {
         return None;
     };
-    let eligible =
-        |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous();
-    let m = x.numel() as i64 / in_dim.max(1);
-    if k != in_dim || m == 0 || m > MAX_ROWS || !eligible(x) || !eligible(weight) {
+    let (m, n, k) = (
+        x.numel() / in_dim.max(1) as usize,
+        out_dim as usize,
+        k as usize,
+    );
+    if k != in_dim as usize || m == 0 || m > MAX_ROWS as usize || !covers(m, k) {
         return None;
     }
+    let (xs, ws) = (f32s(x)?, f32s(weight)?);
     let mut shape = x.size();
     *shape.last_mut()? = out_dim;
-    let y = Tensor::empty(&shape[..], (Kind::Float, Device::Cpu));
-    let (m, n, k) = (m as usize, out_dim as usize, in_dim as usize);
-    // SAFETY: the three tensors are contiguous f32 on the CPU with the
-    // sizes named (checked above; `y` was just allocated with them), they
-    // live to the end of this function, and `y` aliases neither input.
-    let (xs, ws, ys) = unsafe {
-        (
-            std::slice::from_raw_parts(x.data_ptr() as *const f32, m * k),
-            std::slice::from_raw_parts(weight.data_ptr() as *const f32, n * k),
-            std::slice::from_raw_parts_mut(y.data_ptr() as *mut f32, m * n),
-        )
-    };
-    covers(m, k).then(|| {
-        rows(xs, ws, ys, m, n, k);
-        y
-    })
+    let mut y = Tensor::empty(&shape[..], (Kind::Float, Device::Cpu));
+    rows(xs, ws, f32s_mut(&mut y)?, m, n, k);
+    Some(y)
+}
+
+/// A contiguous f32 CPU tensor's elements.
+pub fn f32s(t: &Tensor) -> Option<&[f32]> {
+    let ok = t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous();
+    // SAFETY: checked to be contiguous f32 on the CPU, so `numel` floats
+    // from `data_ptr`, alive while `t` is borrowed.
+    ok.then(|| unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, t.numel()) })
+}
+
+/// [`f32s`], writable. The caller uses no other handle to `t`'s storage
+/// (a view, a shallow clone) while the slice lives.
+pub fn f32s_mut(t: &mut Tensor) -> Option<&mut [f32]> {
+    let ok = t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous();
+    // SAFETY: as `f32s`, `t` borrowed mutably, and the caller's promise.
+    ok.then(|| unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, t.numel()) })
 }
 
 /// Whether [`rows`] takes `m` rows of `k` inputs: 1-8 rows with AVX-512

@@ -7,8 +7,9 @@
 //! bounds. Here they are loops over a few thousand floats per layer.
 //!
 //! The maths is the libtorch path's, in f32, the sums in another order:
-//! `tests/trainer/kv_cache.rs` pins this step's logits and cache against
-//! the libtorch step and the full forward. Anything it does not cover
+//! `model::cache`'s tests pin this step's logits and cache against the
+//! libtorch step, `tests/trainer/kv_cache.rs` decoding against the full
+//! forward. Anything it does not cover
 //! (another dtype or device, biases, q/k norms, a sliding window, an active
 //! LoRA adapter, shapes the kernels do not take) returns `None` and the
 //! caller takes the libtorch path.
@@ -17,7 +18,7 @@ use rayon::prelude::*;
 use tch::{Device, Kind, Tensor};
 
 use super::Model;
-use super::decode_matmul;
+use super::decode_matmul::{self, f32s, f32s_mut};
 use super::layers::{Linear, RmsNorm};
 
 /// One sequence's new token: its cache slot and position (the tokens it
@@ -50,8 +51,7 @@ pub fn run(
     let inv_freq = Vec::<f32>::try_from(model.rope.inv_freq()).ok()?;
     let caches_fit = keys.iter().chain(values.iter()).all(|t| {
         let size = t.size();
-        f32s(t).is_some()
-            && size.len() == 4
+        size.len() == 4
             && size[1] as usize == shape.kv_heads
             && size[3] as usize == shape.d
             && rows
@@ -70,15 +70,23 @@ pub fn run(
         let t = row.token as usize;
         x[r * h..][..h].copy_from_slice(&embed[t * h..][..h]);
     }
+    // Every layer's cache as floats before the first write, so a `None`
+    // leaves the cache as it was.
+    let caches = keys
+        .iter_mut()
+        .zip(values.iter_mut())
+        .map(|(k, v)| {
+            let capacity = k.size()[2] as usize;
+            Some(Cache {
+                keys: f32s_mut(k)?,
+                values: f32s_mut(v)?,
+                capacity,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
     let rope = RopeRows::new(&inv_freq, rows);
     let mut buf = Buffers::new(&shape);
-    for ((layer, k_cache), v_cache) in layers.iter().zip(keys.iter_mut()).zip(values.iter_mut()) {
-        let capacity = k_cache.size()[2] as usize;
-        let cache = Cache {
-            keys: f32s_mut(k_cache)?,
-            values: f32s_mut(v_cache)?,
-            capacity,
-        };
+    for (layer, cache) in layers.iter().zip(caches) {
         layer.step(&shape, &rope, rows, &mut x, &mut buf, cache);
     }
     rms_norm(&x, final_norm, final_eps, &mut buf.normed, h);
@@ -123,23 +131,6 @@ impl Shape {
             && shape.heads.is_multiple_of(shape.kv_heads))
         .then_some(shape)
     }
-}
-
-/// A contiguous f32 CPU tensor's elements.
-fn f32s(t: &Tensor) -> Option<&[f32]> {
-    let ok = t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous();
-    // SAFETY: checked to be contiguous f32 on the CPU, so `numel` floats
-    // from `data_ptr`, alive while `t` is borrowed.
-    ok.then(|| unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, t.numel()) })
-}
-
-/// [`f32s`], writable: `t` is borrowed mutably and no other tensor handle
-/// to its storage is used while the slice lives.
-fn f32s_mut(t: &mut Tensor) -> Option<&mut [f32]> {
-    let ok = t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous();
-    // SAFETY: as `f32s`; the cache's tensors are its own (no views of them
-    // are alive during a step).
-    ok.then(|| unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, t.numel()) })
 }
 
 fn norm_parts(norm: &RmsNorm) -> Option<(&[f32], f32)> {
