@@ -20,16 +20,125 @@ pub const MAX_DEPTH: usize = 100;
 /// levels with finite numbers only, without building a tree. The error
 /// names the limits.
 pub fn check(text: &str, max_depth: usize) -> Result<(), String> {
-    let mut de = serde_json::Deserializer::from_str(text);
+    serde_json::from_str::<IgnoredAny>(text).map_err(|e| limits_error(&e, max_depth))?;
+    check_limits(text, max_depth)
+}
+
+/// [`check`] of a document serde_json has read already (its syntax is
+/// known good): only the limits are left to check, in one pass over the
+/// bytes instead of a second parse.
+pub fn check_raw(raw: &RawValue, max_depth: usize) -> Result<(), String> {
+    check_limits(raw.get(), max_depth)
+}
+
+fn limits_error(e: &dyn fmt::Display, max_depth: usize) -> String {
+    format!("{e} (agl takes JSON nested at most {max_depth} levels deep, with finite numbers)")
+}
+
+/// The limits serde_json's syntax does not impose, over text it has read
+/// as one document: nesting depth, and every value serde_json's readers
+/// could still refuse read as they would read it. Those are numbers that
+/// may not be finite (an exponent, or over 20 characters: `1e999`, 400
+/// digits) and strings with `\u` escapes (a lone surrogate); a tree parse
+/// of each of those alone decides. The rest (the bulk: token ids, plain
+/// text) is only scanned: a table lookup per byte between strings, and
+/// strings skipped to their next quote or backslash.
+fn check_limits(text: &str, max_depth: usize) -> Result<(), String> {
+    let bytes = text.as_bytes();
+    let rest = |i: usize| bytes.get(i..).unwrap_or_default();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        match SCAN[usize::from(b)] {
+            Scan::Skip => i += 1,
+            Scan::Quote => {
+                let start = i;
+                let mut unicode_escape = false;
+                i += 1;
+                // The text is valid JSON, so every string ends; an escape
+                // is a backslash and (at least) one more byte.
+                while let Some(at) = memchr::memchr2(b'"', b'\\', rest(i)) {
+                    i += at;
+                    if bytes[i] == b'"' {
+                        break;
+                    }
+                    unicode_escape |= bytes.get(i + 1) == Some(&b'u');
+                    i += 2;
+                }
+                i += 1;
+                if unicode_escape {
+                    check_value(&text[start..i.min(text.len())], start, max_depth)?;
+                }
+            }
+            Scan::Open => {
+                depth += 1;
+                if depth > max_depth {
+                    let e = format!("JSON nested deeper than {max_depth} levels at byte {i}");
+                    return Err(limits_error(&e, max_depth));
+                }
+                i += 1;
+            }
+            Scan::Close => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            // The `e` of `true` and `false` is no number.
+            Scan::Number if !(b == b'-' || b.is_ascii_digit()) => i += 1,
+            Scan::Number => {
+                let start = i;
+                let len = rest(i)
+                    .iter()
+                    .position(|&c| SCAN[usize::from(c)] != Scan::Number)
+                    .unwrap_or(bytes.len() - i);
+                i += len;
+                let number = &text[start..i];
+                if len > 20 || number.bytes().any(|c| c == b'e' || c == b'E') {
+                    check_value(number, start, max_depth)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What [`check_limits`] does at a byte between strings.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    Skip,
+    Quote,
+    Open,
+    Close,
+    /// A character of a number: digits, sign, point, exponent.
+    Number,
+}
+
+static SCAN: [Scan; 256] = {
+    let mut table = [Scan::Skip; 256];
+    table[b'"' as usize] = Scan::Quote;
+    table[b'[' as usize] = Scan::Open;
+    table[b'{' as usize] = Scan::Open;
+    table[b']' as usize] = Scan::Close;
+    table[b'}' as usize] = Scan::Close;
+    let number = b"0123456789+-.eE";
+    let mut i = 0;
+    while i < number.len() {
+        table[number[i] as usize] = Scan::Number;
+        i += 1;
+    }
+    table
+};
+
+/// One scalar value of a document read as a tree reader reads it (`at`: its
+/// byte offset in the document, for the error).
+fn check_value(value: &str, at: usize, max_depth: usize) -> Result<(), String> {
+    let mut de = serde_json::Deserializer::from_str(value);
     Check {
         left: max_depth,
         max: max_depth,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end())
-    .map_err(|e| {
-        format!("{e} (agl takes JSON nested at most {max_depth} levels deep, with finite numbers)")
-    })
+    .map_err(|e| limits_error(&format!("{e} in the value at byte {at}"), max_depth))
 }
 
 /// One value being checked, with the nesting levels still allowed below it.
@@ -120,7 +229,7 @@ pub struct JsonText(Box<RawValue>);
 impl<'de> Deserialize<'de> for JsonText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(d)?;
-        check(raw.get(), MAX_DEPTH).map_err(de::Error::custom)?;
+        check_raw(&raw, MAX_DEPTH).map_err(de::Error::custom)?;
         Ok(JsonText(raw))
     }
 }
@@ -142,14 +251,19 @@ impl utoipa::ToSchema for JsonText {}
 impl JsonText {
     /// `text` as a checked document.
     pub fn new(text: String, max_depth: usize) -> Result<Self, String> {
-        check(&text, max_depth)?;
-        RawValue::from_string(text)
-            .map(JsonText)
-            .map_err(|e| e.to_string())
+        let raw = RawValue::from_string(text).map_err(|e| limits_error(&e, max_depth))?;
+        check_raw(&raw, max_depth)?;
+        Ok(JsonText(raw))
     }
 
     pub fn as_str(&self) -> &str {
         self.0.get()
+    }
+
+    /// Whether the document is within `max_depth` (and its numbers
+    /// finite): [`check_raw`], as a `JsonText` is JSON already.
+    pub fn check(&self, max_depth: usize) -> Result<(), String> {
+        check_raw(&self.0, max_depth)
     }
 
     pub fn parse(&self) -> serde_json::Result<Value> {
@@ -226,6 +340,121 @@ mod tests {
         for good in [r#"{"a": [1, -2.5e10, "1e999", null, true]}"#, "0", r#""x""#] {
             assert!(check(good, MAX_DEPTH).is_ok(), "{good}");
         }
+    }
+
+    /// The scan agrees with reading the whole document as a tree (what
+    /// `check` did before the scan, and what a later reader does).
+    #[test]
+    fn the_scan_agrees_with_a_tree_read() {
+        let docs = [
+            r#"{"a": "[[[[", "b": "\\", "c": "\"]]]]\"", "d": [[1]]}"#,
+            r#"["\ud800"]"#,
+            r#"{"\udc00": 1}"#,
+            r#"["\ud83d\ude00", "\u00e9", "\\u0041", "\\ud800"]"#,
+            r#"[1e308, 1E-400, -2.5e+10, 1.7976931348623157e308, 1.8e308]"#,
+            r#"[12345678901234567890, -1234567890123456789012, 0.000000000000000000001]"#,
+            r#"{"x": [true, false, null, {"e": "E"}], "y": -0}"#,
+            r#"[true,false,1e5,-1E-5,true]"#,
+            r#"  [ 1 , [ 2 , [ 3 ] ] ]  "#,
+        ];
+        let long_number = format!("[{}]", "9".repeat(400));
+        let long_finite = format!("[{}]", "9".repeat(300));
+        let all = docs.iter().map(|d| d.to_string()).chain([
+            long_number,
+            long_finite,
+            nested(4),
+            format!("{{\"a\":{}}}", nested(2)),
+        ]);
+        for doc in all {
+            for depth in 0..6 {
+                assert_eq!(
+                    check(&doc, depth).is_ok(),
+                    check_value(&doc, 0, depth).is_ok(),
+                    "{doc} at depth {depth}: {:?}",
+                    check(&doc, depth)
+                );
+            }
+        }
+    }
+
+    /// Random documents of the shapes the scan treats apart (escapes,
+    /// exponents, long numbers, literals, nesting): the scan and a tree
+    /// read agree on every one, at every depth limit.
+    #[test]
+    fn the_scan_agrees_with_a_tree_read_on_random_documents() {
+        const SCALARS: [&str; 14] = [
+            "0",
+            "-17",
+            "3.25",
+            "1e3",
+            "-2E-7",
+            "1e400",
+            "9e-400",
+            "true",
+            "false",
+            "null",
+            r#""plain""#,
+            r#""a\"b\\""#,
+            r#""\u00e9\ud83d\ude00""#,
+            r#""\udbff""#,
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        fn value(next: &mut dyn FnMut(usize) -> usize, out: &mut String, left: usize) {
+            match (next(4), left) {
+                (0, 1..) => {
+                    out.push('[');
+                    for i in 0..next(4) {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        value(next, out, left - 1);
+                    }
+                    out.push(']');
+                }
+                (1, 1..) => {
+                    out.push('{');
+                    for i in 0..next(4) {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push_str(SCALARS[10 + next(4)]);
+                        out.push(':');
+                        value(next, out, left - 1);
+                    }
+                    out.push('}');
+                }
+                _ if next(6) == 0 => out.push_str(&"7".repeat(300 + next(20))),
+                _ => out.push_str(SCALARS[next(SCALARS.len())]),
+            }
+        }
+        for _ in 0..2_000 {
+            let mut doc = String::new();
+            value(&mut next, &mut doc, 5);
+            for depth in 0..6 {
+                assert_eq!(
+                    check(&doc, depth).is_ok(),
+                    check_value(&doc, 0, depth).is_ok(),
+                    "{doc} at depth {depth}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_raw_value_is_checked_for_the_limits_alone() {
+        let raw = RawValue::from_string(format!("{{\"k\": {}}}", nested(3))).unwrap();
+        assert!(check_raw(&raw, 4).is_ok());
+        assert!(check_raw(&raw, 3).unwrap_err().contains("deeper than 3"));
+        let lone = RawValue::from_string(r#"{"k": "\udfff"}"#.into()).unwrap();
+        assert!(check_raw(&lone, MAX_DEPTH).is_err(), "a lone surrogate");
+        let text = JsonText::new(r#"[1e999]"#.into(), MAX_DEPTH);
+        assert!(text.unwrap_err().contains("finite numbers"));
     }
 
     #[test]

@@ -42,6 +42,21 @@ impl CallOutcome {
         }
     }
 
+    /// An outcome whose response was assembled (a stream's, which can
+    /// nest deeper than any one chunk did), checked against the depth the
+    /// record keeps it at: one level down, as the request, which was
+    /// checked at that depth before it was forwarded, so the payload is
+    /// within the limit without a pass over all of it. A whole answer's
+    /// body is checked as it is read (`record_body`).
+    pub fn checked(mut self) -> Self {
+        if let Err(e) = self.response.check(json::MAX_DEPTH - 1) {
+            self.response = JsonText::default();
+            self.status = CallStatus::Error;
+            self.error = Some(format!("engine response cannot be kept: {e}"));
+        }
+        self
+    }
+
     /// The client left before the answer was complete; `tokens` and
     /// `response` are what the engine had produced by then.
     pub fn cancelled(response: JsonText, tokens: Tokens, upstream_status: Option<u16>) -> Self {
@@ -142,7 +157,7 @@ impl Call {
             &self.request
         };
         let response_versions = out.tokens.versions_to_record(self.weight_version);
-        let mut record = ModelRequest::<&RawValue> {
+        let record = ModelRequest::<&RawValue> {
             api: self.api,
             request,
             response: out.response,
@@ -165,19 +180,40 @@ impl Call {
             constrained: self.constrained,
             choice,
         };
-        // The record nests the request and the response one level down:
-        // the request was checked at that depth before it was forwarded,
-        // the response is checked here (an assembled stream can nest
-        // deeper than any one chunk did), so the payload is within the
-        // limit without a pass over all of it (the request is most of it).
-        if let Err(e) = json::check(record.response.as_str(), json::MAX_DEPTH - 1) {
-            record.response = JsonText::default();
-            record.status = CallStatus::Error;
-            record.error = Some(format!("engine response cannot be kept: {e}"));
-        }
         let payload = record.to_payload();
         let ok = record.status == CallStatus::Ok;
         let key = retry_key(self.attempt, &record.prompt_ids, choice).filter(|_| ok);
         (payload, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> serde_json::Value {
+        (0..depth).fold(serde_json::json!(1), |inner, _| serde_json::json!([inner]))
+    }
+
+    fn ok(response: serde_json::Value) -> CallOutcome {
+        CallOutcome {
+            status: CallStatus::Ok,
+            response: JsonText::from(response),
+            tokens: Tokens::default(),
+            error: None,
+            upstream_status: Some(200),
+        }
+    }
+
+    #[test]
+    fn an_assembled_response_too_deep_to_keep_is_recorded_as_an_error() {
+        let within = ok(nested(json::MAX_DEPTH - 1)).checked();
+        assert_eq!(within.status, CallStatus::Ok);
+        assert_eq!(within.response, JsonText::from(nested(json::MAX_DEPTH - 1)));
+        let deep = ok(nested(json::MAX_DEPTH)).checked();
+        assert_eq!(deep.status, CallStatus::Error);
+        assert_eq!(deep.response, JsonText::default());
+        let error = deep.error.unwrap_or_default();
+        assert!(error.contains("cannot be kept"), "{error}");
     }
 }

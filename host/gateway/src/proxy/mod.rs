@@ -228,8 +228,9 @@ fn error_response(api: ApiKind, e: ApiError) -> Response {
 /// A request or response body as its record keeps it: checked JSON with
 /// one level of nesting left for the record it sits in.
 fn record_body(text: &str) -> Result<Box<RawValue>, String> {
-    json::check(text, json::MAX_DEPTH - 1)?;
-    RawValue::from_string(text.to_owned()).map_err(|e| e.to_string())
+    let raw = RawValue::from_string(text.to_owned()).map_err(|e| e.to_string())?;
+    json::check_raw(&raw, json::MAX_DEPTH - 1)?;
+    Ok(raw)
 }
 
 /// 429 while the proxy is paused (e.g. during a weight update), in the

@@ -125,7 +125,7 @@ async fn pump(
         let outcomes = answers
             .into_iter()
             .map(|(response, tokens)| {
-                CallOutcome::cancelled(JsonText::from(response), tokens, upstream_status)
+                CallOutcome::cancelled(JsonText::from(response), tokens, upstream_status).checked()
             })
             .collect();
         if let Err(e) = call.commit_choices(outcomes).await {
@@ -142,16 +142,19 @@ async fn pump(
         .collect();
     let outcomes = answers
         .into_iter()
-        .map(|(response, tokens)| CallOutcome {
-            status: if error.is_some() {
-                CallStatus::Error
-            } else {
-                CallStatus::Ok
-            },
-            response: JsonText::from(response),
-            tokens,
-            error: error.clone(),
-            upstream_status,
+        .map(|(response, tokens)| {
+            CallOutcome {
+                status: if error.is_some() {
+                    CallStatus::Error
+                } else {
+                    CallStatus::Ok
+                },
+                response: JsonText::from(response),
+                tokens,
+                error: error.clone(),
+                upstream_status,
+            }
+            .checked()
         })
         .collect();
     let end = match (call.commit_choices(outcomes).await, error) {
