@@ -73,22 +73,36 @@ impl Chains {
         renderer: &Renderer,
         conv: &Conversation,
     ) -> Result<Prompt, ConversationError> {
+        match self.continued(renderer, conv)? {
+            Some(prompt) => Ok(prompt),
+            None => Ok(Prompt {
+                ids: renderer.fresh(conv)?,
+                continues: None,
+            }),
+        }
+    }
+
+    /// The prompt for `conv` when it extends one of the chains; `None`
+    /// when it needs a fresh render. Renders only the new messages, so it
+    /// is cheap where a fresh render of a long history is not.
+    pub fn continued(
+        &self,
+        renderer: &Renderer,
+        conv: &Conversation,
+    ) -> Result<Option<Prompt>, ConversationError> {
         let candidates = self
             .leaves
             .iter()
             .flat_map(|l| std::iter::once(&l.end).chain(l.before.as_deref()));
         for served in candidates {
             if let Some(ids) = continue_from(renderer, served, conv)? {
-                return Ok(Prompt {
+                return Ok(Some(Prompt {
                     ids,
                     continues: Some(served.call),
-                });
+                }));
             }
         }
-        Ok(Prompt {
-            ids: renderer.fresh(conv)?,
-            continues: None,
-        })
+        Ok(None)
     }
 
     /// Records a served call; it ends the chain of the call it continued,

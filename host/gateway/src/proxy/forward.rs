@@ -20,6 +20,7 @@ use super::dedup::DeliveryNote;
 use super::record::Tokens;
 use super::{error_response, record, record_body, stream};
 use crate::ApiError;
+use agl_wire::json;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::JsonText;
 
@@ -118,17 +119,24 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     // What the harness gets (a rendered call: its API's shape from the
     // engine's completion), and the record keeps what it got; an engine's
     // error answer goes on verbatim.
-    let (bytes, engine_bytes, replies) = if status.is_success() {
+    let (bytes, written, engine_bytes, replies) = if status.is_success() {
         let whole = call.serving.whole(bytes, &call.rollout_id);
-        (whole.client, whole.engine, whole.replies)
+        (whole.client, whole.written, whole.engine, whole.replies)
     } else {
-        (bytes.clone(), bytes, Vec::new())
+        (bytes.clone(), None, bytes, Vec::new())
     };
     // The engine's body is kept as its own JSON text; only the token
-    // fields are read out of it.
-    let raw = std::str::from_utf8(&bytes)
-        .ok()
-        .and_then(|text| record_body(text).ok());
+    // fields are read out of it. What the gateway wrote is JSON already,
+    // and only its depth is checked (a reply's parsed tool input nests as
+    // the model wrote it).
+    let raw = match written {
+        Some(raw) => json::check_raw(&raw, json::MAX_DEPTH - 1)
+            .ok()
+            .map(|()| raw),
+        None => std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|text| record_body(text).ok()),
+    };
     let valid = raw.is_some();
     let outcomes = match (raw, status.is_success()) {
         (Some(body), true) => {

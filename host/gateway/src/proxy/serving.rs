@@ -7,6 +7,7 @@
 use agl_wire::openai::{ChatLogprobs, Completion};
 use axum::body::Bytes;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::assemble::{Assembler, take_events};
 use super::record::Tokens;
@@ -32,6 +33,9 @@ pub enum Serving {
 pub struct Whole {
     /// What the harness gets.
     pub client: Bytes,
+    /// `client` as JSON text, when the gateway wrote it (rendered): the
+    /// record takes it without parsing it back.
+    pub written: Option<Box<RawValue>>,
     /// The engine's body, in the completions shape token ids are read from.
     pub engine: Bytes,
     /// Each choice's turn, for the chains (rendered only).
@@ -145,13 +149,15 @@ impl Serving {
                 let engine = r.completion_bytes(bytes);
                 let (client, replies) = r.answer_body(&engine, rollout_id);
                 Whole {
-                    client: Bytes::from(client),
+                    client: Bytes::copy_from_slice(client.get().as_bytes()),
+                    written: Some(client),
                     engine,
                     replies,
                 }
             }
             Serving::Passthrough(_) => Whole {
                 client: bytes.clone(),
+                written: None,
                 engine: bytes,
                 replies: Vec::new(),
             },

@@ -172,19 +172,31 @@ impl RenderedCall {
         }
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let chains = index.of(store, rollout_id, attempt).await?;
-        // Rendering and tokenizing a long history is CPU work: off the
-        // async workers.
-        let (r, c) = (renderer.clone(), chains.clone());
-        let (prompt, conversation) = tokio::task::spawn_blocking(move || {
-            let prompt = c
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .prompt(&r, &conversation);
-            (prompt, conversation)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("rendering the prompt: {e}")))?;
-        let mut prompt = prompt.map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let bad = |e: agl_conversation::ConversationError| ApiError::bad_request(e.to_string());
+        // A continuation renders only the new messages: cheaper than the
+        // hand-off to a blocking thread and back, so it runs here.
+        let continued = chains
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .continued(&renderer, &conversation)
+            .map_err(bad)?;
+        let (mut prompt, conversation) = match continued {
+            Some(prompt) => (prompt, conversation),
+            // Rendering and tokenizing a whole (long) history is CPU work:
+            // off the async workers.
+            None => {
+                let r = renderer.clone();
+                let (ids, conversation) =
+                    tokio::task::spawn_blocking(move || (r.fresh(&conversation), conversation))
+                        .await
+                        .map_err(|e| ApiError::internal(format!("rendering the prompt: {e}")))?;
+                let prompt = agl_conversation::Prompt {
+                    ids: ids.map_err(bad)?,
+                    continues: None,
+                };
+                (prompt, conversation)
+            }
+        };
         let choice = &conversation.tool_choice;
         let forced = renderer.family().forced_call(choice);
         if !forced.is_empty() {
@@ -336,7 +348,11 @@ impl RenderedCall {
     /// vLLM's token fields so the record reads the same as a passthrough,
     /// and each choice's reply parsed from its text. Read and written
     /// without a JSON tree for the (long) id lists.
-    pub fn chat_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, Vec<AssistantTurn>) {
+    pub fn chat_body(
+        &self,
+        completion: &[u8],
+        id_prefix: &str,
+    ) -> (Box<RawValue>, Vec<AssistantTurn>) {
         let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let mut engine_choices = completion.choices;
         if engine_choices.is_empty() {
@@ -376,12 +392,16 @@ impl RenderedCall {
             usage: completion.usage,
             weight_version: None,
         };
-        (serde_json::to_vec(&body).unwrap_or_default(), turns)
+        (written(&body), turns)
     }
 
     /// The engine's completions body answered in the called API's shape,
     /// and the reply of each choice parsed from its text.
-    pub fn answer_body(&self, completion: &[u8], id_prefix: &str) -> (Vec<u8>, Vec<AssistantTurn>) {
+    pub fn answer_body(
+        &self,
+        completion: &[u8],
+        id_prefix: &str,
+    ) -> (Box<RawValue>, Vec<AssistantTurn>) {
         if self.front == ApiKind::ChatCompletions {
             return self.chat_body(completion, id_prefix);
         }
@@ -393,7 +413,7 @@ impl RenderedCall {
         let spoken = (&choice.text[..], logprobs.as_ref());
         let output_tokens = choice.token_ids.as_ref().map_or(0, Vec::len);
         let body = self.front_answer(&turn, finish, spoken, output_tokens, id_prefix);
-        (serde_json::to_vec(&body).unwrap_or_default(), vec![turn])
+        (written(&body), vec![turn])
     }
 
     /// Keeps the served call's choices (record seq and response ids, and
@@ -415,6 +435,13 @@ impl RenderedCall {
             .unwrap_or_else(PoisonError::into_inner)
             .served_choices(choices, self.continues);
     }
+}
+
+/// An answer the gateway wrote, as JSON text: serialised straight into
+/// the record's form, with no parse to check what agl itself wrote (a
+/// typed body always serialises; `null` stands in should one not).
+fn written(body: &impl serde::Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(body).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
 /// The front-ends' names of the answer's length and stop texts as the
