@@ -5,6 +5,10 @@
 //! call adds a 100-token response and a 480-token observation), with request
 //! JSON the size of that history, as a long agent run records it.
 
+// The same allocator as the `agl` binary (host/agl/src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
