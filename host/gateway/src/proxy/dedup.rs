@@ -23,6 +23,9 @@ use agl_wire::rollout::Choice;
 /// prompt ids (and which choice it is, for an `n` > 1 request).
 pub type RetryKey = (u32, [u8; 32]);
 
+/// Prompt ids hashed per `update` of the retry key's hasher.
+const IDS_PER_UPDATE: usize = 4096;
+
 /// The key of a call with these prompt ids; `None` without any. The
 /// choices of one request have keys of their own, so siblings never
 /// supersede each other, and a retried request's choice `i` supersedes
@@ -32,8 +35,15 @@ pub fn retry_key(attempt: u32, prompt_ids: &[u32], choice: Option<Choice>) -> Op
         return None;
     }
     let mut hasher = blake3::Hasher::new();
-    for id in prompt_ids {
-        hasher.update(&id.to_le_bytes());
+    // The ids' little-endian bytes, handed over 16 KiB at a time: blake3
+    // hashes a long input many chunks at once (one id per call ran at a
+    // small fraction of that).
+    let mut bytes = [0u8; 4 * IDS_PER_UPDATE];
+    for ids in prompt_ids.chunks(IDS_PER_UPDATE) {
+        for (to, id) in bytes.chunks_exact_mut(4).zip(ids) {
+            to.copy_from_slice(&id.to_le_bytes());
+        }
+        hasher.update(&bytes[..4 * ids.len()]);
     }
     if let Some(c) = choice {
         hasher.update(b"choice");
@@ -175,5 +185,24 @@ mod tests {
         idx.forget("r");
         assert_eq!(idx.len(), 0);
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 12), None);
+    }
+
+    /// The key is the hash of the ids' little-endian bytes, however many
+    /// updates hand them over: a prompt across the update boundary keys as
+    /// the whole byte string does, and one id more or less keys apart.
+    #[test]
+    fn the_key_hashes_the_ids_bytes_in_order() {
+        let ids: Vec<u32> = (0..2 * IDS_PER_UPDATE as u32 + 3)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+        assert_eq!(
+            retry_key(3, &ids, None),
+            Some((3, *blake3::hash(&bytes).as_bytes()))
+        );
+        assert_ne!(
+            retry_key(3, &ids, None),
+            retry_key(3, &ids[..ids.len() - 1], None)
+        );
     }
 }
