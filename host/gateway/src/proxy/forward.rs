@@ -119,11 +119,11 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     // What the harness gets (a rendered call: its API's shape from the
     // engine's completion), and the record keeps what it got; an engine's
     // error answer goes on verbatim.
-    let (bytes, written, engine_bytes, replies) = if status.is_success() {
+    let (bytes, written, known_tokens, replies) = if status.is_success() {
         let whole = call.serving.whole(bytes, &call.rollout_id);
-        (whole.client, whole.written, whole.engine, whole.replies)
+        (whole.client, whole.written, whole.tokens, whole.replies)
     } else {
-        (bytes.clone(), None, bytes, Vec::new())
+        (bytes, None, None, Vec::new())
     };
     // The engine's body is kept as its own JSON text; only the token
     // fields are read out of it. What the gateway wrote is JSON already,
@@ -140,10 +140,12 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     let valid = raw.is_some();
     let outcomes = match (raw, status.is_success()) {
         (Some(body), true) => {
-            let tokens = record::tokens_of_bytes(&engine_bytes).unwrap_or_else(|| {
-                let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
-                record::tokens_of(call.api, &v)
-            });
+            let tokens = known_tokens
+                .or_else(|| record::tokens_of_bytes(&bytes))
+                .unwrap_or_else(|| {
+                    let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
+                    record::tokens_of(call.api, &v)
+                });
             answered(call, status, body, tokens)
         }
         (None, true) => vec![CallOutcome::failed(

@@ -8,6 +8,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use agl_wire::openai::Completion;
 use agl_wire::rollout::ApiKind;
 
 /// `x-agl-*` request headers, lower-cased (header names already are).
@@ -100,6 +101,31 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
         }
     });
     Some(choices.collect())
+}
+
+/// [`tokens_of_bytes`] of a completions answer the caller has read into
+/// its wire type already (the rendered path reads the engine's answer
+/// once, for the harness's answer and the record both).
+pub fn tokens_of_completion(completion: &Completion) -> Vec<Tokens> {
+    let version = completion.weight_version.as_ref().and_then(version_text);
+    let tokens = completion.choices.iter().map(|choice| Tokens {
+        prompt_ids: choice.prompt_token_ids.clone().unwrap_or_default(),
+        response_ids: choice.token_ids.clone().unwrap_or_default(),
+        response_logprobs: choice
+            .logprobs
+            .as_ref()
+            .map(|l| l.token_logprobs.iter().map(|&x| x as f32).collect())
+            .unwrap_or_default(),
+        finish_reason: choice.finish_reason.clone(),
+        engine_weight_version: version.clone(),
+        response_versions: choice.token_weight_versions.clone().unwrap_or_default(),
+    });
+    let tokens: Vec<Tokens> = tokens.collect();
+    if tokens.is_empty() {
+        // As `tokens_of` reads a body without choices.
+        return vec![Tokens::default()];
+    }
+    tokens
 }
 
 /// Reads each choice of a chat or completions body (at least one, empty
@@ -258,7 +284,7 @@ mod tests {
         );
         for (api, body) in [
             (ApiKind::ChatCompletions, chat),
-            (ApiKind::Completions, comp),
+            (ApiKind::Completions, comp.clone()),
         ] {
             let bytes = serde_json::to_vec(&body).unwrap();
             assert_eq!(tokens_of_bytes(&bytes), Some(tokens_of(api, &body)));
@@ -273,6 +299,17 @@ mod tests {
             (t[1].prompt_ids.clone(), t[1].response_ids.clone()),
             (vec![1], vec![3, 4])
         );
+        // A completions answer read into its wire type gives what its
+        // bytes do.
+        let versioned = json!({"weight_version": 5, "choices": [comp["choices"][0],
+            {"index": 1, "prompt_token_ids": [7], "token_ids": [6], "finish_reason": "stop"}]});
+        for body in [comp.clone(), versioned, json!({"choices": []})] {
+            let completion: Completion = serde_json::from_value(body.clone()).unwrap();
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let read =
+                tokens_of_bytes(&bytes).unwrap_or_else(|| tokens_of(ApiKind::Completions, &body));
+            assert_eq!(tokens_of_completion(&completion), read, "{body}");
+        }
         let split = split_choices(&two.to_string()).unwrap();
         assert_eq!(split[1]["choices"], json!([two["choices"][1]]));
         assert_eq!(split[1]["prompt_token_ids"], json!([1]));

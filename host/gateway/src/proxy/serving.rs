@@ -36,8 +36,9 @@ pub struct Whole {
     /// `client` as JSON text, when the gateway wrote it (rendered): the
     /// record takes it without parsing it back.
     pub written: Option<Box<RawValue>>,
-    /// The engine's body, in the completions shape token ids are read from.
-    pub engine: Bytes,
+    /// The token fields of each choice, when the gateway read them already
+    /// (rendered); else they are read from `client`, the engine's own body.
+    pub tokens: Option<Vec<Tokens>>,
     /// Each choice's turn, for the chains (rendered only).
     pub replies: Vec<AssistantTurn>,
 }
@@ -146,19 +147,18 @@ impl Serving {
     pub fn whole(&self, bytes: Bytes, rollout_id: &str) -> Whole {
         match self {
             Serving::Rendered(r) => {
-                let engine = r.completion_bytes(bytes);
-                let (client, replies) = r.answer_body(&engine, rollout_id);
+                let answer = r.answer(&r.completion_bytes(bytes), rollout_id);
                 Whole {
-                    client: Bytes::copy_from_slice(client.get().as_bytes()),
-                    written: Some(client),
-                    engine,
-                    replies,
+                    client: Bytes::copy_from_slice(answer.body.get().as_bytes()),
+                    written: Some(answer.body),
+                    tokens: Some(answer.tokens),
+                    replies: answer.replies,
                 }
             }
             Serving::Passthrough(_) => Whole {
-                client: bytes.clone(),
+                client: bytes,
                 written: None,
-                engine: bytes,
+                tokens: None,
                 replies: Vec::new(),
             },
         }

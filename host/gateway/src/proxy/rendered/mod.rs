@@ -37,6 +37,7 @@ pub use fronts::failed_response_stream;
 pub use response_events::ResponseEvents;
 pub use sglang::GenerateChunks;
 
+use super::record::{Tokens, tokens_of_completion};
 use super::rewrite::RawBody;
 use crate::ApiError;
 use agl_store::{Engine, EngineApi, Store};
@@ -97,6 +98,16 @@ impl ChainIndex {
         let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         all.retain(|(id, _), _| id != rollout_id);
     }
+}
+
+/// A whole answer of a rendered call, read from the engine's completion.
+pub struct Answer {
+    /// What the harness gets, in its API's shape.
+    pub body: Box<RawValue>,
+    /// Each choice's reply, parsed.
+    pub replies: Vec<AssistantTurn>,
+    /// The token fields of each choice, for the record.
+    pub tokens: Vec<Tokens>,
 }
 
 /// What a gateway-rendered call carries until its record is committed.
@@ -348,12 +359,11 @@ impl RenderedCall {
     /// vLLM's token fields so the record reads the same as a passthrough,
     /// and each choice's reply parsed from its text. Read and written
     /// without a JSON tree for the (long) id lists.
-    pub fn chat_body(
+    fn chat_body(
         &self,
-        completion: &[u8],
+        completion: Completion,
         id_prefix: &str,
     ) -> (Box<RawValue>, Vec<AssistantTurn>) {
-        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let mut engine_choices = completion.choices;
         if engine_choices.is_empty() {
             engine_choices.push(CompletionChoice::default());
@@ -396,16 +406,27 @@ impl RenderedCall {
     }
 
     /// The engine's completions body answered in the called API's shape,
-    /// and the reply of each choice parsed from its text.
-    pub fn answer_body(
+    /// the reply of each choice parsed from its text, and the token fields
+    /// its record keeps: the body is read once for all three.
+    pub fn answer(&self, completion: &[u8], id_prefix: &str) -> Answer {
+        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
+        let tokens = tokens_of_completion(&completion);
+        let (body, replies) = self.answer_body(completion, id_prefix);
+        Answer {
+            body,
+            replies,
+            tokens,
+        }
+    }
+
+    fn answer_body(
         &self,
-        completion: &[u8],
+        completion: Completion,
         id_prefix: &str,
     ) -> (Box<RawValue>, Vec<AssistantTurn>) {
         if self.front == ApiKind::ChatCompletions {
             return self.chat_body(completion, id_prefix);
         }
-        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
         let choice = completion.choices.into_iter().next().unwrap_or_default();
         let turn = self.parse(&self.whole(&choice.text));
         let finish = choice.finish_reason.as_deref();
