@@ -24,7 +24,7 @@ use agl_wire::rollout::Choice;
 pub type RetryKey = (u32, [u8; 32]);
 
 /// Prompt ids hashed per `update` of the retry key's hasher.
-const IDS_PER_UPDATE: usize = 4096;
+const IDS_PER_UPDATE: usize = 1024;
 
 /// The key of a call with these prompt ids; `None` without any. The
 /// choices of one request have keys of their own, so siblings never
@@ -35,8 +35,8 @@ pub fn retry_key(attempt: u32, prompt_ids: &[u32], choice: Option<Choice>) -> Op
         return None;
     }
     let mut hasher = blake3::Hasher::new();
-    // The ids' little-endian bytes, handed over 16 KiB at a time: blake3
-    // hashes a long input many chunks at once (one id per call ran at a
+    // The ids' little-endian bytes, handed over 4 KiB at a time: blake3
+    // hashes a long input several chunks at once (one id per call ran at a
     // small fraction of that).
     let mut bytes = [0u8; 4 * IDS_PER_UPDATE];
     for ids in prompt_ids.chunks(IDS_PER_UPDATE) {
