@@ -4,10 +4,13 @@
 //! threshold, on the writer thread: copying the log into the database and
 //! two fsyncs stall every queued write for milliseconds (tens on a slow
 //! disk), and under load every in-flight proxied call waits behind it. So
-//! the writer turns it off and this thread checkpoints from its own
-//! connection, shortly after commits happen. PASSIVE never blocks the writer
+//! the writer leaves it to this thread, which checkpoints from its own
+//! connection shortly after commits happen. PASSIVE never blocks the writer
 //! or readers; once a pass has copied the whole log, the writer's next
-//! transaction starts the log over, so the file stays bounded.
+//! transaction starts the log over. Under writes that never pause no pass
+//! copies the whole log, so past `[store] wal_limit_mib` the writer's own
+//! commit checkpoints what this thread left (SQLite's autocheckpoint, set
+//! to that limit), and the file stays bounded.
 
 use std::path::Path;
 use std::sync::mpsc;

@@ -935,3 +935,45 @@ async fn store_files_are_owner_only() {
     let _store = Store::open(&path).expect("reopen");
     assert_eq!(mode(""), 0o600);
 }
+
+/// Writes that never pause keep the checkpoint thread from ever copying
+/// the whole log, so the log alone never starts over; past
+/// `[store] wal_limit_mib` the writer checkpoints it itself and the log
+/// file stays near the limit (it was as large as everything written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_ahead_log_stays_near_its_limit_under_unbroken_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("agl.db");
+    let config = agl_store::StoreConfig {
+        wal_limit_mib: 1,
+        ..Default::default()
+    };
+    let store = Store::open_config(&path, &config).expect("open store");
+    one(&store, "r").await;
+    // 48 writers, 16 KiB events, 64 MiB in all.
+    let payload = text(json!({"text": "x".repeat(16 * 1024)}));
+    let writers: Vec<_> = (0..48)
+        .map(|_| {
+            let (store, payload) = (store.clone(), payload.clone());
+            tokio::spawn(async move {
+                for _ in 0..85 {
+                    store
+                        .append_event("r", 1, "log", payload.clone())
+                        .await
+                        .expect("append");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let wal = std::fs::metadata(dir.path().join("agl.db-wal")).map_or(0, |m| m.len());
+    assert!(
+        wal < 16 * 1024 * 1024,
+        "the log grew to {} MiB for 64 MiB written",
+        wal / (1024 * 1024)
+    );
+    let events = store.list_events("r", 0, 10).await.expect("read back");
+    assert_eq!(events.len(), 10);
+}
