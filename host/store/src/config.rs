@@ -1,10 +1,12 @@
 //! `[store]`: the store section of `agl.toml`, owned here.
 
+use std::num::NonZeroU32;
+
 use serde::Deserialize;
 
 /// `[store] wal_limit_mib` unless set: a pass over what the checkpoint
 /// thread left of 64 MiB takes milliseconds.
-pub const DEFAULT_WAL_LIMIT_MIB: u32 = 64;
+pub const DEFAULT_WAL_LIMIT_MIB: NonZeroU32 = NonZeroU32::new(64).expect("64 is not 0");
 
 /// `[store]`: the SQLite store.
 #[derive(Debug, Clone, Deserialize)]
@@ -24,8 +26,9 @@ pub struct StoreConfig {
     /// pass that copied all of it, grows without end (~150 MB/s in the
     /// gateway bench at 64 connections). Past this size the writer's own
     /// pass copies what is left, and the next transaction starts the log
-    /// over.
-    pub wal_limit_mib: u32,
+    /// over. 0 is refused (a log checkpointed at every commit is the
+    /// stall the checkpoint thread is there to avoid).
+    pub wal_limit_mib: NonZeroU32,
 }
 
 impl Default for StoreConfig {
@@ -35,5 +38,20 @@ impl Default for StoreConfig {
             max_system_retries: crate::DEFAULT_SYSTEM_RETRIES,
             wal_limit_mib: DEFAULT_WAL_LIMIT_MIB,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_wal_limit_is_refused_by_name() {
+        let zero = serde_json::from_str::<StoreConfig>(r#"{"wal_limit_mib": 0}"#);
+        let e = zero.expect_err("0 refused").to_string();
+        assert!(e.contains("nonzero"), "{e}");
+        let set: StoreConfig = serde_json::from_str(r#"{"wal_limit_mib": 8}"#).expect("8 taken");
+        assert_eq!(set.wal_limit_mib.get(), 8);
+        assert_eq!(StoreConfig::default().wal_limit_mib, DEFAULT_WAL_LIMIT_MIB);
     }
 }

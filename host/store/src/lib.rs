@@ -110,7 +110,7 @@ impl Store {
         // The checkpointer does what SQLite would do inside a commit, until
         // the log passes the limit (see `StoreConfig::wal_limit_mib`).
         let page_size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
-        let limit_pages = i64::from(config.wal_limit_mib.max(1)) * 1024 * 1024 / page_size.max(1);
+        let limit_pages = i64::from(config.wal_limit_mib.get()) * 1024 * 1024 / page_size.max(1);
         conn.pragma_update(None, "wal_autocheckpoint", limit_pages)?;
         let queue =
             writer::spawn(conn, checkpoints).map_err(|e| StoreError::Commit(e.to_string()))?;

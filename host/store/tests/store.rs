@@ -945,7 +945,7 @@ async fn the_write_ahead_log_stays_near_its_limit_under_unbroken_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("agl.db");
     let config = agl_store::StoreConfig {
-        wal_limit_mib: 1,
+        wal_limit_mib: std::num::NonZeroU32::MIN,
         ..Default::default()
     };
     let store = Store::open_config(&path, &config).expect("open store");
