@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::body::Body;
 use super::script::Endpoint;
 use super::tokens::{Codec, render_chat};
 
@@ -69,15 +70,14 @@ pub struct Params {
 
 impl Params {
     /// Reads a request body; `default_model` answers requests without `model`.
-    pub fn parse(
+    pub(crate) fn parse(
         endpoint: Endpoint,
-        body: &Value,
+        body: Body,
         default_model: &str,
         codec: &Codec,
     ) -> Result<Self, VllmError> {
-        if !body.is_object() {
-            return Err(VllmError::bad_request("request body must be a JSON object"));
-        }
+        let Body { fields, ids } = body;
+        let body = &fields;
         let model = body
             .get("model")
             .and_then(Value::as_str)
@@ -101,11 +101,11 @@ impl Params {
                 (text, ids, logprobs, max)
             }
             Endpoint::Generate => {
-                let (ids, max, logprobs, top) = super::sglang::parse(body)?;
+                let (ids, max, logprobs, top) = super::sglang::parse(body, ids)?;
                 (codec.decode(&ids), ids, logprobs.then_some(top), max)
             }
             Endpoint::Completions => {
-                let (text, ids) = completion_prompt(body.get("prompt"), codec)?;
+                let (text, ids) = completion_prompt(body.get("prompt"), ids, codec)?;
                 (
                     text,
                     ids,
@@ -136,11 +136,16 @@ impl Params {
     }
 }
 
-/// A completions prompt: a string, a list of token ids, or a one-string list.
+/// A completions prompt: a string, a list of token ids (`ids` when the body
+/// read them as such), or a one-string list.
 fn completion_prompt(
     prompt: Option<&Value>,
+    ids: Option<Vec<u32>>,
     codec: &Codec,
 ) -> Result<(String, Vec<u32>), VllmError> {
+    if let Some(ids) = ids {
+        return Ok((codec.decode(&ids), ids));
+    }
     match prompt {
         Some(Value::String(s)) => Ok((s.clone(), codec.encode(s))),
         Some(Value::Array(items)) if items.iter().all(Value::is_u64) => {

@@ -8,6 +8,7 @@
 
 mod admin;
 mod api;
+mod body;
 mod faults;
 mod plan;
 mod response;

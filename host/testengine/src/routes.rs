@@ -69,7 +69,6 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
                 .into_response();
         }
     };
-    let parsed = serde_json::from_slice::<Value>(&bytes);
     if state.logs_requests() {
         state.record(RecordedRequest {
             method: parts.method.to_string(),
@@ -84,15 +83,13 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
                     )
                 })
                 .collect(),
-            body: parsed.as_ref().ok().cloned(),
+            body: serde_json::from_slice(&bytes).ok(),
             raw: String::from_utf8_lossy(&bytes).into_owned(),
         });
     }
-    let body = match parsed {
-        Ok(body) => body,
-        Err(e) => return VllmError::bad_request(format!("invalid JSON: {e}")).into_response(),
-    };
-    let params = match Params::parse(endpoint, &body, &state.model, &state.codec) {
+    let params = match super::body::Body::parse(endpoint, &bytes)
+        .and_then(|body| Params::parse(endpoint, body, &state.model, &state.codec))
+    {
         Ok(params) => params,
         Err(e) => return e.into_response(),
     };
@@ -115,11 +112,7 @@ async fn generate(state: &EngineState, endpoint: Endpoint, req: Request) -> Resp
         }
         Action::Serve | Action::CutStream(_) => {}
     }
-    let request = EngineRequest {
-        endpoint,
-        body,
-        prompt_text: params.prompt_text.clone(),
-    };
+    let request = EngineRequest::new(endpoint, bytes, params.prompt_text.clone());
     let mut reply = state.scripter.reply(&request);
     if endpoint != Endpoint::Chat {
         // Completions have no tool parser: the calls stay in the text.

@@ -1,8 +1,9 @@
 //! What the engine answers: scripted replies.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use bytes::Bytes;
 use serde_json::Value;
 
 /// Which endpoint a request came in on.
@@ -18,10 +19,28 @@ pub enum Endpoint {
 #[derive(Debug, Clone)]
 pub struct EngineRequest {
     pub endpoint: Endpoint,
-    /// The JSON body as received.
-    pub body: Value,
     /// The prompt as the engine tokenized it (see [`super::tokens`]).
     pub prompt_text: String,
+    raw: Bytes,
+    body: OnceLock<Value>,
+}
+
+impl EngineRequest {
+    pub(crate) fn new(endpoint: Endpoint, raw: Bytes, prompt_text: String) -> Self {
+        Self {
+            endpoint,
+            prompt_text,
+            raw,
+            body: OnceLock::new(),
+        }
+    }
+
+    /// The JSON body as received, read when a script first asks: the engine
+    /// itself reads only the fields it answers by.
+    pub fn body(&self) -> &Value {
+        self.body
+            .get_or_init(|| serde_json::from_slice(&self.raw).unwrap_or(Value::Null))
+    }
 }
 
 /// One scripted tool call (OpenAI `tool_calls[]`).

@@ -44,21 +44,28 @@ const SAMPLING_PARAMS: [&str; 24] = [
     "sampling_seed",
 ];
 
-/// What `/generate` asks for, read from the body: (prompt ids,
-/// max_new_tokens, logprobs wanted, top_logprobs_num).
-pub fn parse(body: &Value) -> Result<(Vec<u32>, Option<usize>, bool, usize), VllmError> {
-    let ids = body
-        .get("input_ids")
-        .and_then(Value::as_array)
-        .filter(|a| a.iter().all(Value::is_u64))
-        .ok_or_else(|| {
-            VllmError::bad_request("this mock serves `input_ids` (a flat list of token ids)")
-        })?;
-    let ids = ids
-        .iter()
-        .filter_map(Value::as_u64)
-        .map(|id| u32::try_from(id).map_err(|_| VllmError::bad_request("token id too large")))
-        .collect::<Result<Vec<u32>, _>>()?;
+/// What `/generate` asks for, read from the body and its `input_ids` when
+/// they are a flat list of token ids: (prompt ids, max_new_tokens, logprobs
+/// wanted, top_logprobs_num).
+pub(crate) fn parse(
+    body: &Value,
+    ids: Option<Vec<u32>>,
+) -> Result<(Vec<u32>, Option<usize>, bool, usize), VllmError> {
+    let ids = match ids {
+        Some(ids) => ids,
+        None if body
+            .get("input_ids")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().all(Value::is_u64)) =>
+        {
+            return Err(VllmError::bad_request("token id too large"));
+        }
+        None => {
+            return Err(VllmError::bad_request(
+                "this mock serves `input_ids` (a flat list of token ids)",
+            ));
+        }
+    };
     let sampling = match body.get("sampling_params") {
         None | Some(Value::Null) => serde_json::Map::new(),
         Some(Value::Object(m)) => m.clone(),

@@ -23,7 +23,7 @@ const AGL: &str = env!("CARGO_BIN_EXE_agl");
 /// order its rollouts finish in.
 fn calc_script(answers: Arc<Mutex<HashMap<String, usize>>>) -> impl Fn(&EngineRequest) -> Reply {
     move |r| {
-        let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+        let messages = r.body()["messages"].as_array().cloned().unwrap_or_default();
         let last = messages.last().cloned().unwrap_or(Value::Null);
         let content = last["content"].as_str().unwrap_or("");
         if let Some(result) = content.strip_prefix("RESULT ") {

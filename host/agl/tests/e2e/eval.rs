@@ -29,7 +29,7 @@ fn versioned_calc(
 ) -> impl Fn(&EngineRequest) -> Reply + Send + Sync + 'static {
     let answers: Mutex<HashMap<(String, String), usize>> = Mutex::default();
     move |r| {
-        let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+        let messages = r.body()["messages"].as_array().cloned().unwrap_or_default();
         let content = messages
             .last()
             .map_or("", |m| m["content"].as_str().unwrap_or(""));

@@ -33,7 +33,7 @@ fn sh(script: &str) -> CommandSpec {
 /// agent's text protocol), then the tool's result as the answer.
 fn calc_script(r: &EngineRequest) -> Reply {
     assert_eq!(r.endpoint, Endpoint::Chat);
-    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+    let messages = r.body()["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
     let content = last["content"].as_str().unwrap_or("");
     if let Some(result) = content.strip_prefix("RESULT ") {

@@ -33,7 +33,7 @@ fn reply_for(endpoint: Endpoint, body: &Value) -> Reply {
 }
 
 async fn start() -> Env {
-    let config = TestEngineConfig::default().with_script(|r| reply_for(r.endpoint, &r.body));
+    let config = TestEngineConfig::default().with_script(|r| reply_for(r.endpoint, r.body()));
     let local = crate::support::start_local(config, GatewayConfig::default()).await;
     local.running(&["r1".into()]).await;
     Env {

@@ -1,0 +1,215 @@
+//! A request body as the engine reads it.
+//!
+//! A gateway-rendered call sends its prompt as token ids (a completions
+//! `prompt`, SGLang's `input_ids`): tens of thousands of numbers, which as a
+//! JSON tree cost this engine more than the gateway spends on the call. So
+//! that list is read straight into ids, and every other field into JSON.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::api::VllmError;
+use super::script::Endpoint;
+
+/// The top-level fields of a JSON object body.
+#[derive(Debug)]
+pub(crate) struct Body {
+    /// Every field but a token-id list read into `ids`.
+    pub fields: Value,
+    /// The endpoint's prompt field when it is a flat list of `u32`s.
+    pub ids: Option<Vec<u32>>,
+}
+
+impl Body {
+    /// Reads `bytes`; the errors are vLLM's for a body that is no JSON
+    /// object.
+    pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<Self, VllmError> {
+        let ids_key = match endpoint {
+            Endpoint::Chat => None,
+            Endpoint::Completions => Some("prompt"),
+            Endpoint::Generate => Some("input_ids"),
+        };
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let read = de
+            .deserialize_map(Fields { ids_key })
+            .and_then(|body| de.end().map(|()| body));
+        read.map_err(|_| match serde_json::from_slice::<Value>(bytes) {
+            Ok(_) => VllmError::bad_request("request body must be a JSON object"),
+            Err(e) => VllmError::bad_request(format!("invalid JSON: {e}")),
+        })
+    }
+}
+
+struct Fields {
+    ids_key: Option<&'static str>,
+}
+
+impl<'de> Visitor<'de> for Fields {
+    type Value = Body;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
+        let mut fields = Map::new();
+        let mut ids = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if self.ids_key != Some(key.as_str()) {
+                fields.insert(key, map.next_value()?);
+                continue;
+            }
+            // A later duplicate key wins, as in a JSON tree.
+            let raw: Box<RawValue> = map.next_value()?;
+            match id_list(raw.get()) {
+                Some(list) => {
+                    fields.remove(&key);
+                    ids = Some(list);
+                }
+                None => {
+                    let value = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
+                    fields.insert(key, value);
+                    ids = None;
+                }
+            }
+        }
+        Ok(Body {
+            fields: Value::Object(fields),
+            ids,
+        })
+    }
+}
+
+/// `raw` (valid JSON) as a flat list of `u32`s, `None` when it is anything
+/// else. A byte loop: serde's element-wise read costs several times more.
+fn id_list(raw: &str) -> Option<Vec<u32>> {
+    let inner = raw.strip_prefix('[')?.strip_suffix(']')?;
+    let mut ids = Vec::with_capacity(inner.len() / 4);
+    let (mut id, mut digits) = (0u32, 0usize);
+    for &b in inner.as_bytes() {
+        match b {
+            b'0'..=b'9' => {
+                // JSON numbers have no leading zeros, so `01` is not valid
+                // here; a RawValue never holds one.
+                id = id.checked_mul(10)?.checked_add(u32::from(b - b'0'))?;
+                digits += 1;
+            }
+            b',' if digits > 0 => {
+                ids.push(id);
+                (id, digits) = (0, 0);
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => return None,
+        }
+    }
+    if digits > 0 {
+        ids.push(id);
+    }
+    Some(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompt_of_ids_is_read_into_ids_and_the_rest_into_json() {
+        let body = Body::parse(
+            Endpoint::Completions,
+            br#"{"model": "m", "prompt": [1, 2, 4294967295], "max_tokens": 3}"#,
+        )
+        .expect("body");
+        assert_eq!(body.ids, Some(vec![1, 2, u32::MAX]));
+        assert_eq!(body.fields.get("prompt"), None);
+        assert_eq!(body.fields.get("max_tokens"), Some(&Value::from(3)));
+    }
+
+    #[test]
+    fn a_prompt_that_is_no_id_list_stays_json() {
+        for prompt in [
+            r#""text""#,
+            r#"["text"]"#,
+            "[1, -2]",
+            "[4294967296]",
+            "[[1]]",
+            "[]",
+        ] {
+            let text = format!(r#"{{"prompt": {prompt}}}"#);
+            let body = Body::parse(Endpoint::Completions, text.as_bytes()).expect("body");
+            let want: Value = serde_json::from_str(prompt).expect("json");
+            if prompt == "[]" {
+                assert_eq!(body.ids, Some(Vec::new()), "{prompt}");
+            } else {
+                assert_eq!(body.ids, None, "{prompt}");
+                assert_eq!(body.fields.get("prompt"), Some(&want), "{prompt}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_byte_loop_reads_what_serde_reads() {
+        for raw in [
+            "[]",
+            "[ ]",
+            "[0]",
+            "[1,2,3]",
+            "[ 1 , 2\n,\t3 ]",
+            "[4294967295]",
+            "[4294967296]",
+            "[-1]",
+            "[1.0]",
+            "[1e3]",
+            "[\"1\"]",
+            "[[1]]",
+            "[null]",
+            "[true]",
+            "\"x\"",
+            "{}",
+            "[99999999999999999999]",
+        ] {
+            let serde = serde_json::from_str::<Vec<u32>>(raw).ok();
+            assert_eq!(id_list(raw), serde, "{raw}");
+        }
+    }
+
+    #[test]
+    fn the_last_of_duplicate_keys_wins() {
+        let body = Body::parse(
+            Endpoint::Generate,
+            br#"{"input_ids": [1], "input_ids": "x"}"#,
+        )
+        .expect("body");
+        assert_eq!(body.ids, None);
+        assert_eq!(body.fields.get("input_ids"), Some(&Value::from("x")));
+        let body = Body::parse(
+            Endpoint::Generate,
+            br#"{"input_ids": "x", "input_ids": [7]}"#,
+        )
+        .expect("body");
+        assert_eq!(body.fields.get("input_ids"), None);
+        assert_eq!(body.ids, Some(vec![7]));
+    }
+
+    #[test]
+    fn a_chat_body_keeps_every_field_as_json() {
+        let body = Body::parse(Endpoint::Chat, br#"{"prompt": [1], "messages": []}"#).expect("b");
+        assert_eq!(body.ids, None);
+        assert_eq!(body.fields.get("prompt"), Some(&serde_json::json!([1])));
+    }
+
+    #[test]
+    fn bodies_that_are_no_object_are_refused_by_what_is_wrong() {
+        for (bytes, want) in [
+            (&b"[1, 2]"[..], "request body must be a JSON object"),
+            (b"{\"a\": 1} x", "invalid JSON"),
+            (b"{\"prompt\": [1,", "invalid JSON"),
+            (b"", "invalid JSON"),
+        ] {
+            let e = Body::parse(Endpoint::Completions, bytes).expect_err("refused");
+            assert!(e.message.starts_with(want), "{:?}: {}", bytes, e.message);
+        }
+    }
+}
