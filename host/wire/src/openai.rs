@@ -306,38 +306,48 @@ pub struct FunctionDelta {
 }
 
 /// `text_completion`: a whole completions answer, or one chunk of a
-/// streamed one (the same shape).
+/// streamed one (the same shape). `P` is what `prompt_token_ids` is read
+/// as: the ids, or [`IgnoredAny`](serde::de::IgnoredAny) for a reader that
+/// sent them and skips the engine's echo (the gateway's rendered calls).
+/// Every field has its own default (not the struct's), so `P` needs none.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(default)]
-pub struct Completion {
+pub struct Completion<P = Vec<u32>> {
+    #[serde(default)]
     pub id: String,
+    #[serde(default)]
     pub object: String,
+    #[serde(default)]
     pub created: u64,
+    #[serde(default)]
     pub model: String,
-    pub choices: Vec<CompletionChoice>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
+    pub choices: Vec<CompletionChoice<P>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_version: Option<Value>,
 }
 
 /// One choice of a completions answer (or its part of a chunk).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(default)]
-pub struct CompletionChoice {
+pub struct CompletionChoice<P = Vec<u32>> {
+    #[serde(default)]
     pub index: usize,
+    #[serde(default)]
     pub text: String,
+    #[serde(default)]
     pub logprobs: Option<CompletionLogprobs>,
+    #[serde(default)]
     pub finish_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<Value>,
     /// vLLM puts a completion's prompt ids on the choice.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_token_ids: Option<Vec<u32>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<P>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
     /// agl's engine: the version that sampled each of `token_ids`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_weight_versions: Option<Vec<u64>>,
 }
 

@@ -19,6 +19,7 @@ mod sglang;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -361,7 +362,7 @@ impl RenderedCall {
     /// without a JSON tree for the (long) id lists.
     fn chat_body(
         &self,
-        completion: Completion,
+        completion: Completion<IgnoredAny>,
         id_prefix: &str,
     ) -> (Box<RawValue>, Vec<AssistantTurn>) {
         let mut engine_choices = completion.choices;
@@ -409,8 +410,9 @@ impl RenderedCall {
     /// the reply of each choice parsed from its text, and the token fields
     /// its record keeps: the body is read once for all three.
     pub fn answer(&self, completion: &[u8], id_prefix: &str) -> Answer {
-        let completion: Completion = serde_json::from_slice(completion).unwrap_or_default();
-        let tokens = tokens_of_completion(&completion);
+        let completion: Completion<IgnoredAny> =
+            serde_json::from_slice(completion).unwrap_or_default();
+        let tokens = tokens_of_completion(&completion, &self.prompt_ids);
         let (body, replies) = self.answer_body(completion, id_prefix);
         Answer {
             body,
@@ -421,7 +423,7 @@ impl RenderedCall {
 
     fn answer_body(
         &self,
-        completion: Completion,
+        completion: Completion<IgnoredAny>,
         id_prefix: &str,
     ) -> (Box<RawValue>, Vec<AssistantTurn>) {
         if self.front == ApiKind::ChatCompletions {
