@@ -323,9 +323,7 @@ impl RenderedCall {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
         };
         // The (long) id list written straight to text, without a JSON tree.
-        let ids = serde_json::value::to_raw_value(&self.prompt_ids)
-            .unwrap_or_else(|_| RawValue::NULL.to_owned());
-        body.insert("prompt".into(), ids);
+        body.insert("prompt".into(), agl_wire::ids::to_raw(&self.prompt_ids));
         body.insert("logprobs".into(), raw(json!(self.top_logprobs.max(1))));
         if let Some((_, structured)) = &self.constraint {
             body.insert("structured_outputs".into(), raw(structured.clone()));
