@@ -4,7 +4,12 @@
 //! "gateway"`: the gateway renders with the policy template and continues
 //! the chain token-exactly), in one run, on loopback.
 //!
-//! `cargo bench -p agl-gateway --bench rendering [-- --turns N --runs R]`
+//! `cargo bench -p agl-gateway --bench rendering [-- --turns N --runs R
+//! --only engine|gateway]`
+//!
+//! `--only` runs one mode and prints no ratio: for counting one mode's
+//! instructions under `valgrind --tool=callgrind`, where wall-clock noise
+//! does not reach.
 //!
 //! The policy is the fixture tokenizer under the Hermes/Qwen-style tools
 //! template (`tests/python/tools_template.jinja`); the engine is the test
@@ -151,6 +156,15 @@ fn main() {
             .unwrap_or(default)
     };
     let (turns, runs) = (arg("--turns", 30), arg("--runs", 5));
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|m| match m.as_str() {
+            "engine" => Render::Engine,
+            "gateway" => Render::Gateway,
+            other => panic!("--only {other}: engine or gateway"),
+        });
     let rt = agl_gateway::runtime::build().expect("runtime");
     rt.block_on(async {
         let engine = TestEngine::start(TestEngineConfig {
@@ -170,9 +184,12 @@ fn main() {
         );
         // Both gateways up at once and their rollouts interleaved, so drift
         // in the machine's load falls on both modes alike.
-        let modes = [Render::Engine, Render::Gateway];
+        let modes: Vec<Render> = [Render::Engine, Render::Gateway]
+            .into_iter()
+            .filter(|m| only.is_none_or(|o| o == *m))
+            .collect();
         let mut gateways = Vec::new();
-        for render in modes {
+        for &render in &modes {
             let (base, store) = gateway(&engine, render, dir.path()).await;
             // A warm-up rollout, not counted.
             rollout(&base, &store, "warm", 3).await;
@@ -203,6 +220,9 @@ fn main() {
                 percentile(last, 0.5),
                 continued(&gateways[m].1, runs).await
             );
+        }
+        if p50s.len() < 2 {
+            return;
         }
         println!(
             "gateway / engine p50: {:.2}x (limit <= 1.2x): {}",
