@@ -53,18 +53,7 @@ pub(crate) fn parse(
 ) -> Result<(Vec<u32>, Option<usize>, bool, usize), VllmError> {
     let ids = match ids {
         Some(ids) => ids,
-        None if body
-            .get("input_ids")
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().all(Value::is_u64)) =>
-        {
-            return Err(VllmError::bad_request("token id too large"));
-        }
-        None => {
-            return Err(VllmError::bad_request(
-                "this mock serves `input_ids` (a flat list of token ids)",
-            ));
-        }
+        None => input_ids(body)?,
     };
     let sampling = match body.get("sampling_params") {
         None | Some(Value::Null) => serde_json::Map::new(),
@@ -96,6 +85,21 @@ pub(crate) fn parse(
         .and_then(Value::as_u64)
         .unwrap_or(0) as usize;
     Ok((ids, max, logprobs, top))
+}
+
+/// `input_ids` read from the JSON body, when the body did not read them as
+/// ids: each way it is not a flat list of `u32`s, refused.
+fn input_ids(body: &Value) -> Result<Vec<u32>, VllmError> {
+    body.get("input_ids")
+        .and_then(Value::as_array)
+        .filter(|a| a.iter().all(Value::is_u64))
+        .ok_or_else(|| {
+            VllmError::bad_request("this mock serves `input_ids` (a flat list of token ids)")
+        })?
+        .iter()
+        .filter_map(Value::as_u64)
+        .map(|id| u32::try_from(id).map_err(|_| VllmError::bad_request("token id too large")))
+        .collect()
 }
 
 fn finish_reason(call: &Call, ids: &[u32]) -> Value {

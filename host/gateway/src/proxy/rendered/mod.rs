@@ -285,7 +285,7 @@ impl RenderedCall {
         match self.api {
             EngineApi::Openai => engine,
             EngineApi::Sglang => {
-                sglang::completion_bytes(&engine, &self.prompt_ids, &self.model).into()
+                sglang::completion_bytes(&engine, self.prompt_ids.len(), &self.model).into()
             }
         }
     }

@@ -249,8 +249,9 @@ pub fn error_message(v: &Value) -> Option<String> {
 }
 
 /// A non-streamed `/generate` answer as a vLLM completions body (the
-/// fields [`super::RenderedCall::chat_body`] and the record read).
-pub fn completion_bytes(bytes: &[u8], prompt_ids: &[u32], model: &str) -> Vec<u8> {
+/// fields [`super::RenderedCall::answer`] reads; the prompt's ids are the
+/// call's own, so they are not written to be skipped).
+pub fn completion_bytes(bytes: &[u8], prompt_len: usize, model: &str) -> Vec<u8> {
     let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
     let s = sampled(&v);
     let body = Completion {
@@ -260,11 +261,11 @@ pub fn completion_bytes(bytes: &[u8], prompt_ids: &[u32], model: &str) -> Vec<u8
             logprobs: Some(completion_logprobs(&s)),
             finish_reason: finish_reason(&v),
             stop_reason: None,
-            prompt_token_ids: Some(prompt_ids.to_vec()),
+            prompt_token_ids: None,
             token_ids: Some(s.ids.clone()),
             token_weight_versions: None,
         }],
-        usage: Some(Usage::new(prompt_ids.len(), s.ids.len())),
+        usage: Some(Usage::new(prompt_len, s.ids.len())),
         ..completion_head(&v, model)
     };
     serde_json::to_vec(&body).unwrap_or_default()
@@ -390,12 +391,9 @@ mod tests {
         // Before 0.5.5 `output_ids` could start with prompt tokens.
         let mut answer = event("Hi", &[(-0.5, 10), (-0.25, 2)], 2, Some("stop"));
         answer["output_ids"] = json!([7, 8, 10, 2]);
-        let body: Value = serde_json::from_slice(&completion_bytes(
-            answer.to_string().as_bytes(),
-            &[1, 2],
-            "m",
-        ))
-        .unwrap();
+        let body: Value =
+            serde_json::from_slice(&completion_bytes(answer.to_string().as_bytes(), 2, "m"))
+                .unwrap();
         let choice = &body["choices"][0];
         assert_eq!(choice["token_ids"], json!([10, 2]));
         assert_eq!(choice["logprobs"]["token_logprobs"], json!([-0.5, -0.25]));
