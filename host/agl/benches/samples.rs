@@ -88,7 +88,11 @@ async fn count(
     };
     for r in rollouts {
         row.calls += r.calls.len();
-        let samples = plugin.build_samples(r).await.expect("samples");
+        // Counted, not timed: the copy into an `Arc` costs nothing here.
+        let samples = plugin
+            .build_samples(&Arc::new(r.clone()))
+            .await
+            .expect("samples");
         row.samples += samples.len();
         for b in samples.iter().filter_map(|s| s.break_before.as_ref()) {
             *row.breaks.entry(b.kind).or_default() += 1;

@@ -217,7 +217,7 @@ impl PluginAdmin for Plugins {
 
 /// The reward plugin's score; without a reward plugin, the harness's own
 /// last `reward` event.
-pub async fn score(reward: Option<&Plugin>, rollout: &Rollout) -> anyhow::Result<Option<f64>> {
+pub async fn score(reward: Option<&Plugin>, rollout: &Arc<Rollout>) -> anyhow::Result<Option<f64>> {
     match reward {
         Some(p) => Ok(p.reward(rollout).await?),
         None => reported_reward(rollout),

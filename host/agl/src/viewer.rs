@@ -23,6 +23,7 @@ pub struct Viewer {
 impl SampleViewer for Viewer {
     fn samples(&self, rollout: Rollout) -> PluginFuture<'_, SampleList> {
         Box::pin(async move {
+            let rollout = Arc::new(rollout);
             let (adapter, reward) = (self.plugins.adapter(), self.plugins.reward());
             let built = adapter.build_samples(&rollout).await.map_err(|e| {
                 ApiError::new(

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agl_plugin::SampleAdapter;
+use agl_plugin_host::links::prompt_links;
 use agl_plugin_host::{HostConfig, PluginHost, PluginSpec};
 use agl_wire::rollout::{ApiKind, ModelCall, Rollout, RolloutStatus};
 use serde_json::json;
@@ -83,8 +84,13 @@ fn long_rollout() -> Rollout {
     }
 }
 
-/// The host record as the SDK's (guest) types, for the native baseline.
+/// The host record as the SDK's (guest) types, as the host hands it to a
+/// 0.5 plugin: each prompt linked to an earlier call's by the host's rule
+/// (`agl_plugin_host::links`), its tail copied. The JSON and whole prompts
+/// are served on demand (registered once, outside the timing: the host
+/// serves them from the record it holds).
 fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
+    let links = prompt_links(&r.calls);
     agl_plugin::Rollout {
         id: r.id.clone(),
         group_id: r.group_id.clone(),
@@ -94,12 +100,15 @@ fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
         calls: r
             .calls
             .iter()
-            .map(|c| agl_plugin::ModelCall {
+            .zip(links)
+            .map(|(c, link)| agl_plugin::ModelCall {
                 index: c.index,
                 api: agl_plugin::ApiKind::ChatCompletions,
-                request_json: c.request.as_str().to_owned(),
-                response_json: c.response.as_str().to_owned(),
-                prompt_ids: c.prompt_ids.clone(),
+                prompt: agl_plugin::Prompt {
+                    extends: link.extends.map(|at| r.calls[at].index),
+                    shared: link.shared as u32,
+                    tail: c.prompt_ids[link.shared..].to_vec(),
+                },
                 response_ids: c.response_ids.clone(),
                 response_logprobs: c.response_logprobs.clone(),
                 weight_version: c.weight_version,
@@ -118,6 +127,18 @@ fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
             .collect(),
         events: vec![],
     }
+}
+
+/// What the host serves of `r` on demand, for the native side.
+fn serve_natively(r: &Rollout) {
+    agl_plugin::testing::serve_rollout_data(r.calls.iter().map(|c| {
+        let data = agl_plugin::testing::CallData {
+            request_json: c.request.as_str().to_owned(),
+            response_json: c.response.as_str().to_owned(),
+            prompt_ids: c.prompt_ids.clone(),
+        };
+        (c.index, data)
+    }));
 }
 
 struct Stats {
@@ -148,24 +169,20 @@ fn main() -> anyhow::Result<()> {
         "{} missing: run plugins/build.sh",
         wasm.display()
     );
-    let rollout = long_rollout();
-    // The same ids with `{}` for every request and response: how much of
-    // the wasm call is handing the JSON over.
-    let mut bare = rollout.clone();
-    for call in &mut bare.calls {
-        call.request = Default::default();
-        call.response = Default::default();
-    }
+    let rollout = Arc::new(long_rollout());
     let ids: usize = rollout.calls.iter().map(|c| c.prompt_ids.len()).sum();
     let json_bytes: usize = rollout.calls.iter().map(|c| c.request.as_str().len()).sum();
     let last_prompt = rollout.calls.last().map_or(0, |c| c.prompt_ids.len());
+    let links = prompt_links(&rollout.calls);
+    let tails: usize = ids - links.iter().map(|l| l.shared).sum::<usize>();
 
-    // Native: the same plugin code compiled for this machine; the SDK
-    // rollout it consumes is cloned outside the timing.
-    let sdk_rollout = to_sdk(&rollout);
+    // Native: the same plugin code compiled for this machine, fed from the
+    // host's record as the host feeds a 0.5 plugin (links found, tails
+    // copied: in the timing, as they are on the wasm side).
+    serve_natively(&rollout);
     let native_once = || -> anyhow::Result<(Duration, usize)> {
-        let input = sdk_rollout.clone();
         let t = Instant::now();
+        let input = to_sdk(&rollout);
         let samples =
             agl_trajectory::Trajectory::build_samples(input).map_err(anyhow::Error::msg)?;
         Ok((t.elapsed(), samples.len()))
@@ -174,65 +191,61 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (native, wasm_calls, bare_calls, e2e, e2e_samples, instances) =
-        runtime.block_on(async {
-            let cache = tempfile::tempdir()?;
-            let host = PluginHost::new(HostConfig {
-                cache_dir: Some(cache.path().to_path_buf()),
-                ..HostConfig::default()
-            })?;
-            let spec = PluginSpec::new("trajectory", &wasm);
-            let instances = spec.limits.instances;
-            let plugin = host.load(spec).await?;
-            // Warm up every instance's memory once.
-            for _ in 0..instances {
-                plugin.build_samples(&rollout).await?;
-            }
-            // Native and wasm calls alternate, so a noisy spell of the machine
-            // slows both alike.
-            let (mut native, mut calls, mut bare_calls) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..ROUNDS {
-                let (elapsed, expect) = native_once()?;
-                native.push(elapsed);
-                let t = Instant::now();
-                let samples = plugin.build_samples(&rollout).await?;
-                calls.push(t.elapsed());
-                anyhow::ensure!(samples.len() == expect, "wasm and native disagree");
-                let t = Instant::now();
-                plugin.build_samples(&bare).await?;
-                bare_calls.push(t.elapsed());
-            }
-            // 1,000 rollouts, as many in flight as the plugin has instances.
-            let shared = Arc::new(rollout.clone());
-            let t = Instant::now();
-            let mut tasks = tokio::task::JoinSet::new();
-            let per_task = 1_000 / instances;
-            for _ in 0..instances {
-                let plugin = plugin.clone();
-                let r = shared.clone();
-                tasks.spawn(async move {
-                    let mut n = 0usize;
-                    for _ in 0..per_task {
-                        n += plugin.build_samples(&r).await?.len();
-                    }
-                    anyhow::Ok(n)
-                });
-            }
-            let mut samples = 0;
-            while let Some(done) = tasks.join_next().await {
-                samples += done??;
-            }
-            let e2e = t.elapsed();
-            anyhow::Ok((native, calls, bare_calls, e2e, samples, instances))
+    let (native, wasm_calls, e2e, e2e_samples, instances) = runtime.block_on(async {
+        let cache = tempfile::tempdir()?;
+        let host = PluginHost::new(HostConfig {
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..HostConfig::default()
         })?;
+        let spec = PluginSpec::new("trajectory", &wasm);
+        let instances = spec.limits.instances;
+        let plugin = host.load(spec).await?;
+        // Warm up every instance's memory once.
+        for _ in 0..instances {
+            plugin.build_samples(&rollout).await?;
+        }
+        // Native and wasm calls alternate, so a noisy spell of the machine
+        // slows both alike.
+        let (mut native, mut calls) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let (elapsed, expect) = native_once()?;
+            native.push(elapsed);
+            let t = Instant::now();
+            let samples = plugin.build_samples(&rollout).await?;
+            calls.push(t.elapsed());
+            anyhow::ensure!(samples.len() == expect, "wasm and native disagree");
+        }
+        // 1,000 rollouts, as many in flight as the plugin has instances.
+        let shared = rollout.clone();
+        let t = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        let per_task = 1_000 / instances;
+        for _ in 0..instances {
+            let plugin = plugin.clone();
+            let r = shared.clone();
+            tasks.spawn(async move {
+                let mut n = 0usize;
+                for _ in 0..per_task {
+                    n += plugin.build_samples(&r).await?.len();
+                }
+                anyhow::Ok(n)
+            });
+        }
+        let mut samples = 0;
+        while let Some(done) = tasks.join_next().await {
+            samples += done??;
+        }
+        let e2e = t.elapsed();
+        anyhow::Ok((native, calls, e2e, samples, instances))
+    })?;
 
     let native = stats(native);
     let wasm_stats = stats(wasm_calls);
-    let bare_stats = stats(bare_calls);
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
         "rollout: {CALLS} calls, prompts {FIRST_PROMPT} -> {last_prompt} tokens, \
-         {ids} prompt ids, {:.1} MB request JSON; {ROUNDS} rounds",
+         {ids} prompt ids ({tails} in the prompts' tails), {:.1} MB request JSON (on demand); \
+         {ROUNDS} rounds",
         json_bytes as f64 / 1e6
     );
     println!(
@@ -240,14 +253,10 @@ fn main() -> anyhow::Result<()> {
         "build-samples (trajectory)", "median", "p90"
     );
     let row = |name: &str, s: &Stats| println!("{name:<58} {:>12} {:>12}", ms(s.median), ms(s.p90));
-    row("native (same plugin code, rollout in memory)", &native);
+    row("native (same plugin code, from the host's record)", &native);
     row(
-        "wasm via PluginHost (copy in, call, copy out, validate)",
+        "wasm via PluginHost (link, copy in, call, copy out, validate)",
         &wasm_stats,
-    );
-    row(
-        "wasm, the same ids without the JSON (`{}` each)",
-        &bare_stats,
     );
     let wasm_ratio = ratio(wasm_stats.median, native.median);
     println!(

@@ -8,6 +8,7 @@
 //! call <= 5 ms per rollout at the median, instantiation <= 20 ms.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agl_plugin_host::{HostConfig, Plugin, PluginHost, PluginLimits, PluginSpec};
@@ -23,14 +24,14 @@ fn repo() -> PathBuf {
 
 /// The recorded mini-swe rollouts (graded, 4-9 calls each), cycled to 1,000
 /// with their own ids.
-fn rollouts() -> Vec<Rollout> {
+fn rollouts() -> Vec<Arc<Rollout>> {
     let recorded = read_jsonl(&repo().join("examples/fixtures/mini-swe/recorded.jsonl"))
         .expect("the recorded fixtures");
     (0..ROLLOUTS)
         .map(|i| {
             let mut r = recorded[i % recorded.len()].clone();
             r.id = format!("r{i:04}");
-            r
+            Arc::new(r)
         })
         .collect()
 }
@@ -71,7 +72,7 @@ struct Row {
     sum: f64,
 }
 
-async fn measure(name: &'static str, wasm: &Path, rollouts: &[Rollout]) -> Row {
+async fn measure(name: &'static str, wasm: &Path, rollouts: &[Arc<Rollout>]) -> Row {
     let cache = tempfile::tempdir().expect("tempdir");
     let size = std::fs::metadata(wasm).expect("built").len();
     let (_, cold) = timed_load(&host(cache.path()), spec(wasm, 1)).await;

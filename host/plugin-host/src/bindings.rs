@@ -7,7 +7,7 @@ use agl_wire::rollout;
 /// every interface, world `reward` reuses them through `with`, so one set
 /// of types and one implementation of the imports serves both worlds.
 macro_rules! worlds {
-    ($path:literal) => {
+    ($path:literal $(, $iface:literal => $module:ident)*) => {
         pub(crate) mod sample {
             wasmtime::component::bindgen!({
                 world: "sample-adapter",
@@ -29,6 +29,7 @@ macro_rules! worlds {
                     "agl:adapter/log": super::sample::agl::adapter::log,
                     "agl:adapter/config": super::sample::agl::adapter::config,
                     "agl:adapter/tokenizer": super::sample::agl::adapter::tokenizer,
+                    $($iface: super::sample::agl::adapter::$module,)*
                 },
             });
         }
@@ -37,9 +38,16 @@ macro_rules! worlds {
     };
 }
 
-/// `agl:adapter@0.4.0` (`wit/agl.wit`), the current contract.
+/// `agl:adapter@0.5.0` (`wit/agl.wit`), the current contract.
+pub(crate) mod v0_5 {
+    worlds!("../../wit", "agl:adapter/rollout-data" => rollout_data);
+}
+
+/// `agl:adapter@0.4.0` (`wit/v0.4/agl.wit`, frozen), for plugins built
+/// before 0.5: every call's request and response JSON and whole prompt ids
+/// in the record.
 pub(crate) mod v0_4 {
-    worlds!("../../wit");
+    worlds!("../../wit/v0.4");
 }
 
 /// `agl:adapter@0.3.0` (`wit/v0.3/agl.wit`, frozen), for plugins built
@@ -60,7 +68,7 @@ pub(crate) mod v0_1 {
     worlds!("../../wit/v0.1");
 }
 
-pub(crate) use v0_4::wit;
+pub(crate) use v0_5::wit;
 
 impl From<rollout::ApiKind> for wit::ApiKind {
     fn from(api: rollout::ApiKind) -> Self {
@@ -124,6 +132,13 @@ macro_rules! from_guest {
     };
 }
 
+from_guest!(v0_5 {
+    Retokenize,
+    Template,
+    Other,
+    Summary,
+    SubAgent
+});
 from_guest!(v0_4 {
     Retokenize,
     Template,

@@ -14,16 +14,17 @@ use wasmtime::component::{ComponentNamedList, ComponentType, Instance, Lift, Low
 use wasmtime::{Store, WasmBacktrace};
 
 use super::PluginLimits;
-use super::bindings::{v0_1, v0_2, v0_3, v0_4, wit};
+use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5, wit};
 use super::error::PluginErrorKind;
 use super::sandbox::STDERR_TAIL;
 use super::state::{PluginEnv, PluginState};
 use super::stdio::TailPipe;
 use super::view::{
-    ModelCallView, ModelCallViewV0_1, ModelCallViewV0_2, ModelCallViewV0_3, RolloutView,
+    CallsView, ModelCallView, ModelCallViewV0_1, ModelCallViewV0_2, ModelCallViewV0_3,
+    ModelCallViewV0_4, RolloutView,
 };
 use super::world::{WitVersion, World, WorldPre};
-use agl_wire::rollout::{ModelCall, Rollout, Sample};
+use agl_wire::rollout::{Rollout, Sample};
 
 /// Why a guest call produced no result. The instance is unusable afterwards.
 pub(crate) struct Fault {
@@ -86,17 +87,22 @@ impl Live {
     /// `None` if this instance is not a sample adapter.
     pub(crate) async fn build_samples(
         &mut self,
-        rollout: &Rollout,
+        rollout: &Arc<Rollout>,
     ) -> Option<Result<Result<Vec<Sample>, String>, Fault>> {
         if self.world != World::SampleAdapter {
             return None;
         }
         self.stderr.clear();
+        self.store.data_mut().rollout = Some(rollout.clone());
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
+                WitVersion::V0_5 => {
+                    samples_as::<ModelCallView, v0_5::wit::Sample>(store, instance, rollout).await
+                }
                 WitVersion::V0_4 => {
-                    samples_as::<ModelCallView, v0_4::wit::Sample>(store, instance, rollout).await
+                    samples_as::<ModelCallViewV0_4, v0_4::wit::Sample>(store, instance, rollout)
+                        .await
                 }
                 WitVersion::V0_3 => {
                     samples_as::<ModelCallViewV0_3, v0_3::wit::Sample>(store, instance, rollout)
@@ -113,28 +119,32 @@ impl Live {
             }
         };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
+        self.store.data_mut().rollout = None;
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
 
     /// `None` if this instance is not a reward plugin.
     pub(crate) async fn reward(
         &mut self,
-        rollout: &Rollout,
+        rollout: &Arc<Rollout>,
     ) -> Option<Result<Result<Option<f64>, String>, Fault>> {
         if self.world != World::Reward {
             return None;
         }
         self.stderr.clear();
+        self.store.data_mut().rollout = Some(rollout.clone());
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
-                WitVersion::V0_4 => reward_as::<ModelCallView>(store, instance, rollout).await,
+                WitVersion::V0_5 => reward_as::<ModelCallView>(store, instance, rollout).await,
+                WitVersion::V0_4 => reward_as::<ModelCallViewV0_4>(store, instance, rollout).await,
                 WitVersion::V0_3 => reward_as::<ModelCallViewV0_3>(store, instance, rollout).await,
                 WitVersion::V0_2 => reward_as::<ModelCallViewV0_2>(store, instance, rollout).await,
                 WitVersion::V0_1 => reward_as::<ModelCallViewV0_1>(store, instance, rollout).await,
             }
         };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
+        self.store.data_mut().rollout = None;
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
 
@@ -152,7 +162,7 @@ async fn samples_as<'a, V, S>(
     rollout: &'a Rollout,
 ) -> wasmtime::Result<Result<Vec<Sample>, String>>
 where
-    V: From<&'a ModelCall> + ComponentType + Lower + Send + Sync,
+    V: CallsView<'a> + ComponentType + Lower + Send + Sync,
     S: ComponentType + Lift + Send + Sync + 'static,
     Sample: From<S>,
 {
@@ -169,7 +179,7 @@ async fn reward_as<'a, V>(
     rollout: &'a Rollout,
 ) -> wasmtime::Result<Result<Option<f64>, String>>
 where
-    V: From<&'a ModelCall> + ComponentType + Lower + Send + Sync,
+    V: CallsView<'a> + ComponentType + Lower + Send + Sync,
 {
     let view = RolloutView::<V>::new(rollout);
     call_entry(store, instance, "reward", (&view,)).await

@@ -22,6 +22,7 @@ mod host;
 mod inspect;
 mod instance;
 mod limits;
+pub mod links;
 mod loaded;
 mod sandbox;
 mod slot;

@@ -117,7 +117,7 @@ impl Plugin {
     }
 
     /// Runs `build-samples` and validates the result.
-    pub async fn build_samples(&self, rollout: &Rollout) -> Result<Vec<Sample>, PluginError> {
+    pub async fn build_samples(&self, rollout: &Arc<Rollout>) -> Result<Vec<Sample>, PluginError> {
         self.require(World::SampleAdapter)?;
         let (mut live, _permit) = self.checkout().await?;
         let outcome = live.build_samples(rollout).await;
@@ -128,7 +128,7 @@ impl Plugin {
     }
 
     /// Runs `reward`; `None` means the rollout has no reward.
-    pub async fn reward(&self, rollout: &Rollout) -> Result<Option<f64>, PluginError> {
+    pub async fn reward(&self, rollout: &Arc<Rollout>) -> Result<Option<f64>, PluginError> {
         self.require(World::Reward)?;
         let (mut live, _permit) = self.checkout().await?;
         let outcome = live.reward(rollout).await;

@@ -2,7 +2,7 @@
 //! build without failing calls in flight.
 
 use std::path::Path;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::error::{PluginError, PluginErrorKind};
 use super::host::PluginHost;
@@ -59,11 +59,11 @@ impl PluginSlot {
         Ok(())
     }
 
-    pub async fn build_samples(&self, rollout: &Rollout) -> Result<Vec<Sample>, PluginError> {
+    pub async fn build_samples(&self, rollout: &Arc<Rollout>) -> Result<Vec<Sample>, PluginError> {
         self.current().build_samples(rollout).await
     }
 
-    pub async fn reward(&self, rollout: &Rollout) -> Result<Option<f64>, PluginError> {
+    pub async fn reward(&self, rollout: &Arc<Rollout>) -> Result<Option<f64>, PluginError> {
         self.current().reward(rollout).await
     }
 }

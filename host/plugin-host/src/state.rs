@@ -9,10 +9,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::v0_1::sample::agl::adapter as v0_1;
 use super::bindings::v0_2::sample::agl::adapter as v0_2;
 use super::bindings::v0_3::sample::agl::adapter as v0_3;
-use super::bindings::v0_4::sample::agl::adapter::{config, log, tokenizer, types};
+use super::bindings::v0_4::sample::agl::adapter as v0_4;
+use super::bindings::v0_5::sample::agl::adapter::{config, log, rollout_data, tokenizer, types};
 use super::sandbox;
 use super::stdio::TailPipe;
 use agl_tokenizer::Tokenizer;
+use agl_wire::rollout::{ModelCall, Rollout};
 
 /// Longest log line forwarded from a guest; the rest is cut off.
 const MAX_LOG_LINE: usize = 16 * 1024;
@@ -32,6 +34,9 @@ pub(crate) struct PluginState {
     table: ResourceTable,
     pub limits: MemoryCap,
     env: Arc<PluginEnv>,
+    /// The rollout of the entry-point call under way, served through
+    /// `rollout-data`; `None` between calls.
+    pub rollout: Option<Arc<Rollout>>,
 }
 
 impl PluginState {
@@ -41,6 +46,7 @@ impl PluginState {
             table: ResourceTable::new(),
             limits: MemoryCap::new(memory_bytes),
             env,
+            rollout: None,
         }
     }
 }
@@ -126,6 +132,32 @@ impl log::Host for PluginState {
 impl config::Host for PluginState {
     fn get(&mut self) -> String {
         self.env.config_json.clone()
+    }
+}
+
+impl PluginState {
+    /// Call `index` of the rollout under way.
+    fn call(&self, index: u32) -> Option<&ModelCall> {
+        let calls = &self.rollout.as_deref()?.calls;
+        // Calls are numbered by position; look further only if not.
+        calls
+            .get(index as usize)
+            .filter(|c| c.index == index)
+            .or_else(|| calls.iter().find(|c| c.index == index))
+    }
+}
+
+impl rollout_data::Host for PluginState {
+    fn request_json(&mut self, index: u32) -> Option<String> {
+        self.call(index).map(|c| c.request.as_str().to_owned())
+    }
+
+    fn response_json(&mut self, index: u32) -> Option<String> {
+        self.call(index).map(|c| c.response.as_str().to_owned())
+    }
+
+    fn prompt_ids(&mut self, index: u32) -> Option<Vec<u32>> {
+        self.call(index).map(|c| c.prompt_ids.clone())
     }
 }
 
@@ -254,6 +286,7 @@ macro_rules! older_imports {
 older_imports!(v0_1);
 older_imports!(v0_2);
 older_imports!(v0_3);
+older_imports!(v0_4);
 
 /// Guest-chosen input reaches third-party tokenizer code here; a panic in it
 /// becomes an error for the guest instead of unwinding into the caller.

@@ -32,16 +32,18 @@ fn check(sample: &Sample, rollout: &Rollout, vocab_size: Option<u32>) -> Result<
     }
     let mut previous_end = 0;
     for (i, span) in sample.trainable.iter().enumerate() {
-        let shown = format!("trainable span {i} [{}, {})", span.start, span.end);
+        // Formatted only for an error: a long sample has a span per call.
+        let shown = || format!("trainable span {i} [{}, {})", span.start, span.end);
         if span.start >= span.end {
-            return Err(format!("{shown} is empty or reversed"));
+            return Err(format!("{} is empty or reversed", shown()));
         }
         if span.end as usize > len {
-            return Err(format!("{shown} ends past the response ({len} tokens)"));
+            return Err(format!("{} ends past the response ({len} tokens)", shown()));
         }
         if i > 0 && span.start < previous_end {
             return Err(format!(
-                "{shown} overlaps or precedes the previous span (which ends at {previous_end})"
+                "{} overlaps or precedes the previous span (which ends at {previous_end})",
+                shown()
             ));
         }
         previous_end = span.end;
@@ -52,7 +54,13 @@ fn check(sample: &Sample, rollout: &Rollout, vocab_size: Option<u32>) -> Result<
             sample.logprobs.len()
         ));
     }
-    if let Some(pos) = sample.logprobs.iter().position(|lp| !lp.is_finite()) {
+    // One pass without early exit (it vectorises); the position only for
+    // the error.
+    let all_finite = sample
+        .logprobs
+        .iter()
+        .fold(true, |ok, lp| ok & lp.is_finite());
+    if !all_finite && let Some(pos) = sample.logprobs.iter().position(|lp| !lp.is_finite()) {
         return Err(format!("logprob {pos} is {}", sample.logprobs[pos]));
     }
     if let Some(vocab) = vocab_size {

@@ -46,12 +46,16 @@ pub const WIT_PACKAGE: &str = "agl:adapter";
 /// built against a semver-compatible version of one of them loads (the same
 /// major; for 0.x, the same minor, as semver and wasmtime's linker count
 /// it); any other is refused with the versions named.
-pub const WIT_VERSION: &str = "0.4.0";
+pub const WIT_VERSION: &str = "0.5.0";
 
 /// The `agl:adapter` versions the host serves, newest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum WitVersion {
-    /// `wit/agl.wit`: `model-call.response-versions`.
+    /// `wit/agl.wit`: `model-call.prompt` as what it adds to an earlier
+    /// call, the JSON and whole prompts on demand (`rollout-data`).
+    #[serde(rename = "0.5.0")]
+    V0_5,
+    /// `wit/v0.4/agl.wit`, frozen: `model-call.response-versions`.
     #[serde(rename = "0.4.0")]
     V0_4,
     /// `wit/v0.3/agl.wit`, frozen: `model-call.choice` and
@@ -68,7 +72,8 @@ pub enum WitVersion {
 }
 
 impl WitVersion {
-    pub const ALL: [WitVersion; 4] = [
+    pub const ALL: [WitVersion; 5] = [
+        WitVersion::V0_5,
         WitVersion::V0_4,
         WitVersion::V0_3,
         WitVersion::V0_2,
@@ -77,6 +82,7 @@ impl WitVersion {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            WitVersion::V0_5 => "0.5.0",
             WitVersion::V0_4 => "0.4.0",
             WitVersion::V0_3 => "0.3.0",
             WitVersion::V0_2 => "0.2.0",
@@ -267,9 +273,13 @@ fn typecheck(
     world: World,
     version: WitVersion,
 ) -> wasmtime::Result<()> {
-    use super::bindings::{v0_1, v0_2, v0_3, v0_4};
+    use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5};
     let pre = pre.clone();
     match (version, world) {
+        (WitVersion::V0_5, World::SampleAdapter) => {
+            v0_5::sample::SampleAdapterPre::new(pre).map(drop)
+        }
+        (WitVersion::V0_5, World::Reward) => v0_5::reward::RewardPre::new(pre).map(drop),
         (WitVersion::V0_4, World::SampleAdapter) => {
             v0_4::sample::SampleAdapterPre::new(pre).map(drop)
         }
@@ -303,7 +313,8 @@ mod tests {
         assert_eq!(WitVersion::matching("0.2.0"), Some(WitVersion::V0_2));
         assert_eq!(WitVersion::matching("0.3.0"), Some(WitVersion::V0_3));
         assert_eq!(WitVersion::matching("0.4.0"), Some(WitVersion::V0_4));
-        assert_eq!(WitVersion::matching("0.5.0"), None);
+        assert_eq!(WitVersion::matching("0.5.0"), Some(WitVersion::V0_5));
+        assert_eq!(WitVersion::matching("0.6.0"), None);
         assert_eq!(WitVersion::matching("1.0.0"), None);
     }
 
@@ -321,5 +332,7 @@ mod tests {
         assert!(frozen.contains("package agl:adapter@0.2.0;"));
         let frozen = include_str!("../../../wit/v0.3/agl.wit");
         assert!(frozen.contains("package agl:adapter@0.3.0;"));
+        let frozen = include_str!("../../../wit/v0.4/agl.wit");
+        assert!(frozen.contains("package agl:adapter@0.4.0;"));
     }
 }

@@ -2,8 +2,8 @@
 //! template: `9` is the generation prompt (`<|im_start|>assistant\n`), `8`
 //! ends a turn, every other id is message text.
 
-use agl_plugin::testing::{self, CallExt, call, rollout};
-use agl_plugin::{ApiKind, BreakKind, ModelCall, Rollout, Sample, Span, StatefulAdapter};
+use agl_plugin::testing::{self, CallExt, TestCall, call, rollout};
+use agl_plugin::{ApiKind, BreakKind, Rollout, Sample, Span, StatefulAdapter};
 use serde_json::{Value, json};
 
 use crate::MiniSwe;
@@ -52,11 +52,11 @@ fn turn(
     reply: Value,
     prompt: &[u32],
     response: &[u32],
-) -> ModelCall {
+) -> TestCall {
     call(index, prompt, response).chat(Value::Array(messages.to_vec()), reply)
 }
 
-fn build(calls: Vec<ModelCall>) -> Vec<Sample> {
+fn build(calls: Vec<TestCall>) -> Vec<Sample> {
     build_rollout(rollout(calls)).expect("samples")
 }
 
@@ -68,7 +68,7 @@ fn detail(sample: &Sample) -> &str {
 }
 
 /// Three tool-call turns: ls, cat, submit.
-fn solved() -> Vec<ModelCall> {
+fn solved() -> Vec<TestCall> {
     let (a0, t0) = (bash("c0", "ls"), tool("c0", "calc.py"));
     let (a1, t1) = (bash("c1", "cat calc.py"), tool("c1", "add = a - b"));
     let a2 = bash("c2", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT");
@@ -125,7 +125,7 @@ fn tool_call_turns_merge_and_only_model_tokens_are_trainable() {
 
 /// Call 1 answers without a tool call; mini drops that reply and sends
 /// call 2 with its format-error message instead; call 3 continues call 2.
-fn format_error() -> Vec<ModelCall> {
+fn format_error() -> Vec<TestCall> {
     let (a0, t0) = (bash("c0", "ls"), tool("c0", "calc.py"));
     let prose = json!({"role": "assistant", "content": "I think the bug is in calc.py."});
     let (a1, t1) = (bash("c1", "cat calc.py"), tool("c1", "add = a - b"));
@@ -212,7 +212,8 @@ fn break_after(after: Value) -> agl_plugin::ChainBreak {
         &[1, 2, 40, 9],
         &[10, 8],
     );
-    classify(&prev, &next, &Markers::new(&[]))
+    let r = rollout(vec![prev, next]);
+    classify(&r.calls[0], &r.calls[1], &Markers::new(&[]))
 }
 
 #[test]
@@ -346,7 +347,7 @@ fn a_re_rendered_reply_keeps_the_generic_template_class() {
     let mut calls = solved();
     // Same conversation, but the template rendered call 1's reply with
     // other ids in call 2's prompt (e.g. reasoning stripped).
-    calls[2].prompt_ids = vec![1, 2, 3, 9, 10, 11, 8, 20, 21, 9, 13, 8, 22, 23, 9];
+    calls[2].set_prompt_ids(&[1, 2, 3, 9, 10, 11, 8, 20, 21, 9, 13, 8, 22, 23, 9]);
     let samples = build(calls);
     assert_eq!(samples.len(), 2);
     let b = samples[1].break_before.as_ref().expect("a break");
@@ -357,7 +358,7 @@ fn a_re_rendered_reply_keeps_the_generic_template_class() {
 #[test]
 fn agents_keep_their_chains_or_break_as_an_agent_switch() {
     let calls = || {
-        let mut c: Vec<ModelCall> = solved().into_iter().map(|c| c.agent("main")).collect();
+        let mut c: Vec<TestCall> = solved().into_iter().map(|c| c.agent("main")).collect();
         c[2].index = 3;
         let sub = turn(2, &[task()], bash("s0", "ls"), &[3, 9], &[17, 8]).agent("explorer");
         c.insert(2, sub);

@@ -24,7 +24,7 @@
 //!    without a tokenizer chat calls never classify as `retokenize`.
 
 use crate::prefix::common_prefix_len;
-use crate::{ApiKind, BreakKind, ChainBreak, ModelCall, call, log, messages, tokenizer};
+use crate::{ApiKind, BreakKind, ChainBreak, ModelCall, call, data, log, messages, tokenizer};
 
 /// The wit name of a break kind (`retokenize`, `template`, `summary`,
 /// `sub-agent`, `other`).
@@ -238,8 +238,8 @@ fn retokenized(prev: &ModelCall, next: &ModelCall) -> Option<bool> {
         return None;
     }
     let decode = |ids: &[u32]| tokenizer::decode(ids, false);
-    let previous = [prev.prompt_ids.as_slice(), &prev.response_ids].concat();
-    match (decode(&previous), decode(&next.prompt_ids)) {
+    let previous = [&*data::prompt_ids(prev), &prev.response_ids].concat();
+    match (decode(&previous), decode(&data::prompt_ids(next))) {
         (Ok(previous), Ok(next)) => Some(next.starts_with(&previous)),
         (Err(e), _) | (_, Err(e)) => {
             log::warn(format!("break classification without the tokenizer: {e}"));
@@ -259,15 +259,15 @@ pub struct Divergence {
 
 impl Divergence {
     pub fn locate(prev: &ModelCall, next: &ModelCall) -> Self {
-        let prompt_len = prev.prompt_ids.len();
-        let in_prompt = common_prefix_len(&prev.prompt_ids, &next.prompt_ids);
+        let (prev_prompt, next_prompt) = (data::prompt_ids(prev), data::prompt_ids(next));
+        let prompt_len = prev_prompt.len();
+        let in_prompt = common_prefix_len(&prev_prompt, &next_prompt);
         let at = if in_prompt < prompt_len {
             in_prompt
         } else {
-            prompt_len + common_prefix_len(&prev.response_ids, &next.prompt_ids[prompt_len..])
+            prompt_len + common_prefix_len(&prev.response_ids, &next_prompt[prompt_len..])
         };
-        let previous = prev
-            .prompt_ids
+        let previous = prev_prompt
             .iter()
             .chain(&prev.response_ids)
             .nth(at)
@@ -276,7 +276,7 @@ impl Divergence {
             at,
             prompt_len,
             previous,
-            next: next.prompt_ids.get(at).copied(),
+            next: next_prompt.get(at).copied(),
         }
     }
 

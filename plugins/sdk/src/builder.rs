@@ -1,16 +1,25 @@
 //! Building one training sample out of consecutive model calls.
 
-use crate::prefix::{common_prefix_len, starts_with_ids};
-use crate::{ChainBreak, ModelCall, Sample, Span};
+use std::borrow::Cow;
+
+use crate::prefix::common_prefix_len;
+use crate::{ChainBreak, ModelCall, Sample, Span, data};
 
 /// Accumulates calls into one sample: the first call's prompt is the
 /// sample's prompt, its response the first trainable span; every extension
 /// adds the next call's new prompt tokens (observations: tool output, user
 /// turns, template glue) as masked context with log-prob 0.0, then its
 /// response as the next trainable span.
+///
+/// The sample so far is always its last call's `prompt ++ response`, so a
+/// call whose prompt the host linked to that call in full (`prompt.extends`,
+/// `prompt.shared`) continues it by its `tail` alone, without the whole
+/// prompt being fetched or compared.
 #[derive(Debug, Clone)]
 pub struct SampleBuilder {
     sample: Sample,
+    /// The index of the last call merged.
+    last: u32,
 }
 
 /// A call whose prompt does not start with the sample so far.
@@ -25,7 +34,7 @@ impl SampleBuilder {
     /// A sample of exactly one call, its whole response trainable.
     pub fn from_call(call: &ModelCall) -> Self {
         let mut sample = Sample {
-            prompt_ids: call.prompt_ids.clone(),
+            prompt_ids: data::prompt_ids(call).into_owned(),
             response_ids: Vec::new(),
             trainable: Vec::new(),
             logprobs: Vec::new(),
@@ -35,7 +44,10 @@ impl SampleBuilder {
             break_before: None,
         };
         push_response(&mut sample, call);
-        SampleBuilder { sample }
+        SampleBuilder {
+            sample,
+            last: call.index,
+        }
     }
 
     /// Records why the previous sample ended where this one begins.
@@ -62,34 +74,54 @@ impl SampleBuilder {
 
     /// Whether `next`'s prompt starts with this sample's `prompt ++ response`.
     pub fn continues(&self, next: &ModelCall) -> bool {
-        let (prompt, response) = (&self.sample.prompt_ids, &self.sample.response_ids);
-        starts_with_ids(&next.prompt_ids, prompt)
-            && starts_with_ids(&next.prompt_ids[prompt.len()..], response)
+        self.observation(next).is_ok()
     }
 
     /// Appends `next` if it continues the sample; otherwise leaves the
     /// sample unchanged and says where the ids first differ.
     pub fn extend(&mut self, next: &ModelCall) -> Result<(), NotAContinuation> {
-        if !self.continues(next) {
-            return Err(NotAContinuation {
-                at: self.first_difference(next),
-            });
-        }
-        let observation = &next.prompt_ids[self.len()..];
+        let observation = self.observation(next)?;
         let sample = &mut self.sample;
-        sample.response_ids.extend_from_slice(observation);
+        sample.response_ids.extend_from_slice(&observation);
         sample.logprobs.resize(sample.response_ids.len(), 0.0);
         push_response(sample, next);
+        self.last = next.index;
         Ok(())
     }
 
-    fn first_difference(&self, next: &ModelCall) -> usize {
-        let prompt = &self.sample.prompt_ids;
-        let in_prompt = common_prefix_len(prompt, &next.prompt_ids);
-        if in_prompt < prompt.len() {
+    /// The ids `next`'s prompt adds to the sample, or where it first
+    /// differs from it.
+    fn observation<'a>(&self, next: &'a ModelCall) -> Result<Cow<'a, [u32]>, NotAContinuation> {
+        let linked = next.prompt.extends == Some(self.last);
+        if linked && next.prompt.shared as usize == self.len() {
+            return Ok(Cow::Borrowed(&next.prompt.tail));
+        }
+        if linked {
+            // Linked to the same ids, so it first differs where it stops sharing.
+            return Err(NotAContinuation {
+                at: next.prompt.shared as usize,
+            });
+        }
+        let whole = data::prompt_ids(next);
+        let at = self.first_difference(&whole);
+        if at < self.len() {
+            return Err(NotAContinuation { at });
+        }
+        Ok(match whole {
+            Cow::Borrowed(ids) => Cow::Borrowed(&ids[at..]),
+            Cow::Owned(mut ids) => Cow::Owned(ids.split_off(at)),
+        })
+    }
+
+    /// Where `prompt` first differs from `prompt ++ response` so far (the
+    /// sample's length when it starts with all of it).
+    fn first_difference(&self, prompt: &[u32]) -> usize {
+        let own = &self.sample.prompt_ids;
+        let in_prompt = common_prefix_len(own, prompt);
+        if in_prompt < own.len() {
             return in_prompt;
         }
-        in_prompt + common_prefix_len(&self.sample.response_ids, &next.prompt_ids[prompt.len()..])
+        in_prompt + common_prefix_len(&self.sample.response_ids, &prompt[own.len()..])
     }
 
     /// The sample built so far.

@@ -1,6 +1,6 @@
-//! Reading a model call's request and response JSON. Parsing is on demand:
-//! a long rollout carries megabytes of JSON, and most adapters need only
-//! the token ids.
+//! Reading a model call's request and response JSON. Both are fetched
+//! from the host and parsed on demand: a long rollout carries megabytes of
+//! JSON, and most adapters need only the token ids.
 
 use serde_json::Value;
 
@@ -25,13 +25,13 @@ pub fn agent(call: &ModelCall) -> Option<&str> {
 
 /// The request body, parsed.
 pub fn request(call: &ModelCall) -> Result<Value, String> {
-    serde_json::from_str(&call.request_json)
+    serde_json::from_str(&crate::data::request_json(call)?)
         .map_err(|e| format!("call {}: request is not JSON: {e}", call.index))
 }
 
 /// The response body, parsed.
 pub fn response(call: &ModelCall) -> Result<Value, String> {
-    serde_json::from_str(&call.response_json)
+    serde_json::from_str(&crate::data::response_json(call)?)
         .map_err(|e| format!("call {}: response is not JSON: {e}", call.index))
 }
 

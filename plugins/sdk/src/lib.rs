@@ -21,13 +21,15 @@
 //! `new()` runs once per plugin instance, not per rollout.
 //!
 //! The same code compiles natively, where the host imports (`log`,
-//! `config`, `tokenizer`) are served by `testing`, so plugin logic is
+//! `config`, `tokenizer`, `rollout-data`) are served by `testing`, so plugin logic is
 //! unit-testable with `cargo test` and benchmarkable natively.
 //!
 //! What is here:
 //! - host imports: [`log`], [`config()`] / [`config_json`], [`tokenizer`];
 //! - reading calls and rollouts: [`request_messages`], [`assistant_message`],
 //!   [`assistant_text`], [`tag`] / [`agent`], [`input`], [`last_reward`];
+//!   what the host hands over on demand ([`data`]): [`request_json`],
+//!   [`response_json`], [`prompt_ids`];
 //! - building samples: [`SampleBuilder`] (one chain of calls),
 //!   [`merge_chains`] (a whole rollout, one chain per agent),
 //!   [`merge_chains_with`] (the same with a harness's own break classifier),
@@ -44,6 +46,7 @@ pub mod breaks;
 pub mod builder;
 pub mod call;
 pub mod config;
+pub mod data;
 pub mod log;
 pub mod merge;
 pub mod messages;
@@ -54,13 +57,14 @@ pub mod testing;
 pub mod tokenizer;
 
 pub use bindings::adapter::agl::adapter::types::{
-    ApiKind, BreakKind, CallChoice, ChainBreak, Event, ModelCall, PluginInfo, Rollout,
+    ApiKind, BreakKind, CallChoice, ChainBreak, Event, ModelCall, PluginInfo, Prompt, Rollout,
     RolloutStatus, Sample, Span, Tag,
 };
 pub use breaks::classify_break;
 pub use builder::SampleBuilder;
 pub use call::{agent, assistant_message, assistant_text, request_messages, tag};
 pub use config::{config, config_json};
+pub use data::{prompt_ids, prompt_len, request_json, response_json};
 pub use merge::{MergeOptions, merge_chains, merge_chains_with, merge_configured};
 pub use prefix::{common_prefix_len, starts_with_ids};
 pub use rollout::{input, last_reward};

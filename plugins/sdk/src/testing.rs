@@ -2,6 +2,11 @@
 //! rollouts, so plugin logic runs under `cargo test` and native benchmarks.
 //! State is per thread (each test runs on its own thread).
 //!
+//! A hand-made call ([`call`], a [`TestCall`]) holds its whole prompt and
+//! its JSON; [`rollout`] links each prompt to an earlier call's as the host
+//! does (`model-call.prompt`) and serves the rest through [`crate::data`],
+//! as the rollout under way on this thread (the last one built).
+//!
 //! ```
 //! use agl_plugin::testing::{self, CallExt, FakeTokenizer, call, rollout};
 //! testing::set_config_json(r#"{"chain_by_agent": false}"#);
@@ -12,11 +17,14 @@
 //! ```
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 
 use crate::log::Level;
-use crate::{ApiKind, Event, ModelCall, Rollout, RolloutStatus, Tag};
+use crate::{ApiKind, Event, ModelCall, Prompt, Rollout, RolloutStatus, Tag};
 
 mod fake_tokenizer;
+mod links;
 
 pub use fake_tokenizer::FakeTokenizer;
 pub(crate) use fake_tokenizer::host as tokenizer;
@@ -25,6 +33,43 @@ pub use fake_tokenizer::{clear_tokenizer, set_tokenizer};
 thread_local! {
     static CONFIG: RefCell<Option<String>> = const { RefCell::new(None) };
     static LOGS: RefCell<Vec<(Level, String)>> = const { RefCell::new(Vec::new()) };
+    static DATA: RefCell<HashMap<u32, CallData>> = RefCell::new(HashMap::new());
+}
+
+/// What the host serves of one call on demand (`rollout-data`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallData {
+    pub request_json: String,
+    pub response_json: String,
+    pub prompt_ids: Vec<u32>,
+}
+
+/// Makes `calls` (by call index) the rollout data this thread serves, as
+/// the host does for the rollout under way. [`rollout`] calls it; a native
+/// benchmark that builds its own records calls it directly.
+pub fn serve_rollout_data(calls: impl IntoIterator<Item = (u32, CallData)>) {
+    DATA.with(|d| *d.borrow_mut() = calls.into_iter().collect());
+}
+
+/// The native `rollout-data` imports.
+pub(crate) mod data {
+    use super::DATA;
+
+    fn with<T>(index: u32, f: impl FnOnce(&super::CallData) -> T) -> Option<T> {
+        DATA.with(|d| d.borrow().get(&index).map(f))
+    }
+
+    pub(crate) fn request_json(index: u32) -> Option<String> {
+        with(index, |c| c.request_json.clone())
+    }
+
+    pub(crate) fn response_json(index: u32) -> Option<String> {
+        with(index, |c| c.response_json.clone())
+    }
+
+    pub(crate) fn prompt_ids(index: u32) -> Option<Vec<u32>> {
+        with(index, |c| c.prompt_ids.clone())
+    }
 }
 
 /// Sets what [`crate::config::config_json`] returns on this thread.
@@ -63,15 +108,69 @@ fn level_name(level: Level) -> &'static str {
     }
 }
 
+/// A hand-made call: the record a plugin gets, its prompt whole (linked to
+/// no other call), and the JSON the host would serve for it. It derefs to
+/// its [`ModelCall`], so one alone can be handed to anything taking a call;
+/// [`rollout`] links the calls of a rollout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestCall {
+    call: ModelCall,
+    pub request_json: String,
+    pub response_json: String,
+}
+
+impl Deref for TestCall {
+    type Target = ModelCall;
+
+    fn deref(&self) -> &ModelCall {
+        &self.call
+    }
+}
+
+impl DerefMut for TestCall {
+    fn deref_mut(&mut self) -> &mut ModelCall {
+        &mut self.call
+    }
+}
+
+impl TestCall {
+    /// The whole prompt.
+    pub fn prompt_ids(&self) -> &[u32] {
+        &self.call.prompt.tail
+    }
+
+    /// Replaces the whole prompt.
+    pub fn set_prompt_ids(&mut self, ids: &[u32]) {
+        self.call.prompt.tail = ids.to_vec();
+    }
+}
+
+/// `call` alone as the rollout under way (see [`rollout`]): what the SDK's
+/// JSON readers need to reach its request and response.
+pub fn served(call: TestCall) -> ModelCall {
+    let mut r = rollout(vec![call]);
+    r.calls.remove(0)
+}
+
 /// A chat-completions call with these ids, log-prob -0.5 per response
 /// token, weight version 0 and `{}` request and response bodies.
-pub fn call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> ModelCall {
+pub fn call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> TestCall {
+    TestCall {
+        call: whole_prompt_call(index, prompt_ids, response_ids),
+        request_json: "{}".to_owned(),
+        response_json: "{}".to_owned(),
+    }
+}
+
+fn whole_prompt_call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> ModelCall {
     ModelCall {
         index,
         api: ApiKind::ChatCompletions,
-        request_json: "{}".to_owned(),
-        response_json: "{}".to_owned(),
-        prompt_ids: prompt_ids.to_vec(),
+        prompt: Prompt {
+            extends: None,
+            shared: 0,
+            tail: prompt_ids.to_vec(),
+        },
         response_ids: response_ids.to_vec(),
         response_logprobs: vec![-0.5; response_ids.len()],
         weight_version: 0,
@@ -86,8 +185,31 @@ pub fn call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> ModelCall {
     }
 }
 
-/// A succeeded rollout of these calls, input `{}`, no events.
-pub fn rollout(calls: Vec<ModelCall>) -> Rollout {
+/// A succeeded rollout of these calls, input `{}`, no events: each prompt
+/// linked to an earlier call's as the host links them, the calls' JSON and
+/// whole prompts served on this thread ([`serve_rollout_data`]).
+pub fn rollout(calls: Vec<TestCall>) -> Rollout {
+    let links = links::prompt_links(&calls);
+    serve_rollout_data(calls.iter().map(|c| {
+        let data = CallData {
+            request_json: c.request_json.clone(),
+            response_json: c.response_json.clone(),
+            prompt_ids: c.prompt_ids().to_vec(),
+        };
+        (c.index, data)
+    }));
+    let calls = calls
+        .into_iter()
+        .zip(links)
+        .map(|(mut c, (extends, shared))| {
+            c.call.prompt = Prompt {
+                extends,
+                shared: shared as u32,
+                tail: c.call.prompt.tail.split_off(shared),
+            };
+            c.call
+        })
+        .collect();
     Rollout {
         id: "rollout-test".to_owned(),
         group_id: "group-test".to_owned(),
@@ -144,7 +266,7 @@ pub trait CallExt: Sized {
     ) -> Self;
 }
 
-impl CallExt for ModelCall {
+impl CallExt for TestCall {
     fn logprobs(mut self, logprobs: &[f32]) -> Self {
         self.response_logprobs = logprobs.to_vec();
         self

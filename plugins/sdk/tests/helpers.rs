@@ -1,6 +1,6 @@
 //! JSON helpers, config and the import stand-ins, natively.
 
-use agl_plugin::testing::{self, CallExt, call, event, rollout};
+use agl_plugin::testing::{self, CallExt, call, event, rollout, served};
 use agl_plugin::{ApiKind, assistant_text, last_reward, request_messages, tag};
 use serde::Deserialize;
 use serde_json::json;
@@ -11,17 +11,17 @@ fn assistant_text_reads_each_api_shape() {
         json!([]),
         json!({"role": "assistant", "content": "forty-two"}),
     );
-    assert_eq!(assistant_text(&chat).as_deref(), Some("forty-two"));
+    assert_eq!(assistant_text(&served(chat)).as_deref(), Some("forty-two"));
 
     let completion = call(0, &[1], &[2]).completion("Q:", " 42");
-    assert_eq!(assistant_text(&completion).as_deref(), Some(" 42"));
+    assert_eq!(assistant_text(&served(completion)).as_deref(), Some(" 42"));
 
     let mut anthropic = call(0, &[1], &[2]);
     anthropic.api = ApiKind::AnthropicMessages;
     anthropic.response_json = json!({"content": [
         {"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})
     .to_string();
-    assert_eq!(assistant_text(&anthropic).as_deref(), Some("ab"));
+    assert_eq!(assistant_text(&served(anthropic)).as_deref(), Some("ab"));
 
     let mut responses = call(0, &[1], &[2]);
     responses.api = ApiKind::Responses;
@@ -29,11 +29,11 @@ fn assistant_text_reads_each_api_shape() {
         {"type": "reasoning", "summary": []},
         {"type": "message", "content": [{"type": "output_text", "text": "yes"}]}]})
     .to_string();
-    assert_eq!(assistant_text(&responses).as_deref(), Some("yes"));
+    assert_eq!(assistant_text(&served(responses)).as_deref(), Some("yes"));
 
     let tool_only =
         call(0, &[1], &[2]).chat(json!([]), json!({"role": "assistant", "content": null}));
-    assert_eq!(assistant_text(&tool_only), None);
+    assert_eq!(assistant_text(&served(tool_only)), None);
 }
 
 #[test]
@@ -42,7 +42,7 @@ fn request_messages_prepends_the_anthropic_system_prompt() {
     c.api = ApiKind::AnthropicMessages;
     c.request_json =
         json!({"system": "be brief", "messages": [{"role": "user", "content": "hi"}]}).to_string();
-    let messages = request_messages(&c).expect("messages");
+    let messages = request_messages(&served(c)).expect("messages");
     assert_eq!(
         messages,
         [
@@ -51,9 +51,45 @@ fn request_messages_prepends_the_anthropic_system_prompt() {
         ]
     );
     assert_eq!(
-        request_messages(&call(0, &[1], &[2]).completion("p", "t")),
+        request_messages(&served(call(0, &[1], &[2]).completion("p", "t"))),
         None
     );
+}
+
+#[test]
+fn a_rollout_hands_over_what_each_prompt_adds_and_serves_the_rest() {
+    let r = rollout(vec![
+        call(0, &[1, 2], &[3]).chat(json!([{"role": "user", "content": "a"}]), json!({})),
+        call(1, &[1, 2, 3, 4], &[5]),
+        // Re-rendered: shares [1, 2] only.
+        call(2, &[1, 2, 9, 4, 5, 6], &[7]),
+        call(3, &[8], &[9]),
+    ]);
+    let prompts: Vec<_> = r
+        .calls
+        .iter()
+        .map(|c| (c.prompt.extends, c.prompt.shared, c.prompt.tail.clone()))
+        .collect();
+    assert_eq!(
+        prompts,
+        [
+            (None, 0, vec![1, 2]),
+            (Some(0), 3, vec![4]),
+            (Some(1), 2, vec![9, 4, 5, 6]),
+            (None, 0, vec![8]),
+        ]
+    );
+    assert_eq!(
+        agl_plugin::prompt_ids(&r.calls[2]).into_owned(),
+        [1, 2, 9, 4, 5, 6]
+    );
+    assert_eq!(agl_plugin::prompt_len(&r.calls[1]), 4);
+    let request = agl_plugin::request_json(&r.calls[0]).expect("served");
+    assert!(request.contains("\"content\":\"a\""), "{request}");
+    // A call of no rollout under way: a clear error.
+    let stray = call(7, &[1], &[2]);
+    let err = agl_plugin::response_json(&stray).unwrap_err();
+    assert!(err.contains("call 7: the host has no response"), "{err}");
 }
 
 #[test]

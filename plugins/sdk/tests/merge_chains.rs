@@ -9,7 +9,7 @@ fn span(start: u32, end: u32) -> Span {
     Span { start, end }
 }
 
-fn merge(calls: Vec<agl_plugin::ModelCall>) -> Vec<Sample> {
+fn merge(calls: Vec<agl_plugin::testing::TestCall>) -> Vec<Sample> {
     merge_chains(&rollout(calls), &MergeOptions::default())
 }
 
@@ -82,7 +82,7 @@ fn same_text_with_other_ids_is_a_retokenize_break() {
 
 /// Qwen-style: the next prompt renders the previous turn without its
 /// reasoning; the harness echoes the reply without `reasoning_content`.
-fn reasoning_stripped_calls() -> Vec<agl_plugin::ModelCall> {
+fn reasoning_stripped_calls() -> Vec<agl_plugin::testing::TestCall> {
     let question = json!({"role": "user", "content": "2+2?"});
     let reply =
         json!({"role": "assistant", "content": "4", "reasoning_content": "add", "refusal": null});
@@ -299,7 +299,7 @@ fn assistant(text: &str) -> serde_json::Value {
 
 /// A main agent (calls 0, 1, 4) and a sub-agent it started (calls 2, 3),
 /// with no `x-agl-agent` tags: only the gateway's links tell them apart.
-fn main_and_sub_agent(linked: bool) -> Vec<agl_plugin::ModelCall> {
+fn main_and_sub_agent(linked: bool) -> Vec<agl_plugin::testing::TestCall> {
     let main = [system("main"), user("fix a.py")];
     let sub = [system("explorer"), user("find a.py")];
     let mut calls = vec![
@@ -415,7 +415,7 @@ fn dropped_turns_without_new_text_are_an_other_break() {
 
 /// A request with three choices after one plain call; the harness keeps
 /// choice `kept` and goes on from it.
-fn three_choices(kept: usize, linked: bool) -> Vec<agl_plugin::ModelCall> {
+fn three_choices(kept: usize, linked: bool) -> Vec<agl_plugin::testing::TestCall> {
     let replies: [&[u32]; 3] = [&[30, 31], &[40], &[50, 51, 52]];
     let mut calls = vec![call(0, &[1, 2], &[10])];
     for (i, reply) in replies.iter().enumerate() {
@@ -476,7 +476,7 @@ fn each_choice_is_a_sample_and_the_kept_one_goes_on() {
 fn a_call_that_continues_no_choice_breaks_against_the_closest() {
     let mut calls = three_choices(2, false);
     // The harness edited the kept reply [50, 51, 52] to [50, 51, 99].
-    calls[4].prompt_ids = vec![1, 2, 10, 20, 50, 51, 99, 21];
+    calls[4].set_prompt_ids(&[1, 2, 10, 20, 50, 51, 99, 21]);
     let samples = merge(calls);
     assert_eq!(samples.len(), 4);
     let b = samples[3].break_before.as_ref().expect("a break");

@@ -17,7 +17,7 @@ use agl::scaffold::python::Kind;
 use agl_plugin_host::World;
 use agl_tokenizer::Tokenizer;
 use agl_wire::api::{LoadedPlugin, PluginRole};
-use agl_wire::rollout::BreakKind;
+use agl_wire::rollout::{BreakKind, Rollout};
 
 use super::render::{self, Style};
 
@@ -231,7 +231,10 @@ async fn test(opts: TestOptions, config: &Config) -> anyhow::Result<ExitCode> {
         Some(p) => Some(Arc::new(Tokenizer::from_file(p)?)),
         None => None,
     };
-    let rollouts = agl_wire::rollout::read_jsonl(&opts.rollouts)?;
+    let rollouts: Vec<Arc<Rollout>> = agl_wire::rollout::read_jsonl(&opts.rollouts)?
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     let mut adapter = None;
     if let Some(path) = &opts.adapter {
         adapter =

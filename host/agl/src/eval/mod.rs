@@ -484,7 +484,7 @@ impl Evaluation<'_> {
     async fn task(&self, name: &str, ids: &[String]) -> anyhow::Result<TaskResult> {
         let (mut rewards, mut excluded) = (Vec::new(), 0);
         for id in ids {
-            let exported = self.link.export(id).await?;
+            let exported = Arc::new(self.link.export(id).await?);
             if outcome(exported.status, exported.failure) == Outcome::SystemFailure {
                 excluded += 1;
                 continue;

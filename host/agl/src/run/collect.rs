@@ -3,6 +3,7 @@
 //! plugin, and how the rollout ended (system failures are never scored).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use agl_trainer::rl::{self, Outcome};
 
@@ -90,7 +91,8 @@ pub fn outcome(status: RolloutStatus, failure: Option<FailureKind>) -> Outcome {
 /// runs the plugins over it. Plugin errors exclude the rollout (logged),
 /// they never stop the run.
 pub async fn collect(link: &Link, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
-    let exported = link.export(id).await?;
+    // Shared with the plugins, which read its bulky parts on demand.
+    let exported = Arc::new(link.export(id).await?);
     let mut out = Collected {
         rollout: rl::ScoredRollout {
             id: exported.id.clone(),

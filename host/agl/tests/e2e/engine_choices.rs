@@ -269,7 +269,7 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
                 kept.extend(&calls[2].response_ids);
                 assert!(calls[3].prompt_ids.starts_with(&kept), "{why}");
             }
-            let rollout = env.store.export_rollout(rollout).await.unwrap();
+            let rollout = std::sync::Arc::new(env.store.export_rollout(rollout).await.unwrap());
             for adapter in &adapters {
                 let samples = adapter.build_samples(&rollout).await.unwrap();
                 let sources: Vec<_> = samples.iter().map(|s| s.source_calls.clone()).collect();

@@ -398,7 +398,8 @@ async fn inspect_reports_world_info_and_component_types() {
             .any(|i| i.name.starts_with(prefix))
     };
     assert!(import(&format!("agl:adapter/log@{WIT_VERSION}")));
-    assert_eq!(inspection.wit, WitVersion::V0_4);
+    assert!(import(&format!("agl:adapter/rollout-data@{WIT_VERSION}")));
+    assert_eq!(inspection.wit, WitVersion::V0_5);
     assert!(import("wasi:cli/stderr@0.2"));
     let reward = host.inspect(&wasm("faulty-reward")).await.unwrap();
     assert_eq!(reward.world, World::Reward);
@@ -539,24 +540,24 @@ async fn a_component_built_against_another_major_is_refused_by_version() {
     let Err(err) = host
         .load(PluginSpec::new(
             "next",
-            rebuilt_against("0.5.0", dir.path()),
+            rebuilt_against("0.6.0", dir.path()),
         ))
         .await
     else {
-        panic!("a 0.5 component is refused");
+        panic!("a 0.6 component is refused");
     };
     assert!(
         err.to_string().contains(
-            "serves agl:adapter@0.4.0, agl:adapter@0.3.0, agl:adapter@0.2.0 and \
-             agl:adapter@0.1.0"
+            "serves agl:adapter@0.5.0, agl:adapter@0.4.0, agl:adapter@0.3.0, \
+             agl:adapter@0.2.0 and agl:adapter@0.1.0"
         ),
         "{err}"
     );
     // A patch release of the same track still loads and scores.
-    let patch = rebuilt_against("0.4.9", dir.path());
+    let patch = rebuilt_against("0.5.9", dir.path());
     let plugin = host.load(PluginSpec::new("patch", &patch)).await.unwrap();
     assert_eq!(plugin.world(), World::Reward);
-    assert_eq!(plugin.wit_version(), WitVersion::V0_4);
+    assert_eq!(plugin.wit_version(), WitVersion::V0_5);
 }
 
 /// `faulty` built against the frozen `wit/v0.1`: a plugin from before 0.2.
@@ -570,7 +571,7 @@ async fn a_plugin_built_against_0_1_still_loads_and_builds_samples() {
     assert_eq!(old.wit_version(), WitVersion::V0_1);
     let mut rollout = rollout(None);
     // 0.2's field is not part of what a 0.1 plugin sees; it still works.
-    rollout.calls[1].continues = Some(0);
+    Arc::make_mut(&mut rollout).calls[1].continues = Some(0);
     let samples = old.build_samples(&rollout).await.expect("samples");
     assert_eq!(samples, expected_samples(&rollout));
     let inspection = host.inspect(&wasm("faulty-v0.1")).await.unwrap();
@@ -613,9 +614,10 @@ async fn a_plugin_built_against_0_2_still_loads_and_0_3_sees_the_choice() {
     let old = load(&host, spec).await;
     assert_eq!(old.wit_version(), WitVersion::V0_2);
     let mut rollout = rollout(None);
-    rollout.calls[1].continues = Some(0);
-    rollout.calls[1].choice = Some(agl_wire::rollout::Choice { index: 1, count: 2 });
-    rollout.calls[1].constrained = true;
+    Arc::make_mut(&mut rollout).calls[1].continues = Some(0);
+    Arc::make_mut(&mut rollout).calls[1].choice =
+        Some(agl_wire::rollout::Choice { index: 1, count: 2 });
+    Arc::make_mut(&mut rollout).calls[1].constrained = true;
     // 0.2's link field still reaches a 0.2 plugin.
     let samples = old.build_samples(&rollout).await.expect("samples");
     let detail =
@@ -624,7 +626,7 @@ async fn a_plugin_built_against_0_2_still_loads_and_0_3_sees_the_choice() {
     let inspection = host.inspect(&wasm("faulty-v0.2")).await.unwrap();
     assert_eq!(inspection.wit, WitVersion::V0_2);
     let new = load(&host, faulty_spec("new", "choices")).await;
-    assert_eq!(new.wit_version(), WitVersion::V0_4);
+    assert_eq!(new.wit_version(), WitVersion::V0_5);
     let samples = new.build_samples(&rollout).await.expect("samples");
     let details: Vec<String> = samples.iter().map(detail).collect();
     assert_eq!(
@@ -646,19 +648,64 @@ async fn a_plugin_built_against_0_3_still_loads_and_0_4_sees_token_versions() {
     let old = load(&host, spec).await;
     assert_eq!(old.wit_version(), WitVersion::V0_3);
     let mut rollout = rollout(None);
-    rollout.calls[1].constrained = true;
+    Arc::make_mut(&mut rollout).calls[1].constrained = true;
     let n = rollout.calls[1].response_ids.len();
     let versions: Vec<u64> = (0..n as u64).map(|i| 3 + i % 2).collect();
-    rollout.calls[1].response_versions = Some(versions.clone());
+    Arc::make_mut(&mut rollout).calls[1].response_versions = Some(versions.clone());
     // 0.3's fields still reach a 0.3 plugin.
     let samples = old.build_samples(&rollout).await.expect("samples");
     let detail =
         |s: &agl_wire::rollout::Sample| s.break_before.as_ref().expect("a break").detail.clone();
     assert_eq!(detail(&samples[1]), "choice=None constrained=true");
     let new = load(&host, faulty_spec("new", "versions")).await;
-    assert_eq!(new.wit_version(), WitVersion::V0_4);
+    assert_eq!(new.wit_version(), WitVersion::V0_5);
     let samples = new.build_samples(&rollout).await.expect("samples");
     let details: Vec<String> = samples.iter().map(detail).collect();
     assert_eq!(details[0], "versions=None");
     assert_eq!(details[1], format!("versions={:?}", Some(versions)));
+}
+
+/// `faulty` built against the frozen `wit/v0.4` (before 0.5) loads beside a
+/// current one and still gets every whole prompt; the 0.5 plugin gets each
+/// prompt as what it adds to the call it extends, and the JSON and whole
+/// prompts on demand, of this rollout only.
+#[tokio::test]
+async fn a_plugin_built_against_0_4_still_loads_and_0_5_gets_prompts_as_links() {
+    let host = host();
+    let mut spec = faulty_spec("old", "versions");
+    spec.path = wasm("faulty-v0.4");
+    let old = load(&host, spec).await;
+    assert_eq!(old.wit_version(), WitVersion::V0_4);
+    let rollout = rollout(None);
+    let samples = old.build_samples(&rollout).await.expect("samples");
+    assert_eq!(samples[1].prompt_ids, rollout.calls[1].prompt_ids);
+
+    let new = load(&host, faulty_spec("new", "prompts")).await;
+    assert_eq!(new.wit_version(), WitVersion::V0_5);
+    let samples = new.build_samples(&rollout).await.expect("samples");
+    // The whole prompts came back through `rollout-data.prompt-ids`.
+    assert_eq!(samples[0].prompt_ids, rollout.calls[0].prompt_ids);
+    assert_eq!(samples[1].prompt_ids, rollout.calls[1].prompt_ids);
+    let detail =
+        |s: &agl_wire::rollout::Sample| s.break_before.as_ref().expect("a break").detail.clone();
+    let json_len = |c: usize| {
+        let call = &rollout.calls[c];
+        (call.request.as_str().len(), call.response.as_str().len())
+    };
+    let ((req0, resp0), (req1, resp1)) = (json_len(0), json_len(1));
+    // Call 1's prompt [1..6] is call 0's prompt [1, 2, 3] and response
+    // [4, 5], then [6].
+    assert_eq!(
+        [detail(&samples[0]), detail(&samples[1])],
+        [
+            format!(
+                "extends=None shared=0 tail=3 request=Some({req0}) response=Some({resp0}) \
+                 beyond=None"
+            ),
+            format!(
+                "extends=Some(0) shared=5 tail=1 request=Some({req1}) response=Some({resp1}) \
+                 beyond=None"
+            ),
+        ]
+    );
 }

@@ -3,6 +3,7 @@
 //! Build them first: `plugins/build.sh mini-swe tests-pass`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use agl_plugin_host::{HostConfig, Plugin, PluginHost, PluginSpec};
 use agl_wire::rollout::{BreakKind, ModelCall, Rollout, Sample, Span, read_jsonl};
@@ -31,11 +32,12 @@ async fn load(name: &str, config: &str) -> Plugin {
     }
 }
 
-fn fixture(id: &str) -> Rollout {
+fn fixture(id: &str) -> Arc<Rollout> {
     read_jsonl(&repo().join("examples/fixtures/mini-swe/rollouts.jsonl"))
         .expect("fixtures parse")
         .into_iter()
         .find(|r| r.id == id)
+        .map(Arc::new)
         .expect("fixture exists")
 }
 
@@ -141,7 +143,9 @@ async fn tests_pass_reads_the_grade_and_shapes_solved_rollouts() {
         );
     }
     let mut ungraded = fixture("solved");
-    ungraded.events.retain(|e| e.kind != "reward");
+    Arc::make_mut(&mut ungraded)
+        .events
+        .retain(|e| e.kind != "reward");
     assert_eq!(plain.reward(&ungraded).await.unwrap(), None);
 
     let bad = load("tests-pass", "step_penalty = -1.0").await;

@@ -74,7 +74,7 @@ pub async fn load(host: &PluginHost, spec: PluginSpec) -> Plugin {
 
 /// A two-call rollout; `fault`, if given, overrides the plugin's config for
 /// this call only.
-pub fn rollout(fault: Option<&str>) -> Rollout {
+pub fn rollout(fault: Option<&str>) -> Arc<Rollout> {
     rollout_with(fault.map(|f| json!({"fault": f})))
 }
 
@@ -96,7 +96,7 @@ pub fn assert_unreached(listener: &std::net::TcpListener) {
 }
 
 /// The two-call rollout with `input` as its input.
-pub fn rollout_with(input: Option<serde_json::Value>) -> Rollout {
+pub fn rollout_with(input: Option<serde_json::Value>) -> Arc<Rollout> {
     let call = |index: u32, prompt: Vec<u32>, response: Vec<u32>| {
         let logprobs: Vec<f32> = response.iter().map(|_| -0.5).collect();
         json!({
@@ -111,7 +111,7 @@ pub fn rollout_with(input: Option<serde_json::Value>) -> Rollout {
         })
     };
     // Through text: `JsonText` fields keep the raw JSON of a document.
-    serde_json::from_str(
+    Arc::new(serde_json::from_str(
         &json!({
             "id": "r1",
             "group_id": "g1",
@@ -121,7 +121,7 @@ pub fn rollout_with(input: Option<serde_json::Value>) -> Rollout {
         })
         .to_string(),
     )
-    .expect("rollout")
+    .expect("rollout"))
 }
 
 /// What the well-behaved faulty plugin returns for `rollout`.

@@ -5,9 +5,21 @@
 
 use crate::faults;
 
-#[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2", feature = "wit-v0-3")))]
+#[cfg(not(any(
+    feature = "wit-v0-1",
+    feature = "wit-v0-2",
+    feature = "wit-v0-3",
+    feature = "wit-v0-4"
+)))]
 wit_bindgen::generate!({
     path: "../../../wit",
+    world: "sample-adapter",
+});
+
+// The frozen 0.4 contract: a plugin built before 0.5 (faulty-v0.4.wasm).
+#[cfg(feature = "wit-v0-4")]
+wit_bindgen::generate!({
+    path: "../../../wit/v0.4",
     world: "sample-adapter",
 });
 
@@ -73,6 +85,13 @@ impl Guest for Faulty {
             "choices" => Ok(rollout.calls.iter().map(chosen).collect()),
             #[cfg(not(any(feature = "wit-v0-1", feature = "wit-v0-2", feature = "wit-v0-3")))]
             "versions" => Ok(rollout.calls.iter().map(versioned).collect()),
+            #[cfg(not(any(
+                feature = "wit-v0-1",
+                feature = "wit-v0-2",
+                feature = "wit-v0-3",
+                feature = "wit-v0-4"
+            )))]
+            "prompts" => Ok(rollout.calls.iter().map(prompted).collect()),
             other => Err(format!("unknown fault {other:?}")),
         }
     }
@@ -82,7 +101,7 @@ impl Guest for Faulty {
 fn whole_response(call: &ModelCall) -> Sample {
     let len = call.response_ids.len() as u32;
     Sample {
-        prompt_ids: call.prompt_ids.clone(),
+        prompt_ids: whole_prompt(call),
         response_ids: call.response_ids.clone(),
         trainable: vec![Span { start: 0, end: len }],
         logprobs: call.response_logprobs.clone(),
@@ -136,6 +155,55 @@ fn versioned(call: &ModelCall) -> Sample {
         kind: BreakKind::Other,
         call_index: call.index,
         detail: format!("versions={:?}", call.response_versions),
+    });
+    sample
+}
+
+/// The call's whole prompt: in the record before 0.5, from the host after.
+#[cfg(any(
+    feature = "wit-v0-1",
+    feature = "wit-v0-2",
+    feature = "wit-v0-3",
+    feature = "wit-v0-4"
+))]
+fn whole_prompt(call: &ModelCall) -> Vec<u32> {
+    call.prompt_ids.clone()
+}
+
+#[cfg(not(any(
+    feature = "wit-v0-1",
+    feature = "wit-v0-2",
+    feature = "wit-v0-3",
+    feature = "wit-v0-4"
+)))]
+fn whole_prompt(call: &ModelCall) -> Vec<u32> {
+    agl::adapter::rollout_data::prompt_ids(call.index).unwrap_or_default()
+}
+
+/// A sample per call whose break detail shows what 0.5 hands over: the
+/// prompt's link and tail length, and the lengths of the request and
+/// response JSON the host serves for the call (`None` if it serves none).
+#[cfg(not(any(
+    feature = "wit-v0-1",
+    feature = "wit-v0-2",
+    feature = "wit-v0-3",
+    feature = "wit-v0-4"
+)))]
+fn prompted(call: &ModelCall) -> Sample {
+    use agl::adapter::rollout_data;
+    let mut sample = whole_response(call);
+    sample.break_before = Some(ChainBreak {
+        kind: BreakKind::Other,
+        call_index: call.index,
+        detail: format!(
+            "extends={:?} shared={} tail={} request={:?} response={:?} beyond={:?}",
+            call.prompt.extends,
+            call.prompt.shared,
+            call.prompt.tail.len(),
+            rollout_data::request_json(call.index).map(|j| j.len()),
+            rollout_data::response_json(call.index).map(|j| j.len()),
+            rollout_data::prompt_ids(u32::MAX),
+        ),
     });
     sample
 }

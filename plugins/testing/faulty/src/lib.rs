@@ -22,10 +22,14 @@
 //!   `choice=<(index, count)> constrained=<bool>`.
 //! - `versions` (0.4): one sample per call whose `other` break's detail is
 //!   `versions=<the call's response-versions>`.
+//! - `prompts` (0.5): one sample per call whose `other` break's detail is
+//!   the call's prompt link (`extends`, `shared`, the tail's length), the
+//!   lengths of the request and response JSON the host serves for it, and
+//!   what it serves for a call the rollout lacks (`beyond`).
 //!
-//! Built with the `wit-v0-1` (`wit-v0-2`, `wit-v0-3`) feature it is a plugin
-//! of the frozen `agl:adapter@0.1.0` (`@0.2.0`, `@0.3.0`; `wit/v0.1`, ...), for the
-//! host's compatibility tests.
+//! Built with the `wit-v0-1` ... `wit-v0-4` feature it is a plugin of the
+//! frozen `agl:adapter@0.1.0` ... `@0.4.0` (`wit/v0.1`, ...), for the host's
+//! compatibility tests.
 //!
 //! Built with the `reward` feature it exports the `reward` world instead:
 //! `none` scores 1.0, `unscored` returns no reward, `nan` returns NaN,

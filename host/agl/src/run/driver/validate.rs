@@ -1,6 +1,8 @@
 //! Validation: the val rows once, at the val temperature, scored like
 //! training rollouts.
 
+use std::sync::Arc;
+
 use agl_trainer::rl::Outcome;
 use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
@@ -50,7 +52,7 @@ impl Driver {
         let mut rewards = Vec::new();
         let mut turns = TurnTally::default();
         for id in &ids {
-            let exported = self.link.export(id).await?;
+            let exported = Arc::new(self.link.export(id).await?);
             if outcome(exported.status, exported.failure) == Outcome::SystemFailure {
                 continue;
             }
