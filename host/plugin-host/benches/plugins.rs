@@ -191,7 +191,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (native, wasm_calls, e2e, e2e_samples, instances) = runtime.block_on(async {
+    let (native, wasm_calls, linking, e2e, e2e_samples, instances) = runtime.block_on(async {
         let cache = tempfile::tempdir()?;
         let host = PluginHost::new(HostConfig {
             cache_dir: Some(cache.path().to_path_buf()),
@@ -206,10 +206,14 @@ fn main() -> anyhow::Result<()> {
         }
         // Native and wasm calls alternate, so a noisy spell of the machine
         // slows both alike.
-        let (mut native, mut calls) = (Vec::new(), Vec::new());
+        let (mut native, mut calls, mut linking) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             let (elapsed, expect) = native_once()?;
             native.push(elapsed);
+            // The part both sides share: finding each prompt's link.
+            let t = Instant::now();
+            std::hint::black_box(prompt_links(&rollout.calls));
+            linking.push(t.elapsed());
             let t = Instant::now();
             let samples = plugin.build_samples(&rollout).await?;
             calls.push(t.elapsed());
@@ -236,7 +240,7 @@ fn main() -> anyhow::Result<()> {
             samples += done??;
         }
         let e2e = t.elapsed();
-        anyhow::Ok((native, calls, e2e, samples, instances))
+        anyhow::Ok((native, calls, linking, e2e, samples, instances))
     })?;
 
     let native = stats(native);
@@ -254,6 +258,10 @@ fn main() -> anyhow::Result<()> {
     );
     let row = |name: &str, s: &Stats| println!("{name:<58} {:>12} {:>12}", ms(s.median), ms(s.p90));
     row("native (same plugin code, from the host's record)", &native);
+    row(
+        "  of which linking the prompts (both sides do)",
+        &stats(linking),
+    );
     row(
         "wasm via PluginHost (link, copy in, call, copy out, validate)",
         &wasm_stats,

@@ -80,13 +80,19 @@ fn shared_start(prompt: &[u32], call: &ModelCall) -> usize {
     in_prompt + common_prefix_len(&prompt[in_prompt..], &call.response_ids)
 }
 
-/// Ids compared per step: slice equality on a block is one `memcmp`.
+/// Ids compared per step once the two differ: slice equality on a block
+/// is one `memcmp`.
 const BLOCK: usize = 64;
 
 /// Length of the longest common prefix of `a` and `b`.
 pub fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
     let len = a.len().min(b.len());
     let (a, b) = (&a[..len], &b[..len]);
+    // Most prompts continue the call they are linked to: one `memcmp`
+    // over the whole length, then blocks only to find where they differ.
+    if a == b {
+        return len;
+    }
     let mut start = 0;
     for (x, y) in a.chunks_exact(BLOCK).zip(b.chunks_exact(BLOCK)) {
         if x != y {
