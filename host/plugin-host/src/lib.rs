@@ -28,6 +28,8 @@ mod sandbox;
 mod slot;
 mod state;
 mod stdio;
+#[cfg(test)]
+mod test_calls;
 mod validate;
 mod view;
 mod world;

@@ -111,28 +111,8 @@ pub fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_calls::call;
     use agl_wire::rollout::Choice;
-
-    fn call(index: u32, prompt: &[u32], response: &[u32]) -> ModelCall {
-        ModelCall {
-            index,
-            api: agl_wire::rollout::ApiKind::ChatCompletions,
-            request: Default::default(),
-            response: Default::default(),
-            prompt_ids: prompt.to_vec(),
-            response_ids: response.to_vec(),
-            response_logprobs: vec![0.0; response.len()],
-            weight_version: 0,
-            response_versions: None,
-            finish_reason: None,
-            started_at_ms: 0,
-            finished_at_ms: 0,
-            tags: Default::default(),
-            continues: None,
-            constrained: false,
-            choice: None,
-        }
-    }
 
     fn agent(mut c: ModelCall, name: &str) -> ModelCall {
         c.tags.insert(AGENT_TAG.into(), name.into());

@@ -125,7 +125,7 @@ pub fn validate_reward(reward: Option<f64>) -> Result<Option<f64>, f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agl_wire::rollout::{ApiKind, BreakKind, ChainBreak, ModelCall, RolloutStatus, Span};
+    use agl_wire::rollout::{BreakKind, ChainBreak, RolloutStatus, Span};
 
     fn rollout(calls: u32) -> Rollout {
         Rollout {
@@ -136,24 +136,7 @@ mod tests {
             status: RolloutStatus::Succeeded,
             failure: None,
             calls: (0..calls)
-                .map(|index| ModelCall {
-                    index,
-                    api: ApiKind::ChatCompletions,
-                    request: Default::default(),
-                    response: Default::default(),
-                    prompt_ids: vec![1, 2],
-                    response_ids: vec![3, 4, 5],
-                    response_logprobs: vec![-0.1; 3],
-                    weight_version: 0,
-                    response_versions: None,
-                    finish_reason: None,
-                    started_at_ms: 0,
-                    finished_at_ms: 0,
-                    tags: Default::default(),
-                    continues: None,
-                    constrained: false,
-                    choice: None,
-                })
+                .map(|index| crate::test_calls::call(index, &[1, 2], &[3, 4, 5]))
                 .collect(),
             events: vec![],
         }
