@@ -11,9 +11,13 @@
 //! The result matches libtorch's to f32 rounding (the sums run in another
 //! order); the unit tests pin values and gradients against `Tensor::linear`.
 //! Anything other than f32 CPU operands returns `None` and the caller takes
-//! libtorch's path.
+//! libtorch's path; so does every call on a CPU whose ISA libtorch's
+//! `mkldnn_matmul` refuses (it wants AVX-512 BW/VL/DQ, AVX-NE-CONVERT or a
+//! Graviton3; on AVX2 alone MKL's kernels are what it would run anyway),
+//! found out once by a 1x1 product rather than by an error per call.
 
 use std::ffi::{CStr, c_char};
+use std::sync::OnceLock;
 
 use tch::{Device, Kind, Tensor};
 
@@ -33,9 +37,33 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
         return None;
     };
     let eligible = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
-    if k != in_dim || x.numel() == 0 || !eligible(x) || !eligible(weight) {
+    if k != in_dim || x.numel() == 0 || !eligible(x) || !eligible(weight) || !available() {
         return None;
     }
+    match product(x, weight) {
+        Ok(y) => Some(y),
+        Err(msg) => {
+            tracing::warn!(error = %msg, "oneDNN linear failed; using libtorch's");
+            None
+        }
+    }
+}
+
+/// Whether this CPU runs oneDNN's f32 matmul (see the module comment).
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let one = Tensor::ones([1, 1], (Kind::Float, Device::Cpu));
+        let probe = product(&one, &one);
+        if let Err(msg) = &probe {
+            tracing::info!(reason = %msg, "f32 matmuls take libtorch's path: no oneDNN on this CPU");
+        }
+        probe.is_ok()
+    })
+}
+
+/// The shim's product, or its error message.
+fn product(x: &Tensor, weight: &Tensor) -> Result<Tensor, String> {
     let mut err = [0 as c_char; 512];
     // SAFETY: both pointers are live tensors borrowed for the call; the shim
     // returns a tensor it allocated with `new` (which tch's `Tensor` owns
@@ -43,12 +71,12 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
     let y = unsafe { agl_onednn_linear(x.as_ptr(), weight.as_ptr(), err.as_mut_ptr(), err.len()) };
     if y.is_null() {
         // SAFETY: the shim wrote a NUL-terminated string into `err`.
-        let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-        tracing::warn!(error = %msg, "oneDNN linear failed; using libtorch's");
-        return None;
+        return Err(unsafe { CStr::from_ptr(err.as_ptr()) }
+            .to_string_lossy()
+            .into_owned());
     }
     // SAFETY: a fresh, owned tensor from the shim.
-    Some(unsafe { Tensor::from_ptr(y) })
+    Ok(unsafe { Tensor::from_ptr(y) })
 }
 
 #[cfg(test)]
@@ -60,6 +88,29 @@ mod tests {
         f64::try_from((a - b).abs().max()).unwrap() / scale
     }
 
+    /// Whether oneDNN runs here; where it does not, `x W^T` of operands it
+    /// would take is declined (the caller takes libtorch's path).
+    fn runs_here(x: &Tensor, w: &Tensor) -> bool {
+        if available() {
+            return true;
+        }
+        assert!(linear(x, w).is_none(), "declined without oneDNN");
+        eprintln!("oneDNN's f32 matmul does not run on this CPU: values not compared");
+        false
+    }
+
+    /// A CPU with the ISA libtorch asks for gets the oneDNN path.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn an_avx512_cpu_takes_onednn() {
+        let avx512 = is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq");
+        if avx512 {
+            assert!(available(), "AVX-512 BW/VL/DQ but no oneDNN matmul");
+        }
+    }
+
     /// Values and both gradients against libtorch's linear, for a 3-D
     /// input and an upstream gradient that is not contiguous.
     #[test]
@@ -68,6 +119,9 @@ mod tests {
         let x = Tensor::randn([3, 37, 96], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let w = Tensor::randn([50, 96], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let up = Tensor::randn([50, 37, 3], (Kind::Float, Device::Cpu)).permute([2, 1, 0]);
+        if !runs_here(&x, &w) {
+            return;
+        }
 
         let ours = linear(&x, &w).expect("f32 CPU operands take oneDNN");
         let theirs = x.linear(&w, None::<Tensor>);
@@ -89,7 +143,10 @@ mod tests {
     fn frozen_weight_and_no_grad() {
         let x = Tensor::randn([5, 16], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let w = Tensor::randn([8, 16], (Kind::Float, Device::Cpu));
-        let y = linear(&x, &w).unwrap();
+        if !runs_here(&x, &w) {
+            return;
+        }
+        let y = linear(&x, &w).expect("oneDNN");
         let g = Tensor::run_backward(&[y.sum(Kind::Float)], &[&x], false, false);
         let expected = w
             .sum_dim_intlist(0, true, Kind::Float)
@@ -97,7 +154,7 @@ mod tests {
         assert!(max_rel(&g[0], &expected) < 1e-5);
         assert!(!w.grad().defined());
 
-        let y = tch::no_grad(|| linear(&x, &w).unwrap());
+        let y = tch::no_grad(|| linear(&x, &w).expect("oneDNN"));
         assert!(!y.requires_grad());
     }
 
