@@ -42,7 +42,7 @@ use agl_plugin_host::{HostConfig, PluginHost, PluginSpec};
 use agl_store::{Mode, NewRollout, Render, Store};
 use agl_tokenizer::Tokenizer;
 use agl_wire::api::StatusPatch;
-use agl_wire::rollout::{ApiKind, BreakKind, ModelCall, Rollout, RolloutStatus};
+use agl_wire::rollout::{BreakKind, ModelCall, Rollout, RolloutStatus};
 use serde_json::{Value, json};
 
 #[path = "../../../tests/support/policy.rs"]
@@ -112,25 +112,17 @@ fn call(
     prompt_ids: Vec<u32>,
     response_ids: Vec<u32>,
 ) -> ModelCall {
+    let response = json!({"object": "chat.completion",
+                          "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]});
+    let logprobs = vec![-0.5; response_ids.len()];
     ModelCall {
-        index,
-        api: ApiKind::ChatCompletions,
-        request: request.into(),
-        response: json!({"object": "chat.completion",
-                         "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]})
-        .into(),
-        response_logprobs: vec![-0.5; response_ids.len()],
-        prompt_ids,
-        response_ids,
-        weight_version: 0,
-        response_versions: None,
         finish_reason: Some("stop".into()),
-        started_at_ms: 0,
-        finished_at_ms: 0,
-        tags: Default::default(),
-        continues: None,
-        constrained: false,
-        choice: None,
+        ..ModelCall::chat(
+            index,
+            (request.into(), response.into()),
+            (prompt_ids, response_ids),
+            logprobs,
+        )
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use agl_tokenizer::Tokenizer;
-use agl_wire::rollout::{ApiKind, Event, ModelCall, Rollout, RolloutStatus};
+use agl_wire::rollout::{Event, ModelCall, Rollout, RolloutStatus};
 use serde_json::{Value, json};
 
 const TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n\
@@ -166,28 +166,22 @@ impl<'a> Recorder<'a> {
             tags.insert("x-agl-agent".to_string(), agent.to_string());
         }
         self.clock += 1000;
+        let response = json!({
+            "id": format!("chatcmpl-{index}"), "object": "chat.completion", "model": "policy",
+            "choices": [{"index": 0, "message": turn.message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt_ids.len(), "completion_tokens": response_ids.len()},
+        });
         self.calls.push(ModelCall {
-            index,
-            api: ApiKind::ChatCompletions,
-            request: request.into(),
-            response: json!({
-                "id": format!("chatcmpl-{index}"), "object": "chat.completion", "model": "policy",
-                "choices": [{"index": 0, "message": turn.message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": prompt_ids.len(), "completion_tokens": response_ids.len()},
-            })
-            .into(),
-            prompt_ids,
-            response_ids,
-            response_logprobs,
-            weight_version: 0,
-            response_versions: None,
             finish_reason: Some(finish.to_string()),
             started_at_ms: self.clock,
             finished_at_ms: self.clock + 400,
             tags,
-            continues: None,
-            constrained: false,
-            choice: None,
+            ..ModelCall::chat(
+                index,
+                (request.into(), response.into()),
+                (prompt_ids, response_ids),
+                response_logprobs,
+            )
         });
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use agl_plugin::SampleAdapter;
 use agl_plugin_host::links::prompt_links;
 use agl_plugin_host::{HostConfig, PluginHost, PluginSpec};
-use agl_wire::rollout::{ApiKind, ModelCall, Rollout, RolloutStatus};
+use agl_wire::rollout::{ModelCall, Rollout, RolloutStatus};
 use serde_json::json;
 
 const CALLS: usize = 50;
@@ -50,22 +50,16 @@ fn long_rollout() -> Rollout {
         let response = ids.take(RESPONSE);
         let reply = json!({"role": "assistant", "content": "y".repeat(RESPONSE * 4)});
         calls.push(ModelCall {
-            index: index as u32,
-            api: ApiKind::ChatCompletions,
-            request: json!({"model": "policy", "messages": messages}).into(),
-            response: json!({"choices": [{"message": reply, "finish_reason": "stop"}]}).into(),
-            prompt_ids: prompt.clone(),
-            response_ids: response.clone(),
-            response_logprobs: vec![-0.5; RESPONSE],
-            weight_version: 0,
-            response_versions: None,
             finish_reason: Some("stop".into()),
-            started_at_ms: 0,
-            finished_at_ms: 0,
-            tags: Default::default(),
-            continues: None,
-            constrained: false,
-            choice: None,
+            ..ModelCall::chat(
+                index as u32,
+                (
+                    json!({"model": "policy", "messages": messages}).into(),
+                    json!({"choices": [{"message": reply, "finish_reason": "stop"}]}).into(),
+                ),
+                (prompt.clone(), response.clone()),
+                vec![-0.5; RESPONSE],
+            )
         });
         prompt.extend(&response);
         prompt.extend(ids.take(OBSERVATION));

@@ -158,6 +158,35 @@ pub struct ModelCall {
 }
 
 impl ModelCall {
+    /// A Chat Completions call with these bodies and tokens, at weight
+    /// version 0, and nothing else set: for fixtures and benches, which
+    /// set the rest with struct-update syntax.
+    pub fn chat(
+        index: u32,
+        (request, response): (JsonText, JsonText),
+        (prompt_ids, response_ids): (Vec<u32>, Vec<u32>),
+        response_logprobs: Vec<f32>,
+    ) -> Self {
+        Self {
+            index,
+            api: ApiKind::ChatCompletions,
+            request,
+            response,
+            prompt_ids,
+            response_ids,
+            response_logprobs,
+            weight_version: 0,
+            response_versions: None,
+            finish_reason: None,
+            started_at_ms: 0,
+            finished_at_ms: 0,
+            tags: BTreeMap::new(),
+            continues: None,
+            constrained: false,
+            choice: None,
+        }
+    }
+
     /// The weight version that sampled each response token: the recorded
     /// ones, or `weight_version` for all.
     pub fn token_versions(&self) -> Vec<u64> {
