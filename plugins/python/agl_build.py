@@ -23,10 +23,6 @@ import tomllib
 from pathlib import Path
 
 SDK_PARENT = Path(__file__).resolve().parent
-# The contract this SDK speaks: agl:adapter 0.4, frozen under `wit/v0.4`
-# (the host serves it beside the current one); a WIT folder that holds it
-# is read there.
-SDK_WIT = "v0.4"
 WORLDS = ("reward", "sample-adapter")
 NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
@@ -79,8 +75,6 @@ def build(folder, out=None, wit=None, test=True):
     folder = Path(folder).resolve()
     info = manifest(folder)
     wit = Path(wit or os.environ.get("AGL_WIT") or SDK_PARENT.parent.parent / "wit").resolve()
-    if (wit / SDK_WIT / "agl.wit").is_file():
-        wit = wit / SDK_WIT
     if not (wit / "agl.wit").is_file():
         raise BuildError(f"no agl.wit under {wit} (pass --wit)")
     out = Path(out or folder / f"{info['name']}.wasm").resolve()

@@ -11,9 +11,12 @@ sandbox as a Rust plugin. See plugins/README.md, "In Python".
     def score(rollout):
         return last_reward(rollout)
 
-The WIT records (`Rollout`, `ModelCall`, `Event`, `Sample`, `Span`,
-`ChainBreak`, ...) are the dataclasses componentize-py generates from
-`wit/` at build time; the helpers have the Rust SDK's semantics.
+The WIT records (`Rollout`, `ModelCall`, `Prompt`, `Event`, `Sample`,
+`Span`, `ChainBreak`, ...) are the dataclasses componentize-py generates
+from `wit/` at build time; the helpers have the Rust SDK's semantics. A
+call carries its prompt as what it adds to an earlier call (`Prompt`);
+its JSON and whole prompt come from the host on demand (`request_json`,
+`response_json`, `prompt_ids`).
 """
 
 from wit_world.imports.types import (
@@ -24,6 +27,7 @@ from wit_world.imports.types import (
     Event,
     ModelCall,
     PluginInfo,
+    Prompt,
     Rollout,
     RolloutStatus,
     Sample,
@@ -46,7 +50,22 @@ from .calls import (
     response,
     tag,
 )
-from .host import HostError, config, config_json, debug, error, info, log, tokenizer, trace, warn
+from .host import (
+    HostError,
+    config,
+    config_json,
+    debug,
+    error,
+    info,
+    log,
+    prompt_ids,
+    prompt_len,
+    request_json,
+    response_json,
+    tokenizer,
+    trace,
+    warn,
+)
 from .samples import (
     SampleBuilder,
     classify_break,
@@ -59,13 +78,14 @@ from .samples import (
 from .world import adapter, reward
 
 __all__ = [
-    "ApiKind", "BreakKind", "CallChoice", "ChainBreak", "Event", "ModelCall", "PluginInfo", "Rollout",
+    "ApiKind", "BreakKind", "CallChoice", "ChainBreak", "Event", "ModelCall", "PluginInfo", "Prompt",
+    "Rollout",
     "RolloutStatus", "Sample", "Span", "Tag",
     "agent", "assistant_message", "assistant_text", "content_text", "final_text",
     "graded_tests", "input_value", "last_reward", "last_reward_event", "request",
     "request_messages", "response", "tag",
-    "HostError", "config", "config_json", "debug", "error", "info", "log", "tokenizer",
-    "trace", "warn",
+    "HostError", "config", "config_json", "debug", "error", "info", "log", "prompt_ids",
+    "prompt_len", "request_json", "response_json", "tokenizer", "trace", "warn",
     "SampleBuilder", "classify_break", "common_prefix_len", "kind_name", "marked_summary",
     "merge_chains",
     "starts_with_ids",

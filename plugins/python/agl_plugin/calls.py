@@ -1,9 +1,12 @@
 """Reading a rollout and its model calls (the Rust SDK's `call` and
-`rollout` modules, same semantics). JSON is parsed on demand."""
+`rollout` modules, same semantics). A call's JSON is fetched from the host
+(`host.request_json`, `host.response_json`) and parsed on demand."""
 
 import json
 
 from wit_world.imports.types import ApiKind
+
+from . import host
 
 AGENT_TAG = "x-agl-agent"
 REWARD_EVENT = "reward"
@@ -56,11 +59,11 @@ def agent(call):
 
 
 def request(call):
-    return json.loads(call.request_json)
+    return json.loads(host.request_json(call))
 
 
 def response(call):
-    return json.loads(call.response_json)
+    return json.loads(host.response_json(call))
 
 
 def _parsed(text):
@@ -74,7 +77,7 @@ def request_messages(call):
     """The conversation the request sent, as OpenAI-style messages (chat
     `messages`; Anthropic `messages` after `system`; Responses `input`
     after `instructions`). None for the completions API or bad JSON."""
-    body = _parsed(call.request_json)
+    body = _parsed(host.request_json(call))
     keys = {
         ApiKind.CHAT_COMPLETIONS: (None, "messages"),
         ApiKind.ANTHROPIC_MESSAGES: ("system", "messages"),
@@ -99,7 +102,7 @@ def request_messages(call):
 def assistant_message(call):
     """The assistant message the call returned as a harness echoes it (chat
     `choices[0].message`; Anthropic role + content blocks); else None."""
-    body = _parsed(call.response_json)
+    body = _parsed(host.response_json(call))
     if not isinstance(body, dict):
         return None
     if call.api == ApiKind.CHAT_COMPLETIONS:
@@ -132,7 +135,7 @@ def assistant_text(call):
     """The text the model answered (chat message content, completions text,
     Responses `output_text` parts, Anthropic `text` blocks), joined; None
     when there is none (e.g. only tool calls) or the response is not JSON."""
-    body = _parsed(call.response_json)
+    body = _parsed(host.response_json(call))
     if not isinstance(body, dict):
         return None
     text = None

@@ -1,4 +1,6 @@
-"""The host imports as plain functions: `log`, `config()`, `tokenizer`.
+"""The host imports as plain functions: `log`, `config()`, `tokenizer`,
+and the rollout's data on demand (`request_json`, `response_json`,
+`prompt_ids` of a call).
 
 In a component they call the host; natively (tests) `agl_plugin.testing`
 stands in for them. Errors the host returns raise `HostError`.
@@ -9,6 +11,7 @@ import json
 from componentize_py_types import Err
 from wit_world.imports import config as _config
 from wit_world.imports import log as _log
+from wit_world.imports import rollout_data as _rollout_data
 from wit_world.imports import tokenizer as _tokenizer
 
 
@@ -98,3 +101,44 @@ class tokenizer:
         tools_json = None if tools is None else json.dumps(tools)
         return _host(_tokenizer.apply_chat_template, json.dumps(messages), tools_json,
                      add_generation_prompt)
+
+
+# -- rollout data -----------------------------------------------------------
+# A call's request and response JSON and its whole prompt come from the host
+# on demand (a long rollout's megabytes of JSON and repeated prompts are not
+# copied into the plugin unless it reads them), each fetched once per call
+# object and kept on it.
+
+def _fetched(call, what, fetch):
+    kept = f"_agl_{what}"
+    value = call.__dict__.get(kept)
+    if value is None:
+        value = fetch(call.index)
+        if value is None:
+            raise HostError(f"call {call.index}: the host has no {what} for it (it serves the "
+                            "calls of the rollout under way, during build-samples or reward)")
+        setattr(call, kept, value)
+    return value
+
+
+def request_json(call):
+    """The call's request body exactly as the harness sent it (JSON text)."""
+    return _fetched(call, "request", _rollout_data.request_json)
+
+
+def response_json(call):
+    """The call's response body (JSON text; assembled if streamed)."""
+    return _fetched(call, "response", _rollout_data.response_json)
+
+
+def prompt_ids(call):
+    """The call's whole prompt ids: its `prompt.tail` when it extends no
+    call, else fetched from the host (once per call)."""
+    if call.prompt.extends is None:
+        return call.prompt.tail
+    return _fetched(call, "prompt", _rollout_data.prompt_ids)
+
+
+def prompt_len(call):
+    """The length of the call's whole prompt, without fetching it."""
+    return call.prompt.shared + len(call.prompt.tail)

@@ -33,10 +33,15 @@ class SampleBuilder:
     """Accumulates calls into one sample: the first call's prompt is the
     sample's prompt, its response the first trainable span; each extension
     adds the next call's new prompt tokens as masked context (log-prob 0.0),
-    then its response as the next trainable span."""
+    then its response as the next trainable span.
+
+    The sample so far is always its last call's prompt + response, so a call
+    whose prompt the host linked to that call in full (`prompt.extends`,
+    `prompt.shared`) continues it by its `tail` alone, without the whole
+    prompt being fetched or compared."""
 
     def __init__(self, call, break_before=None):
-        self.prompt_ids = list(call.prompt_ids)
+        self.prompt_ids = list(host.prompt_ids(call))
         self.response_ids = []
         self.trainable = []
         self.logprobs = []
@@ -51,27 +56,43 @@ class SampleBuilder:
 
     def continues(self, call):
         """Whether `call`'s prompt starts with this sample's prompt + response."""
-        n = len(self.prompt_ids)
-        return (starts_with_ids(call.prompt_ids, self.prompt_ids)
-                and call.prompt_ids[n:n + len(self.response_ids)] == self.response_ids)
+        return self._observation(call)[0] is not None
 
     def first_difference(self, call):
         """Position in this sample's prompt + response where `call`'s prompt
-        first differs (or ends)."""
-        n = len(self.prompt_ids)
-        at = common_prefix_len(self.prompt_ids, call.prompt_ids)
-        if at < n:
+        first differs (or ends); the sample's length when it continues."""
+        return self._observation(call)[1]
+
+    def join(self, call):
+        """Appends `call` if it continues the sample and returns None; if not,
+        leaves the sample unchanged and returns where the ids first differ."""
+        observation, at = self._observation(call)
+        if observation is None:
             return at
-        return at + common_prefix_len(self.response_ids, call.prompt_ids[n:])
+        self.response_ids.extend(observation)
+        self.logprobs.extend([0.0] * (len(self.response_ids) - len(self.logprobs)))
+        self._push(call)
+        return None
 
     def extend(self, call):
         """Appends `call` if it continues the sample; False (unchanged) if not."""
-        if not self.continues(call):
-            return False
-        self.response_ids.extend(call.prompt_ids[len(self):])
-        self.logprobs.extend([0.0] * (len(self.response_ids) - len(self.logprobs)))
-        self._push(call)
-        return True
+        return self.join(call) is None
+
+    def _observation(self, call):
+        """(the ids `call`'s prompt adds to the sample, len(self)), or (None,
+        where it first differs)."""
+        link = call.prompt
+        if link.extends == self.source_calls[-1]:
+            if link.shared == len(self):
+                return link.tail, link.shared
+            # Linked to the same ids, so it first differs where it stops sharing.
+            return None, link.shared
+        whole = host.prompt_ids(call)
+        n = len(self.prompt_ids)
+        at = common_prefix_len(self.prompt_ids, whole)
+        if at == n:
+            at += common_prefix_len(self.response_ids, whole[n:])
+        return (whole[at:] if at == len(self) else None), at
 
     def _push(self, call):
         start = len(self.response_ids)
@@ -113,7 +134,9 @@ def merge_chains(rollout, chain_by_agent=True, skip_empty_responses=True, classi
     `x-agl-agent` tag unless `chain_by_agent` is off): appended when its
     prompt starts with the chain so far, else a new sample whose
     `break_before` is `classify(last_call, call)` (default
-    `classify_break`). Samples come out ordered by their first call.
+    `classify_break`). Samples come out ordered by their first call. A call
+    the host linked to a chain's last call in full joins it by its prompt's
+    `tail`; a whole prompt is fetched only for a fork or a break.
 
     The choices of an `n` > 1 request (`choice`) are parallel samples: the
     first joins the chain, each sibling forks a sample of its own (no break),
@@ -141,11 +164,11 @@ def merge_chains(rollout, chain_by_agent=True, skip_empty_responses=True, classi
             for chain in reversed(chains):
                 if chain[0] != key or not (chain is latest or _siblings(chain[2], tip)):
                     continue
-                if chain[1].extend(call):
+                at = chain[1].join(call)
+                if at is None:
                     chain[2] = call
                     joined = True
                     break
-                at = chain[1].first_difference(call)
                 if closest is None or at > closest[1]:
                     closest = (chain, at)
             if joined:
@@ -171,12 +194,13 @@ def kind_name(kind):
 def divergence(prev, next_call):
     """Where `next_call`'s prompt first differs from `prev`'s prompt +
     response: (position, whether it is inside the previous response, detail)."""
-    n = len(prev.prompt_ids)
-    at = common_prefix_len(prev.prompt_ids, next_call.prompt_ids)
+    before, prompt = host.prompt_ids(prev), host.prompt_ids(next_call)
+    n = len(before)
+    at = common_prefix_len(before, prompt)
     if at == n:
-        at = n + common_prefix_len(prev.response_ids, next_call.prompt_ids[n:])
-    previous = (list(prev.prompt_ids) + list(prev.response_ids))[at:at + 1]
-    nxt = next_call.prompt_ids[at:at + 1]
+        at = n + common_prefix_len(prev.response_ids, prompt[n:])
+    previous = (list(before) + list(prev.response_ids))[at:at + 1]
+    nxt = prompt[at:at + 1]
     place = f"response position {at - n}" if at >= n else f"prompt position {at}"
     show = lambda ids: str(ids[0]) if ids else "end"  # noqa: E731
     return at, at >= n, f"ids first differ at {at} ({place}): previous {show(previous)}, next {show(nxt)}"
@@ -188,7 +212,7 @@ def _system(messages):
 
 
 def _tools(call):
-    body = calls._parsed(call.request_json)
+    body = calls._parsed(host.request_json(call))
     return body.get("tools") if isinstance(body, dict) else None
 
 
@@ -243,7 +267,7 @@ def _history(prev, next_call):
 
 
 def _completion_prompt(call):
-    body = calls._parsed(call.request_json)
+    body = calls._parsed(host.request_json(call))
     prompt = body.get("prompt") if isinstance(body, dict) else None
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
@@ -254,8 +278,8 @@ def _retokenized(prev, next_call):
     if not host.tokenizer.available():
         return None
     try:
-        previous = host.tokenizer.decode(list(prev.prompt_ids) + list(prev.response_ids))
-        return host.tokenizer.decode(next_call.prompt_ids).startswith(previous)
+        previous = host.tokenizer.decode(list(host.prompt_ids(prev)) + list(prev.response_ids))
+        return host.tokenizer.decode(host.prompt_ids(next_call)).startswith(previous)
     except host.HostError as e:
         host.warn(f"break classification without the tokenizer: {e}")
         return None

@@ -3,20 +3,30 @@ the host imports, rollouts read from agl's rollout JSONL, and builders for
 hand-made ones. `agl plugin build` runs a plugin's `test_*.py` this way
 (against bindings generated from `wit/`) before it builds the component.
 
+A hand-made call (`call`, a `TestCall`) holds its whole prompt and its
+JSON; `rollout` links each prompt to an earlier call's as the host does
+(`model-call.prompt`) and serves the JSON and whole prompts through the
+`rollout-data` stand-ins: each call's from its own rollout, as the host
+serves the rollout under way.
+
     from agl_plugin import testing
     testing.install(config={"answer_field": "label"})
     rollouts = testing.read_rollouts("rollouts.jsonl")
 """
 
+import dataclasses
 import json
 
 from wit_world.imports import config as _config
 from wit_world.imports import log as _log
+from wit_world.imports import rollout_data as _rollout_data
 from wit_world.imports import tokenizer as _tokenizer
 from componentize_py_types import Err
 from wit_world.imports.types import (
-    ApiKind, CallChoice, Event, ModelCall, Rollout, RolloutStatus, Tag,
+    ApiKind, CallChoice, Event, ModelCall, Prompt, Rollout, RolloutStatus, Tag,
 )
+
+from .links import prompt_links
 
 logs = []
 """(level name, message) of every line logged since `install`."""
@@ -81,18 +91,62 @@ def install(config=None, tokenizer=None):
     _tokenizer.apply_chat_template = no_template
 
 
+class _Index(int):
+    """A call index that, natively, carries the call's data (`served()`:
+    request JSON, response JSON, whole prompt), so the stand-ins serve each
+    call from its own rollout, as the host serves the rollout under way,
+    however many rollouts a test has built. A plain index is served nothing."""
+
+
+def _index(index, served):
+    index = _Index(index)
+    index.served = served
+    return index
+
+
+def _serving(part):
+    def fetch(index):
+        served = getattr(index, "served", None)
+        found = served()[part] if served is not None else None
+        return list(found) if isinstance(found, list) else found
+    return fetch
+
+
+# The `rollout-data` stand-ins need no setup: each index says what it serves.
+_rollout_data.request_json = _serving(0)
+_rollout_data.response_json = _serving(1)
+_rollout_data.prompt_ids = _serving(2)
+
+
 def _text(value):
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclasses.dataclass
+class TestCall(ModelCall):
+    """A hand-made call: the record a plugin gets with its prompt whole
+    (`prompt.tail`, linked to no call), and the JSON the host would serve
+    for it, serving them as they are when asked. `rollout` links the calls
+    of a rollout."""
+
+    request_json: str = "{}"
+    response_json: str = "{}"
+
+    def __post_init__(self):
+        self.index = _index(self.index, lambda: (self.request_json, self.response_json,
+                                                 self.prompt.tail))
 
 
 def call(index, prompt_ids, response_ids, logprobs=None, api=ApiKind.CHAT_COMPLETIONS,
          request=None, response=None, tags=None, continues=None, weight_version=0,
          finish_reason="stop", choice=None, constrained=False, response_versions=None):
-    """A model call; `request`/`response` are JSON values, `tags` a dict,
-    `choice` an `(index, count)` pair, `response_versions` one per response id."""
-    return ModelCall(
+    """A model call (a `TestCall`); `request`/`response` are JSON values,
+    `tags` a dict, `choice` an `(index, count)` pair, `response_versions` one
+    per response id."""
+    return TestCall(
         index=index, api=api, request_json=_text(request or {}),
-        response_json=_text(response or {}), prompt_ids=list(prompt_ids),
+        response_json=_text(response or {}),
+        prompt=Prompt(extends=None, shared=0, tail=list(prompt_ids)),
         response_ids=list(response_ids),
         response_logprobs=list(logprobs) if logprobs is not None else [0.0] * len(response_ids),
         weight_version=weight_version, finish_reason=finish_reason, started_at_ms=0,
@@ -110,8 +164,24 @@ def event(kind, payload, timestamp_ms=0):
 
 def rollout(calls=(), events=(), input=None, id="r0", group_id="g0", attempt=1,
             status=RolloutStatus.SUCCEEDED):
+    """A rollout of hand-made `calls` as the host hands it over: each prompt
+    linked to an earlier call's by the host's rule, and the calls' JSON and
+    whole prompts served by the `rollout-data` stand-ins."""
+    calls = list(calls)
+    for c in calls:
+        if not isinstance(c, TestCall):
+            raise TypeError(f"rollout takes hand-made calls (testing.call), not {type(c).__name__}")
+    prompts = [list(c.prompt.tail) for c in calls]
+    record = [f.name for f in dataclasses.fields(ModelCall) if f.name not in ("index", "prompt")]
+    linked = []
+    for c, p, (extends, shared) in zip(calls, prompts, prompt_links(calls, prompts)):
+        data = (c.request_json, c.response_json, p)
+        linked.append(ModelCall(**{k: getattr(c, k) for k in record},
+                                index=_index(c.index, lambda data=data: data),
+                                prompt=Prompt(extends=None if extends is None else int(extends),
+                                              shared=shared, tail=p[shared:])))
     return Rollout(id=id, group_id=group_id, attempt=attempt, input_json=_text(input or {}),
-                   status=status, calls=list(calls), events=list(events))
+                   status=status, calls=linked, events=list(events))
 
 
 def chat(content, tool_calls=None):

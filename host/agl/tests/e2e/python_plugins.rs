@@ -215,17 +215,32 @@ fn the_python_reported_scores_as_the_rust_one() {
     assert_eq!((rust["unscored"], rust["bad"]), (Ok(None), Err(())));
 }
 
-/// The Python `trajectory` (the SDK's merge and break classifier) builds
-/// the Rust one's samples, break kinds and details included.
+/// The Python `trajectory` (the SDK's merge and break classifier, on 0.5's
+/// linked prompts and data fetched on demand) builds the Rust one's
+/// samples, break kinds and details included.
 #[test]
 fn the_python_trajectory_builds_the_rust_samples() {
     let dir = tempfile::tempdir().unwrap();
-    for (rollouts, table) in [
-        (fixtures().join("rollouts.jsonl"), "chain_by_agent = true"),
-        (fixtures().join("rollouts.jsonl"), "chain_by_agent = false"),
-        (fixtures().join("mini-swe/recorded.jsonl"), ""),
+    let with_tokenizer = |table| config_for(dir.path(), "trajectory", table);
+    for (rollouts, config) in [
+        (
+            fixtures().join("rollouts.jsonl"),
+            with_tokenizer("chain_by_agent = true"),
+        ),
+        (
+            fixtures().join("rollouts.jsonl"),
+            with_tokenizer("chain_by_agent = false"),
+        ),
+        (
+            fixtures().join("mini-swe/recorded.jsonl"),
+            with_tokenizer(""),
+        ),
+        // Toy token ids: their own config, without a tokenizer.
+        (
+            fixtures().join("mini-swe/rollouts.jsonl"),
+            fixtures().join("mini-swe/agl.toml"),
+        ),
     ] {
-        let config = config_for(dir.path(), "trajectory", table);
         let samples = |adapter: &str| {
             let out = plugin_test(
                 &config,
@@ -248,8 +263,9 @@ fn the_python_trajectory_builds_the_rust_samples() {
         assert_eq!(
             samples("trajectory-py"),
             rust,
-            "{} {table:?}",
-            rollouts.display()
+            "{} {}",
+            rollouts.display(),
+            config.display()
         );
     }
 }
