@@ -5,15 +5,21 @@
 `raise` raises; `wrong-type` returns a string; `exit` calls sys.exit;
 `fs`, `net`, `env`, `clock` report what the guest sees of the filesystem,
 network (a connect to the input's `target`), environment and clocks as the
-error (the sandbox gives nothing).
+error (the sandbox gives nothing); `data` reports as the error what the
+host hands over of each call (its prompt's link, and the whole prompt and
+JSON lengths fetched from `rollout-data`) and what it says of a call
+index the rollout lacks.
 """
 
+import dataclasses
 import os
 import socket
 import sys
 import time
 
-from agl_plugin import config, input_value, reward
+from agl_plugin import (
+    HostError, config, input_value, prompt_ids, request_json, response_json, reward,
+)
 
 
 def probe(fault, row):
@@ -37,6 +43,18 @@ def probe(fault, row):
     return None
 
 
+def handed_over(rollout):
+    seen = [f"call {c.index}: extends={c.prompt.extends} shared={c.prompt.shared} "
+            f"tail={len(c.prompt.tail)} prompt={prompt_ids(c)} request={len(request_json(c))} "
+            f"response={len(response_json(c))}" for c in rollout.calls]
+    beyond = dataclasses.replace(rollout.calls[-1], index=len(rollout.calls))
+    try:
+        seen.append(f"beyond: {request_json(beyond)}")
+    except HostError as e:
+        seen.append(f"beyond: {e}")
+    return "data: " + "; ".join(seen)
+
+
 @reward
 def score(rollout):
     row = input_value(rollout)
@@ -57,6 +75,8 @@ def score(rollout):
         return "high"
     if fault == "exit":
         sys.exit(3)
+    if fault == "data":
+        raise RuntimeError(handed_over(rollout))
     seen = probe(fault, row if isinstance(row, dict) else {})
     if seen is not None:
         raise RuntimeError(seen)

@@ -1,9 +1,12 @@
 //! A reward written in Python (plugins/python/faulty, CPython inside, built
 //! by plugins/build.sh with componentize-py) in the same sandbox as a Rust
 //! plugin: the same deadline and memory cap, nothing of the filesystem,
-//! network, environment or clock, and each fault fails only its call.
+//! network, environment or clock, and each fault fails only its call. The
+//! Python SDK speaks the current contract (`agl:adapter` 0.5).
 
-use agl_plugin_host::{Plugin, PluginError, PluginErrorKind, PluginHost, PluginSpec, World};
+use agl_plugin_host::{
+    Plugin, PluginError, PluginErrorKind, PluginHost, PluginSpec, WitVersion, World,
+};
 
 use crate::support::*;
 
@@ -112,4 +115,29 @@ async fn python_sees_no_files_network_environment_or_clock() {
         let err = score(&plugin, fault).await.unwrap_err();
         assert!(guest_message(&err).contains(seen), "{fault}: {err}");
     }
+}
+
+/// The Python SDK builds against 0.5: a call's prompt arrives linked to the
+/// call it extends, and the SDK fetches the whole prompt and the JSON from
+/// `rollout-data`, naming the call the host has nothing for.
+#[tokio::test]
+async fn a_python_plugin_gets_prompts_as_links_and_fetches_the_rest() {
+    let host = host();
+    let plugin = load(&host, python_spec("faulty-py")).await;
+    assert_eq!(plugin.wit_version(), WitVersion::V0_5);
+    let rollout = rollout(Some("data"));
+    let err = plugin.reward(&rollout).await.unwrap_err();
+    let json_len = |c: usize| {
+        let call = &rollout.calls[c];
+        (call.request.as_str().len(), call.response.as_str().len())
+    };
+    let ((req0, resp0), (req1, resp1)) = (json_len(0), json_len(1));
+    // Call 1's prompt [1..6] is call 0's prompt [1, 2, 3] and response
+    // [4, 5], then [6].
+    let seen = format!(
+        "data: call 0: extends=None shared=0 tail=3 prompt=[1, 2, 3] request={req0} \
+         response={resp0}; call 1: extends=0 shared=5 tail=1 prompt=[1, 2, 3, 4, 5, 6] \
+         request={req1} response={resp1}; beyond: call 2: the host has no request for it"
+    );
+    assert!(guest_message(&err).contains(&seen), "{err}");
 }
