@@ -67,10 +67,10 @@ pub fn f32s_mut(t: &mut Tensor) -> Option<&mut [f32]> {
 }
 
 /// Whether [`rows`] takes `m` rows of `k` inputs: 1-8 rows with AVX-512
-/// (`k` a multiple of 16), one row without.
+/// (`k` a multiple of 16) or AVX2 and FMA (of 8), one row without.
 pub fn covers(m: usize, k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if (1..=MAX_ROWS as usize).contains(&m) && avx512::usable(k) {
+    if (1..=MAX_ROWS as usize).contains(&m) && (avx512::usable(k) || avx2::usable(k)) {
         return true;
     }
     m == 1
@@ -94,6 +94,11 @@ pub fn rows_many(x: &[f32], outs: &mut [(&[f32], &mut [f32], usize)], m: usize, 
     #[cfg(target_arch = "x86_64")]
     if avx512::usable(k) {
         avx512::linear(x, outs, m, k);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2::usable(k) {
+        avx2::linear(x, outs, m, k);
         return;
     }
     for (w, y, n) in outs {
@@ -133,15 +138,24 @@ fn one_row_gemm(x: &[f32], w: &[f32], y: &mut [f32], n: usize, k: usize) {
     }
 }
 
+/// One kernel module per instruction set from one body: `$feature`s the
+/// target features, `$v` a vector of `$lanes` f32s and its intrinsics, `$r`
+/// the weight rows per block for 1..=8 inputs (`R` below): enough to feed
+/// each input load to several FMAs, few enough that the `R * M`
+/// accumulators, `R` weight vectors and the input fit the ISA's registers.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::{
-        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_reduce_add_ps, _mm512_setzero_ps,
-    };
+macro_rules! kernel {
+    ($name:ident, [$($feature:tt),+], $v:ty, $lanes:literal,
+     $zero:ident, $load:ident, $fma:ident, $reduce:path, $r:expr) => {
+#[cfg(target_arch = "x86_64")]
+mod $name {
+
+    #[allow(unused_imports)]
+    use std::arch::x86_64::*;
 
     use rayon::prelude::*;
 
-    const LANES: usize = 16;
+    const LANES: usize = $lanes;
     /// Floats ahead of the current chunk a weight row is prefetched (4 KiB):
     /// the hardware prefetcher alone left one input at ~40 GB/s; 1 KiB
     /// ahead was as good for one input, not for eight.
@@ -154,7 +168,7 @@ mod avx512 {
     const TASKS_PER_THREAD: usize = 8;
 
     pub fn usable(k: usize) -> bool {
-        k.is_multiple_of(LANES) && std::arch::is_x86_feature_detected!("avx512f")
+        k.is_multiple_of(LANES) $(&& std::arch::is_x86_feature_detected!($feature))+
     }
 
     /// The operands of one call, shared by its tasks.
@@ -176,8 +190,8 @@ mod avx512 {
     unsafe impl Sync for Operands {}
 
     /// `y [m, n] = x [m, k] W^T` for every `(w [n, k], y, n)` of `outs`,
-    /// `m` in 1..=8, `k` a multiple of 16 on a CPU with AVX-512F (see
-    /// [`usable`]). One parallel loop over all the outputs.
+    /// `m` in 1..=8, `k` a multiple of `LANES` on a CPU with the
+    /// module's features (see [`usable`]). One parallel loop over all the outputs.
     pub fn linear(x: &[f32], outs: &mut [(&[f32], &mut [f32], usize)], m: usize, k: usize) {
         assert!((1..=8).contains(&m) && k.is_multiple_of(LANES) && x.len() == m * k);
         assert!(
@@ -214,8 +228,8 @@ mod avx512 {
             for ops in &parts {
                 let (a, b) = (lo.max(start), hi.min(start + ops.n));
                 if a < b {
-                    // SAFETY: `usable` was checked by the caller (AVX-512F
-                    // is there); the asserts above bound every offset
+                    // SAFETY: `usable` was checked by the caller (the
+                    // features are there); the asserts above bound every offset
                     // `rows_of` reaches; the tasks' ranges do not overlap.
                     unsafe { rows_of(*ops, a - start, b - start) }
                 }
@@ -224,19 +238,19 @@ mod avx512 {
         });
     }
 
-    #[target_feature(enable = "avx512f")]
+    #[target_feature($(enable = $feature),+)]
     unsafe fn rows_of(ops: Operands, o0: usize, o1: usize) {
         // SAFETY: as `linear` says.
         unsafe {
             match ops.m {
-                1 => rows::<1, 4>(ops, o0, o1),
-                2 => rows::<2, 4>(ops, o0, o1),
-                3 => rows::<3, 4>(ops, o0, o1),
-                4 => rows::<4, 4>(ops, o0, o1),
-                5 => rows::<5, 2>(ops, o0, o1),
-                6 => rows::<6, 2>(ops, o0, o1),
-                7 => rows::<7, 2>(ops, o0, o1),
-                _ => rows::<8, 4>(ops, o0, o1),
+                1 => rows::<1, { $r[0] }>(ops, o0, o1),
+                2 => rows::<2, { $r[1] }>(ops, o0, o1),
+                3 => rows::<3, { $r[2] }>(ops, o0, o1),
+                4 => rows::<4, { $r[3] }>(ops, o0, o1),
+                5 => rows::<5, { $r[4] }>(ops, o0, o1),
+                6 => rows::<6, { $r[5] }>(ops, o0, o1),
+                7 => rows::<7, { $r[6] }>(ops, o0, o1),
+                _ => rows::<8, { $r[7] }>(ops, o0, o1),
             }
         }
     }
@@ -244,9 +258,9 @@ mod avx512 {
     /// Output rows `o0..o1`, `R` at a time (then one at a time for the
     /// rest): each weight row read once, `R * M` accumulators. Each input
     /// load then feeds `R` FMAs, and one input runs `R` independent FMA
-    /// chains. `R` per `M` as measured fastest (`rows_of`): 4 up to four
-    /// inputs and for eight (32 accumulators), 2 for five to seven.
-    #[target_feature(enable = "avx512f")]
+    /// chains. `R` per `M` as measured fastest, from the
+    /// kernel's table (`rows_of`).
+    #[target_feature($(enable = $feature),+)]
     unsafe fn rows<const M: usize, const R: usize>(ops: Operands, o0: usize, o1: usize) {
         let mut o = o0;
         while o + R <= o1 {
@@ -261,40 +275,81 @@ mod avx512 {
     }
 
     /// Output rows `o..o + R` (`o + R <= n`).
-    #[target_feature(enable = "avx512f")]
+    #[target_feature($(enable = $feature),+)]
     unsafe fn block<const M: usize, const R: usize>(ops: Operands, o: usize) {
         let Operands {
             packed, w, y, n, k, ..
         } = ops;
-        // SAFETY: `o + R <= n` and every chunk `c < k / 16`, so the loads
+        // SAFETY: `o + R <= n` and every chunk `c < k / LANES`, so the loads
         // stay in `w` (`n * k`) and `packed` (`M * k`), the stores in `y`
         // (`M * n`).
         unsafe {
             let rows: [*const f32; R] = std::array::from_fn(|j| w.add((o + j) * k));
-            let mut acc = [[_mm512_setzero_ps(); M]; R];
+            let mut acc = [[$zero(); M]; R];
             for c in 0..k / LANES {
                 for row in &rows {
                     std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
                         row.wrapping_add(c * LANES + PREFETCH) as *const i8,
                     );
                 }
-                let wv: [__m512; R] =
-                    std::array::from_fn(|j| _mm512_loadu_ps(rows[j].add(c * LANES)));
+                let wv: [$v; R] =
+                    std::array::from_fn(|j| $load(rows[j].add(c * LANES)));
                 let xs = packed.add(c * LANES * M);
                 for r in 0..M {
-                    let xv = _mm512_loadu_ps(xs.add(r * LANES));
+                    let xv = $load(xs.add(r * LANES));
                     for (accs, wv) in acc.iter_mut().zip(&wv) {
-                        accs[r] = _mm512_fmadd_ps(*wv, xv, accs[r]);
+                        accs[r] = $fma(*wv, xv, accs[r]);
                     }
                 }
             }
             for (j, accs) in acc.iter().enumerate() {
                 for (r, a) in accs.iter().enumerate() {
-                    *y.add(r * n + o + j) = _mm512_reduce_add_ps(*a);
+                    *y.add(r * n + o + j) = $reduce(*a);
                 }
             }
         }
     }
+}
+    };
+}
+
+// 32 zmm registers: 4 rows up to four inputs and for eight (32
+// accumulators), 2 for five to seven (measured fastest).
+#[cfg(target_arch = "x86_64")]
+kernel!(
+    avx512,
+    ["avx512f"],
+    __m512,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_fmadd_ps,
+    _mm512_reduce_add_ps,
+    [4, 4, 4, 4, 2, 2, 2, 4]
+);
+
+// 16 ymm registers: `R * M + R + 1` of them at most.
+#[cfg(target_arch = "x86_64")]
+kernel!(
+    avx2,
+    ["avx2", "fma"],
+    __m256,
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_fmadd_ps,
+    super::sum256,
+    [4, 4, 3, 2, 2, 2, 1, 1]
+);
+
+/// The sum of a vector's 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sum256(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
 }
 
 #[cfg(test)]
@@ -308,8 +363,8 @@ mod tests {
     #[test]
     fn matches_libtorch_for_every_decode_batch_size() {
         tch::manual_seed(0);
-        // 96 inputs take the AVX-512 kernel where there is one; 97 the
-        // one-row fallback (or libtorch, for more rows).
+        // 96 inputs take the AVX-512 or AVX2 kernel where there is one; 97
+        // the one-row fallback (or libtorch, for more rows).
         for in_dim in [96, 97] {
             let w = Tensor::randn([300, in_dim], (Kind::Float, Device::Cpu));
             for rows in 1..=MAX_ROWS {
@@ -326,22 +381,30 @@ mod tests {
         }
     }
 
+    /// Every kernel this CPU runs, for every row count: output rows that do
+    /// not divide evenly among the tasks (nor into blocks of `R`), each
+    /// entry against a plain sum.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_avx512_kernel_splits_its_rows_without_gaps_or_overlaps() {
-        if !avx512::usable(32) {
-            return; // nothing to test on this CPU
-        }
-        // Output rows that do not divide evenly among the tasks.
-        let (m, n, k) = (3, 1000 + 7, 32);
-        let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    fn each_kernel_splits_its_rows_without_gaps_or_overlaps() {
+        type Kernel = fn(&[f32], &mut [(&[f32], &mut [f32], usize)], usize, usize);
+        let kernels: [(&str, bool, Kernel); 2] = [
+            ("avx512", avx512::usable(32), avx512::linear),
+            ("avx2", avx2::usable(32), avx2::linear),
+        ];
+        let (n, k) = (1000 + 7, 32);
         let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.5).collect();
-        let mut y = vec![f32::NAN; m * n];
-        avx512::linear(&x, &mut [(&w, &mut y, n)], m, k);
-        for r in 0..m {
-            for o in 0..n {
-                let want: f32 = (0..k).map(|j| x[r * k + j] * w[o * k + j]).sum();
-                assert!((y[r * n + o] - want).abs() < 1e-3, "y[{r}, {o}]");
+        for (name, _, kernel) in kernels.into_iter().filter(|(_, usable, _)| *usable) {
+            for m in 1..=MAX_ROWS as usize {
+                let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+                let mut y = vec![f32::NAN; m * n];
+                kernel(&x, &mut [(&w, &mut y, n)], m, k);
+                for r in 0..m {
+                    for o in 0..n {
+                        let want: f32 = (0..k).map(|j| x[r * k + j] * w[o * k + j]).sum();
+                        assert!((y[r * n + o] - want).abs() < 1e-3, "{name}: y[{r}, {o}]");
+                    }
+                }
             }
         }
     }
