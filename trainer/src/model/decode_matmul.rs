@@ -263,8 +263,8 @@ mod $name {
     /// Output rows `o0..o1`, `R` at a time (then one at a time for the
     /// rest): each weight row read once, `R * M` accumulators. Each input
     /// load then feeds `R` FMAs, and one input runs `R` independent FMA
-    /// chains. `R` per `M` as measured fastest, from the
-    /// kernel's table (`rows_of`).
+    /// chains. `R` per `M` from the kernel's table (`rows_of`; each
+    /// `kernel!` use says how its table was chosen).
     #[target_feature($(enable = $feature),+)]
     unsafe fn rows<const M: usize, const R: usize>(ops: Operands, o0: usize, o1: usize) {
         let mut o = o0;
@@ -333,7 +333,8 @@ kernel!(
     [4, 4, 4, 4, 2, 2, 2, 4]
 );
 
-// 16 ymm registers: `R * M + R + 1` of them at most.
+// 16 ymm registers: `R * M + R + 1` of them at most (sized to fit, not
+// measured per `M`; for one input, 8 rows ran no faster than 4).
 #[cfg(target_arch = "x86_64")]
 kernel!(
     avx2,

@@ -50,7 +50,7 @@ pub fn linear(x: &Tensor, weight: &Tensor) -> Option<Tensor> {
 }
 
 /// Whether this CPU runs oneDNN's f32 matmul (see the module comment).
-pub fn available() -> bool {
+fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         let one = Tensor::ones([1, 1], (Kind::Float, Device::Cpu));
