@@ -19,7 +19,8 @@
 //!   AVX2-only EPYC (2 cores), the engine's f32 decode went from 27.6 to
 //!   45.3 tok/s at batch 1 (47% -> 74% of the bandwidth bound) and from
 //!   56.3 to 178.7 at batch 8, where one row went through the `gemm`
-//!   crate and more stayed on libtorch.
+//!   crate and more stayed on libtorch. One input then went row by row
+//!   (each weight row read start to end, see the `kernel!` use).
 //! - Without either, one row goes through the `gemm` crate (candle's CPU
 //!   matmul); more rows stay on libtorch.
 //!
@@ -151,7 +152,8 @@ fn one_row_gemm(x: &[f32], w: &[f32], y: &mut [f32], n: usize, k: usize) {
 #[cfg(target_arch = "x86_64")]
 macro_rules! kernel {
     ($name:ident, [$($feature:tt),+], $v:ty, $lanes:literal,
-     $zero:ident, $load:ident, $fma:ident, $reduce:path, $r:expr) => {
+     $zero:ident, $add:ident, $load:ident, $fma:ident, $reduce:path, $r:expr,
+     $one_by_one:expr) => {
 #[cfg(target_arch = "x86_64")]
 mod $name {
 
@@ -165,6 +167,9 @@ mod $name {
     /// the hardware prefetcher alone left one input at ~40 GB/s; 1 KiB
     /// ahead was as good for one input, not for eight.
     const PREFETCH: usize = 1024;
+    /// One input: each weight row by itself ([`row`]) instead of `R` rows
+    /// in step (each `kernel!` use says why).
+    const ONE_BY_ONE: bool = $one_by_one;
     /// Output rows per task, at least: fewer cost more in hand-offs.
     const MIN_BLOCK: usize = 64;
     /// Tasks per thread: a pool thread woken late (tens of microseconds
@@ -267,6 +272,13 @@ mod $name {
     /// `kernel!` use says how its table was chosen).
     #[target_feature($(enable = $feature),+)]
     unsafe fn rows<const M: usize, const R: usize>(ops: Operands, o0: usize, o1: usize) {
+        if M == 1 && ONE_BY_ONE {
+            for o in o0..o1 {
+                // SAFETY: `o < o1 <= n`.
+                unsafe { row(ops, o) };
+            }
+            return;
+        }
         let mut o = o0;
         while o + R <= o1 {
             // SAFETY: `o + R <= o1 <= n`, as `block` says.
@@ -276,6 +288,31 @@ mod $name {
         for o in o..o1 {
             // SAFETY: `o < o1 <= n`.
             unsafe { block::<M, 1>(ops, o) };
+        }
+    }
+
+    /// Output row `o` (`o < n`) for one input: the weight row read from
+    /// start to end, four accumulators in turn so the FMAs do not wait on
+    /// each other.
+    #[target_feature($(enable = $feature),+)]
+    unsafe fn row(ops: Operands, o: usize) {
+        let Operands { packed, w, y, k, .. } = ops;
+        // SAFETY: `o < n`, so `k` floats from `w + o * k` lie in `w`; the
+        // packed input of one row is `k` floats; `y` holds `n`.
+        unsafe {
+            let row = w.add(o * k);
+            let mut acc = [$zero(); 4];
+            let chunks = k / LANES;
+            for c in (0..chunks - chunks % 4).step_by(4) {
+                for (u, a) in acc.iter_mut().enumerate() {
+                    let at = (c + u) * LANES;
+                    *a = $fma($load(row.add(at)), $load(packed.add(at)), *a);
+                }
+            }
+            for c in chunks - chunks % 4..chunks {
+                acc[0] = $fma($load(row.add(c * LANES)), $load(packed.add(c * LANES)), acc[0]);
+            }
+            *y.add(o) = $reduce($add($add(acc[0], acc[1]), $add(acc[2], acc[3])));
         }
     }
 
@@ -319,7 +356,8 @@ mod $name {
 }
 
 // 32 zmm registers: 4 rows up to four inputs and for eight (32
-// accumulators), 2 for five to seven (measured fastest).
+// accumulators), 2 for five to seven (measured fastest). One input in
+// blocks of 4 rows too: 47-50 GB/s on the AVX-512 machines it was measured on.
 #[cfg(target_arch = "x86_64")]
 kernel!(
     avx512,
@@ -327,14 +365,19 @@ kernel!(
     __m512,
     16,
     _mm512_setzero_ps,
+    _mm512_add_ps,
     _mm512_loadu_ps,
     _mm512_fmadd_ps,
     _mm512_reduce_add_ps,
-    [4, 4, 4, 4, 2, 2, 2, 4]
+    [4, 4, 4, 4, 2, 2, 2, 4],
+    false
 );
 
 // 16 ymm registers: `R * M + R + 1` of them at most (sized to fit, not
-// measured per `M`; for one input, 8 rows ran no faster than 4).
+// measured per `M`). One input row by row: on the AVX2-only EPYC, over a
+// SmolLM2 step's matrices alternated in one run, 33-35 GB/s against 30-32
+// for blocks of 4 rows (and 8 no faster than 4), where a plain read gives
+// 36-37.
 #[cfg(target_arch = "x86_64")]
 kernel!(
     avx2,
@@ -342,10 +385,12 @@ kernel!(
     __m256,
     8,
     _mm256_setzero_ps,
+    _mm256_add_ps,
     _mm256_loadu_ps,
     _mm256_fmadd_ps,
     super::sum256,
-    [4, 4, 3, 2, 2, 2, 1, 1]
+    [4, 4, 3, 2, 2, 2, 1, 1],
+    true
 );
 
 /// The sum of a vector's 8 lanes.
@@ -394,21 +439,27 @@ mod tests {
     #[test]
     fn each_kernel_splits_its_rows_without_gaps_or_overlaps() {
         type Kernel = fn(&[f32], &mut [(&[f32], &mut [f32], usize)], usize, usize);
-        let kernels: [(&str, bool, Kernel); 2] = [
-            ("avx512", avx512::usable(32), avx512::linear),
-            ("avx2", avx2::usable(32), avx2::linear),
+        type Usable = fn(usize) -> bool;
+        let kernels: [(&str, Usable, Kernel); 2] = [
+            ("avx512", avx512::usable, avx512::linear),
+            ("avx2", avx2::usable, avx2::linear),
         ];
-        let (n, k) = (1000 + 7, 32);
-        let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.5).collect();
-        for (name, _, kernel) in kernels.into_iter().filter(|(_, usable, _)| *usable) {
-            for m in 1..=MAX_ROWS as usize {
-                let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
-                let mut y = vec![f32::NAN; m * n];
-                kernel(&x, &mut [(&w, &mut y, n)], m, k);
-                for r in 0..m {
-                    for o in 0..n {
-                        let want: f32 = (0..k).map(|j| x[r * k + j] * w[o * k + j]).sum();
-                        assert!((y[r * n + o] - want).abs() < 1e-3, "{name}: y[{r}, {o}]");
+        let n = 1000 + 7;
+        // Input counts whose vector chunks are and are not a multiple of
+        // the one-input path's four accumulators.
+        for k in [32, 40, 48, 56] {
+            let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.5).collect();
+            for (name, _, kernel) in kernels.iter().filter(|(_, usable, _)| usable(k)) {
+                for m in 1..=MAX_ROWS as usize {
+                    let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+                    let mut y = vec![f32::NAN; m * n];
+                    kernel(&x, &mut [(&w, &mut y, n)], m, k);
+                    for r in 0..m {
+                        for o in 0..n {
+                            let want: f32 = (0..k).map(|j| x[r * k + j] * w[o * k + j]).sum();
+                            let got = y[r * n + o];
+                            assert!((got - want).abs() < 1e-3, "{name} k {k}: y[{r}, {o}]");
+                        }
                     }
                 }
             }
