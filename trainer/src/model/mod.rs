@@ -39,7 +39,7 @@ pub use adapter::AdapterLoad;
 pub use cache::{KvCache, SlotId};
 pub use config::{ModelConfig, ModelType, RopeScaling};
 pub use lean::{Lean, LeanForward};
-pub use logprobs::token_logprobs;
+pub use logprobs::{PickedLogprobs, token_logprobs};
 pub use lora::{LoraConfig, read_adapter};
 pub use weights::{DEFAULT_MAX_SHARD_BYTES, read_safetensors_folder};
 
@@ -184,6 +184,15 @@ impl Model {
         tokens: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor, ModelError> {
+        Ok(self.head(&self.hidden_states(tokens, attention_mask)?))
+    }
+
+    /// [`Model::forward`] up to the final norm: hidden states `[B, T, H]`.
+    fn hidden_states(
+        &self,
+        tokens: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> Result<Tensor, ModelError> {
         let body = self.body_inputs(tokens, attention_mask)?;
         let mut x = self.embed(tokens);
         for layer in &self.layers {
@@ -195,7 +204,7 @@ impl Model {
                 |k, v| (k, v),
             );
         }
-        Ok(self.head(&x))
+        Ok(x)
     }
 
     /// The input embeddings of `tokens` `[B, T]`.

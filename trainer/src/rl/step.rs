@@ -629,8 +629,12 @@ pub(crate) fn run_sums(
             sums.add(&lean_micro_batch(model, &tokens, &mask, &g, cfg, backward)?);
             continue;
         }
-        let logits = forward(model, &tokens, &mask, cfg)?;
-        let new = token_logprobs(&logits, &tokens, cfg.temperature);
+        // The head only where the loss has weight (see `logprobs_at`).
+        let autocast = cfg.bf16_autocast && model.device().is_cuda();
+        let picked = with_bf16_autocast(autocast, || {
+            model.logprobs_at(&tokens, Some(&mask), cfg.temperature, &g.trainable)
+        })?;
+        let new = picked.logprobs;
         let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
         let out = token_loss(
             &TokenInputs {
@@ -648,7 +652,7 @@ pub(crate) fn run_sums(
             out.loss.backward();
         }
         let entropy = if cfg.entropy {
-            tch::no_grad(|| entropy_sum(&logits, &g.trainable, cfg.temperature))?
+            tch::no_grad(|| entropy_sum(&picked.logits, cfg.temperature))?
         } else {
             0.0
         };
@@ -750,23 +754,9 @@ fn run(
     })
 }
 
-/// Sum of the policy entropy at the trainable positions.
-fn entropy_sum(logits: &Tensor, trainable: &Tensor, temperature: f64) -> Result<f64, RlError> {
-    let (rows, cols) = (trainable.size()[0], trainable.size()[1]);
-    let vocab = logits.size()[2];
-    let at = trainable
-        .view([rows * cols])
-        .gt(0.5)
-        .nonzero()
-        .squeeze_dim(1);
-    let picked = logits
-        .detach()
-        .narrow(1, 0, cols)
-        .reshape([rows * cols, vocab])
-        .index_select(0, &at)
-        .to_kind(Kind::Float)
-        / temperature;
-    let logp = picked.log_softmax(-1, None);
+/// Sum of the policy entropy over rows of logits (`[N, V]`).
+fn entropy_sum(logits: &Tensor, temperature: f64) -> Result<f64, RlError> {
+    let logp = (logits.detach().to_kind(Kind::Float) / temperature).log_softmax(-1, None);
     scalar(&-(logp.exp() * &logp))
 }
 

@@ -27,6 +27,64 @@ fn logprobs_follow_the_documented_convention() {
     }
 }
 
+/// The head on chosen positions only: there the full forward's logprobs
+/// and gradient, elsewhere 0 with no gradient; nothing chosen, a zero
+/// gradient.
+#[test]
+fn logprobs_at_chosen_positions_match_the_full_forward() {
+    let model = random_model(tiny_config(json!({})), Kind::Float, 13);
+    let tokens = random_tokens(3, 9, 300);
+    let mask = Tensor::ones([3, 9], (Kind::Int64, tch::Device::Cpu));
+    let _ = mask.get(2).narrow(0, 6, 3).fill_(0);
+    let at = Tensor::zeros([3, 8], (Kind::Float, tch::Device::Cpu));
+    for (b, t) in [(0, 0), (0, 5), (1, 3), (1, 7), (2, 2), (2, 4)] {
+        let _ = at.get(b).get(t).fill_(1.0);
+    }
+    let grads = |loss: Tensor| -> Vec<Tensor> {
+        let params: Vec<Tensor> = model
+            .trainable_parameters()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        for p in &params {
+            let mut g = p.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+        }
+        loss.backward();
+        params.iter().map(|p| p.grad().copy()).collect()
+    };
+    let full = token_logprobs(&model.forward(&tokens, Some(&mask)).unwrap(), &tokens, 0.8);
+    let full_grads = grads((&full * &at).sum(Kind::Float));
+    let picked = model.logprobs_at(&tokens, Some(&mask), 0.8, &at).unwrap();
+    assert_eq!(picked.logits.size(), [6, 300]);
+    assert!(max_abs_diff(&picked.logprobs, &(full.detach() * &at)) < 1e-5);
+    let picked_grads = grads((&picked.logprobs * &at).sum(Kind::Float));
+    for (a, b) in picked_grads.iter().zip(&full_grads) {
+        assert!(max_abs_diff(a, b) < 1e-5);
+    }
+    assert!(
+        full_grads
+            .iter()
+            .any(|g| g.abs().max().double_value(&[]) > 1e-4)
+    );
+
+    let none = Tensor::zeros([3, 8], (Kind::Float, tch::Device::Cpu));
+    let nothing = model.logprobs_at(&tokens, Some(&mask), 0.8, &none).unwrap();
+    assert_eq!(nothing.logits.size(), [0, 300]);
+    assert_eq!(
+        f64::try_from(nothing.logprobs.abs().sum(Kind::Float)).unwrap(),
+        0.0
+    );
+    let no_grads = grads(nothing.logprobs.sum(Kind::Float));
+    assert!(
+        no_grads
+            .iter()
+            .all(|g| g.abs().max().double_value(&[]) == 0.0)
+    );
+}
+
 #[test]
 fn forward_backpropagates_into_every_parameter() {
     let model = random_model(
