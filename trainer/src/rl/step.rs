@@ -26,7 +26,7 @@ use super::batch::{TrainSample, UpdateBatch};
 use super::loss::{LossConfig, LossOutput, Mismatch, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack};
 use crate::autocast::with_bf16_autocast;
-use crate::model::{Lean, Model, token_logprobs};
+use crate::model::{Lean, Model};
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepConfig {
@@ -366,14 +366,17 @@ fn score_logprobs(
                     checkpoint_layers: false,
                     ..cfg.lean
                 };
-                let autocast = cfg.bf16_autocast && model.device().is_cuda();
-                with_bf16_autocast(autocast, || {
+                with_bf16_autocast(autocast(model, cfg), || {
                     model.lean_forward(&tokens, Some(&mask), cfg.temperature, lean, None)
                 })?
                 .logprobs
             } else {
-                let logits = forward(model, &tokens, &mask, cfg)?;
-                token_logprobs(&logits, &tokens, cfg.temperature)
+                // The head only on the response tokens (see `logprobs_at`).
+                let at = response_cells(batch, mb, model.device());
+                with_bf16_autocast(autocast(model, cfg), || {
+                    model.logprobs_at(&tokens, Some(&mask), cfg.temperature, &at)
+                })?
+                .logprobs
             };
             let lp = lp.to_device(Device::Cpu);
             for (row, &i) in mb.indices.iter().enumerate() {
@@ -412,20 +415,14 @@ pub(crate) fn pack_with_signal(batch: &UpdateBatch, cfg: &StepConfig) -> Packing
     packing
 }
 
-pub fn lengths(batch: &UpdateBatch) -> Vec<usize> {
-    batch.samples.iter().map(|s| s.len()).collect()
+/// Whether `model`'s forward runs under bf16 autocast (`bf16_autocast`,
+/// CUDA only).
+fn autocast(model: &Model, cfg: &StepConfig) -> bool {
+    cfg.bf16_autocast && model.device().is_cuda()
 }
 
-fn forward(
-    model: &Model,
-    tokens: &Tensor,
-    mask: &Tensor,
-    cfg: &StepConfig,
-) -> Result<Tensor, RlError> {
-    let autocast = cfg.bf16_autocast && model.device().is_cuda();
-    Ok(with_bf16_autocast(autocast, || {
-        model.forward(tokens, Some(mask))
-    })?)
+pub fn lengths(batch: &UpdateBatch) -> Vec<usize> {
+    batch.samples.iter().map(|s| s.len()).collect()
 }
 
 /// `[rows, max_len]` right-padded tokens (pad id 0) and attention mask.
@@ -443,6 +440,20 @@ fn padded_tokens(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> (Tenso
         Tensor::from_slice(&tokens).view(shape).to_device(device),
         Tensor::from_slice(&mask).view(shape).to_device(device),
     )
+}
+
+/// 1 on the cells of the `[rows, max_len - 1]` logprob grid that predict
+/// a response token (see [`Grid`]), else 0.
+fn response_cells(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> Tensor {
+    let (rows, cols) = (mb.indices.len(), mb.max_len - 1);
+    let mut cells = vec![0f32; rows * cols];
+    for (r, &i) in mb.indices.iter().enumerate() {
+        let s = &batch.samples[i];
+        cells[r * cols + s.prompt_len - 1..r * cols + s.len() - 1].fill(1.0);
+    }
+    Tensor::from_slice(&cells)
+        .view([rows as i64, cols as i64])
+        .to_device(device)
 }
 
 /// Per-token inputs laid out on the `[rows, max_len - 1]` logprob grid:
@@ -630,8 +641,7 @@ pub(crate) fn run_sums(
             continue;
         }
         // The head only where the loss has weight (see `logprobs_at`).
-        let autocast = cfg.bf16_autocast && model.device().is_cuda();
-        let picked = with_bf16_autocast(autocast, || {
+        let picked = with_bf16_autocast(autocast(model, cfg), || {
             model.logprobs_at(&tokens, Some(&mask), cfg.temperature, &g.trainable)
         })?;
         let new = picked.logprobs;
@@ -672,9 +682,9 @@ fn lean_micro_batch(
     cfg: &StepConfig,
     backward: bool,
 ) -> Result<StepSums, RlError> {
-    let autocast = cfg.bf16_autocast && model.device().is_cuda();
+    let bf16 = autocast(model, cfg);
     let entropy_at = cfg.entropy.then_some(&g.trainable);
-    let fwd = with_bf16_autocast(autocast, || {
+    let fwd = with_bf16_autocast(bf16, || {
         model.lean_forward(tokens, Some(mask), cfg.temperature, cfg.lean, entropy_at)
     })?;
     let new = fwd.logprobs.detach().set_requires_grad(backward);
@@ -696,7 +706,7 @@ fn lean_micro_batch(
         out.loss.backward();
         let grad = new.grad();
         if grad.defined() {
-            with_bf16_autocast(autocast, || model.lean_backward(fwd, &grad))?;
+            with_bf16_autocast(bf16, || model.lean_backward(fwd, &grad))?;
         }
     }
     StepSums::from_output(out, g, entropy)
