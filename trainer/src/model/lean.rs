@@ -24,6 +24,7 @@
 use tch::{Kind, Tensor};
 
 use super::layers::Pass;
+use super::logprobs::Picked;
 use super::{BodyInputs, Model, ModelError};
 
 /// Which savings to make.
@@ -45,8 +46,12 @@ pub struct LeanForward {
     tokens: Tensor,
     temperature: f64,
     chunk: i64,
-    /// The final hidden states, detached.
-    hidden: Tensor,
+    /// The grid cells the head ran on.
+    picked: Picked,
+    /// Their final hidden states `[N, H]`, detached.
+    picked_hidden: Tensor,
+    /// The final hidden states' shape.
+    hidden_shape: Vec<i64>,
     /// Without checkpointing: the final hidden states with their graph.
     graph: Option<Tensor>,
     /// With checkpointing: each layer's input (detached) and the layers'
@@ -57,14 +62,17 @@ pub struct LeanForward {
 
 impl Model {
     /// The training forward of `tokens` (as [`Model::forward`] takes them)
-    /// under `lean`; the entropy is summed where `entropy_at` (`[B, T-1]`)
-    /// is nonzero.
+    /// under `lean`, its logprobs where `at` (`[B, T-1]`) is positive (the
+    /// head runs there alone, as in [`Model::logprobs_at`]; 0 elsewhere);
+    /// the entropy is summed where `entropy_at` (`[B, T-1]`) is nonzero
+    /// among those.
     pub fn lean_forward(
         &self,
         tokens: &Tensor,
         attention_mask: Option<&Tensor>,
         temperature: f64,
         lean: Lean,
+        at: &Tensor,
         entropy_at: Option<&Tensor>,
     ) -> Result<LeanForward, ModelError> {
         let body = self.body_inputs(tokens, attention_mask)?;
@@ -97,30 +105,45 @@ impl Model {
             let h = layers(self.embed(&tokens), &mut layer_inputs);
             (h.detach(), Some(h))
         };
-        let cols = t - 1;
+        let (b, h) = (hidden.size()[0], hidden.size()[2]);
+        let picked = Picked::of(at, &tokens, b, t)?;
+        let picked_hidden = hidden.reshape([b * t, h]).index_select(0, &picked.rows);
+        let entropy_at = entropy_at.map(|e| picked.gather(e));
+        let n = picked.len();
         let chunk = match lean.logprob_chunk {
-            0 => cols,
-            n => (n as i64).min(cols),
+            0 => n.max(1),
+            c => (c as i64).min(n.max(1)),
         };
         let (mut parts, mut entropy_sum) = (Vec::new(), 0.0);
         tch::no_grad(|| -> Result<(), ModelError> {
-            for start in (0..cols).step_by(chunk as usize) {
-                let n = chunk.min(cols - start);
-                let at = entropy_at.map(|at| at.narrow(1, start, n));
-                let (lp, entropy) =
-                    self.head_logprobs(&hidden, &tokens, start, n, temperature, at.as_ref())?;
+            for start in (0..n).step_by(chunk as usize) {
+                let len = chunk.min(n - start);
+                let at = entropy_at.as_ref().map(|e| e.narrow(0, start, len));
+                let (lp, entropy) = self.head_logprobs(
+                    &picked_hidden.narrow(0, start, len),
+                    &picked.targets.narrow(0, start, len),
+                    temperature,
+                    at.as_ref(),
+                )?;
                 entropy_sum += entropy;
                 parts.push(lp);
             }
             Ok(())
         })?;
+        let logprobs = if parts.is_empty() {
+            Tensor::zeros([0], (Kind::Float, hidden.device()))
+        } else {
+            Tensor::cat(&parts, 0)
+        };
         Ok(LeanForward {
-            logprobs: Tensor::cat(&parts, 1),
+            logprobs: picked.scatter(&logprobs),
             entropy_sum,
             tokens,
             temperature,
             chunk,
-            hidden,
+            picked,
+            picked_hidden,
+            hidden_shape: hidden.size(),
             graph,
             layer_inputs,
             body,
@@ -130,21 +153,21 @@ impl Model {
     /// Back-propagates `grad` = dL/dlogprobs (`[B, T-1]`) of a
     /// [`Model::lean_forward`] into every trainable parameter's `.grad`.
     pub fn lean_backward(&self, fwd: LeanForward, grad: &Tensor) -> Result<(), ModelError> {
-        let hidden = fwd.hidden.detach().set_requires_grad(true);
-        let cols = fwd.tokens.size()[1] - 1;
-        let grad = grad.to_device(self.device()).to_kind(Kind::Float);
-        for start in (0..cols).step_by(fwd.chunk as usize) {
-            let n = fwd.chunk.min(cols - start);
-            let logits = self.head(&hidden.narrow(1, start, n));
+        let picked = fwd.picked_hidden.detach().set_requires_grad(true);
+        let grad = fwd.picked.gather(&grad.to_kind(Kind::Float));
+        let n = fwd.picked.len();
+        for start in (0..n).step_by(fwd.chunk as usize) {
+            let len = fwd.chunk.min(n - start);
+            let logits = self.head(&picked.narrow(0, start, len));
             if !logits.requires_grad() {
                 continue;
             }
-            let targets = fwd.tokens.narrow(1, start + 1, n).unsqueeze(-1);
+            let targets = fwd.picked.targets.narrow(0, start, len).unsqueeze(-1);
             let dlogits = tch::no_grad(|| {
                 logit_grad(
                     &logits,
                     &targets,
-                    &grad.narrow(1, start, n),
+                    &grad.narrow(0, start, len),
                     fwd.temperature,
                 )
             });
@@ -155,10 +178,19 @@ impl Model {
             drop(logits);
             surrogate.backward();
         }
-        let mut g = hidden.grad();
-        if !g.defined() {
-            return Ok(()); // nothing below the head is trainable
+        let picked_grad = picked.grad();
+        if !picked_grad.defined() {
+            return Ok(()); // no cell, or nothing below the head is trainable
         }
+        // dL/dh of every final hidden state: 0 off the picked rows.
+        let (b, t, h) = (
+            fwd.hidden_shape[0],
+            fwd.hidden_shape[1],
+            fwd.hidden_shape[2],
+        );
+        let mut g = Tensor::zeros([b * t, h], (picked_grad.kind(), picked_grad.device()))
+            .index_add(0, &fwd.picked.rows, &picked_grad)
+            .view([b, t, h]);
         if let Some(graph) = fwd.graph {
             if graph.requires_grad() {
                 (graph * g).sum(Kind::Float).backward();
@@ -184,23 +216,20 @@ impl Model {
         Ok(())
     }
 
-    /// Logprobs of positions `start..start + n` (`[B, n]`, f32) and the
-    /// sum of their entropy where `entropy_at` (`[B, n]`) is nonzero. Run
-    /// without a graph; the f32 `[B, n, V]` logits are worked on in place
-    /// (one more buffer for the entropy) instead of a log-softmax and its
-    /// temporaries.
+    /// Logprobs (`[N]`, f32) of `targets` (`[N]`) after final hidden
+    /// states `hidden` (`[N, H]`), and the sum of their entropy where
+    /// `entropy_at` (`[N]`) is nonzero. Run without a graph; the f32
+    /// `[N, V]` logits are worked on in place (one more buffer for the
+    /// entropy) instead of a log-softmax and its temporaries.
     fn head_logprobs(
         &self,
         hidden: &Tensor,
-        tokens: &Tensor,
-        start: i64,
-        n: i64,
+        targets: &Tensor,
         temperature: f64,
         entropy_at: Option<&Tensor>,
     ) -> Result<(Tensor, f64), ModelError> {
-        let mut z = shifted_logits(&self.head(&hidden.narrow(1, start, n)), temperature);
-        let targets = tokens.narrow(1, start + 1, n).unsqueeze(-1);
-        let target = z.gather(2, &targets, false);
+        let mut z = shifted_logits(&self.head(hidden), temperature);
+        let target = z.gather(-1, &targets.unsqueeze(-1), false);
         let mut entropy = 0.0;
         let log_sum = match entropy_at {
             // H = log S - sum(e z) / S with e = exp(z), S = sum(e).
@@ -229,8 +258,8 @@ fn shifted_logits(logits: &Tensor, temperature: f64) -> Tensor {
     z
 }
 
-/// dL/dlogits (`[B, n, V]`, the logits' dtype) from `grad` = dL/dlogprob of
-/// each target (`[B, n]`): the log-softmax's derivative at temperature `T`,
+/// dL/dlogits (`[N, V]`, the logits' dtype) from `grad` = dL/dlogprob of
+/// each target (`[N]`, the targets `[N, 1]`): the log-softmax's derivative at temperature `T`,
 /// `grad / T * (onehot(target) - softmax(logits / T))`, built in one f32
 /// buffer in place.
 fn logit_grad(logits: &Tensor, targets: &Tensor, grad: &Tensor, temperature: f64) -> Tensor {
@@ -240,6 +269,6 @@ fn logit_grad(logits: &Tensor, targets: &Tensor, grad: &Tensor, temperature: f64
     let _ = p.g_div_(&sum);
     let g = (grad / temperature).unsqueeze(-1);
     let _ = p.g_mul_(&(-&g));
-    let _ = p.scatter_add_(2, targets, &g);
+    let _ = p.scatter_add_(-1, targets, &g);
     p.to_kind(logits.kind())
 }

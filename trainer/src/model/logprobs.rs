@@ -32,6 +32,34 @@ impl Model {
         let [b, t, h] = hidden.size()[..] else {
             return Err(ModelError::Input("hidden states are not [B, T, H]".into()));
         };
+        let picked = Picked::of(at, &tokens.to_device(hidden.device()), b, t)?;
+        let hidden = hidden.reshape([b * t, h]).index_select(0, &picked.rows);
+        let logits = self.head(&hidden);
+        let lp = (logits.to_kind(Kind::Float) / temperature)
+            .log_softmax(-1, None)
+            .gather(1, &picked.targets.unsqueeze(-1), false)
+            .squeeze_dim(-1);
+        let logprobs = picked.scatter(&lp);
+        Ok(PickedLogprobs { logprobs, logits })
+    }
+}
+
+/// The cells of a `[B, T - 1]` logprob grid a caller asks for, and where
+/// they lie in a `[B, T]` forward.
+pub(super) struct Picked {
+    /// Grid cells (`r * (T - 1) + c`), ascending.
+    pub cells: Tensor,
+    /// The hidden-state row of each (`r * T + c`).
+    pub rows: Tensor,
+    /// The token each predicts (`tokens[r, c + 1]`).
+    pub targets: Tensor,
+    /// The grid's shape.
+    grid: [i64; 2],
+}
+
+impl Picked {
+    /// The cells where `at` (`[B, T - 1]`) is positive, for `tokens` `[B, T]`.
+    pub fn of(at: &Tensor, tokens: &Tensor, b: i64, t: i64) -> Result<Self, ModelError> {
         let cols = t - 1;
         if at.size() != [b, cols] {
             return Err(ModelError::Input(format!(
@@ -40,9 +68,7 @@ impl Model {
                 [b, cols]
             )));
         }
-        let device = hidden.device();
-        // Grid cell `r * cols + c` is hidden row `r * t + c`, and predicts
-        // token `r * t + c + 1`.
+        let device = tokens.device();
         let cells = at
             .to_device(device)
             .reshape([b * cols])
@@ -50,20 +76,35 @@ impl Model {
             .nonzero()
             .squeeze_dim(1);
         let rows = cells.floor_divide_scalar(cols) * t + cells.remainder(cols);
-        let logits = self.head(&hidden.reshape([b * t, h]).index_select(0, &rows));
-        let targets = tokens
-            .to_device(device)
-            .reshape([b * t])
-            .index_select(0, &(rows + 1))
-            .unsqueeze(-1);
-        let picked = (logits.to_kind(Kind::Float) / temperature)
-            .log_softmax(-1, None)
-            .gather(1, &targets, false)
-            .squeeze_dim(-1);
-        let logprobs = Tensor::zeros([b * cols], (Kind::Float, device))
-            .index_put(&[Some(cells)], &picked, false)
-            .view([b, cols]);
-        Ok(PickedLogprobs { logprobs, logits })
+        let targets = tokens.reshape([b * t]).index_select(0, &(&rows + 1));
+        Ok(Self {
+            cells,
+            rows,
+            targets,
+            grid: [b, cols],
+        })
+    }
+
+    /// How many cells.
+    pub fn len(&self) -> i64 {
+        self.cells.size()[0]
+    }
+
+    /// `values` (`[N]`, one per cell) laid on the grid, 0 elsewhere; the
+    /// gradient flows back to `values`.
+    pub fn scatter(&self, values: &Tensor) -> Tensor {
+        let [b, cols] = self.grid;
+        Tensor::zeros([b * cols], (Kind::Float, values.device()))
+            .index_put(&[Some(&self.cells)], values, false)
+            .view([b, cols])
+    }
+
+    /// The grid's `[B, T - 1]` values at the cells: `[N]`.
+    pub fn gather(&self, grid: &Tensor) -> Tensor {
+        let [b, cols] = self.grid;
+        grid.to_device(self.cells.device())
+            .reshape([b * cols])
+            .index_select(0, &self.cells)
     }
 }
 

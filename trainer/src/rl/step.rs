@@ -359,6 +359,8 @@ fn score_logprobs(
     tch::no_grad(|| {
         for mb in &packing.micro_batches {
             let (tokens, mask) = padded_tokens(batch, mb, model.device());
+            // The head only on the response tokens (see `logprobs_at`).
+            let at = response_cells(batch, mb, model.device());
             let lp = if cfg.lean.logprob_chunk > 0 {
                 // Without a graph, checkpointing saves nothing: only the
                 // chunked head matters.
@@ -367,12 +369,10 @@ fn score_logprobs(
                     ..cfg.lean
                 };
                 with_bf16_autocast(autocast(model, cfg), || {
-                    model.lean_forward(&tokens, Some(&mask), cfg.temperature, lean, None)
+                    model.lean_forward(&tokens, Some(&mask), cfg.temperature, lean, &at, None)
                 })?
                 .logprobs
             } else {
-                // The head only on the response tokens (see `logprobs_at`).
-                let at = response_cells(batch, mb, model.device());
                 with_bf16_autocast(autocast(model, cfg), || {
                     model.logprobs_at(&tokens, Some(&mask), cfg.temperature, &at)
                 })?
@@ -685,7 +685,14 @@ fn lean_micro_batch(
     let bf16 = autocast(model, cfg);
     let entropy_at = cfg.entropy.then_some(&g.trainable);
     let fwd = with_bf16_autocast(bf16, || {
-        model.lean_forward(tokens, Some(mask), cfg.temperature, cfg.lean, entropy_at)
+        model.lean_forward(
+            tokens,
+            Some(mask),
+            cfg.temperature,
+            cfg.lean,
+            &g.trainable,
+            entropy_at,
+        )
     })?;
     let new = fwd.logprobs.detach().set_requires_grad(backward);
     let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());

@@ -463,29 +463,40 @@ fn tis_truncates_at_the_threshold() {
     );
 }
 
-/// Scoring (the head on response tokens alone, packed with padding) gives
-/// each response token the logprob of the sample's own full forward.
+/// Scoring (the head on response tokens alone, packed with padding, whole
+/// or in chunks) gives each response token the logprob of the sample's own
+/// full forward.
 #[test]
 fn scored_logprobs_match_a_forward_of_each_sample_alone() {
+    use agl_trainer::model::Lean;
     let model = test_model(26);
-    let mut batch = build_update(rollouts(), &BatchConfig::default())
-        .unwrap()
-        .batch;
-    let c = cfg();
-    score_old_logprobs(&model, &mut batch, &c).unwrap();
-    for s in &batch.samples {
-        let tokens = Tensor::from_slice(&s.tokens).view([1, -1]);
-        let full = token_logprobs(
-            &model.forward(&tokens, None).unwrap(),
-            &tokens,
-            c.temperature,
-        );
-        let n = (s.len() - s.prompt_len) as i64;
-        let want = Vec::<f32>::try_from(full.get(0).narrow(0, s.prompt_len as i64 - 1, n)).unwrap();
-        let got = s.old_logprobs.as_ref().unwrap();
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(&want) {
-            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+    for logprob_chunk in [0, 3] {
+        let mut batch = build_update(rollouts(), &BatchConfig::default())
+            .unwrap()
+            .batch;
+        let c = StepConfig {
+            lean: Lean {
+                checkpoint_layers: false,
+                logprob_chunk,
+            },
+            ..cfg()
+        };
+        score_old_logprobs(&model, &mut batch, &c).unwrap();
+        for s in &batch.samples {
+            let tokens = Tensor::from_slice(&s.tokens).view([1, -1]);
+            let full = token_logprobs(
+                &model.forward(&tokens, None).unwrap(),
+                &tokens,
+                c.temperature,
+            );
+            let n = (s.len() - s.prompt_len) as i64;
+            let want =
+                Vec::<f32>::try_from(full.get(0).narrow(0, s.prompt_len as i64 - 1, n)).unwrap();
+            let got = s.old_logprobs.as_ref().unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-5, "chunk {logprob_chunk}: {g} vs {w}");
+            }
         }
     }
 }
