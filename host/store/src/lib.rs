@@ -4,9 +4,11 @@
 //! Durability: WAL, and every write is acknowledged only after the
 //! transaction holding it has committed, so `kill -9` never loses an
 //! acknowledged write; [`Durability::Power`] adds an fsync per commit for
-//! power loss (`[store] durability`). Writes go through one writer thread
-//! that commits whatever has queued up as one transaction (group commit, see
-//! `writer.rs`), so a commit's cost is shared under load; the log is copied
+//! power loss (`[store] durability`). Writes go through one queue, and
+//! whoever holds the write connection commits whatever has queued up as one
+//! transaction (group commit, see `writer.rs`), so a commit's cost is shared
+//! under load: the writer thread, or a write that came alone and found the
+//! connection free, on its caller's thread; the log is copied
 //! into the database by a background checkpointer, never inside a commit
 //! (`checkpoint.rs`). Reads use separate
 //! read-only connections and never wait for the writer; what the proxy reads
@@ -76,7 +78,7 @@ struct Inner {
     /// Bumped after every committed change of a rollout's state (created,
     /// patched, retried, cancelled): what [`Store::changes`] watches.
     changes: tokio::sync::watch::Sender<u64>,
-    queue: writer::Queue,
+    writer: writer::Writer,
     readers: Mutex<Vec<Connection>>,
     gates: cache::Memo<String, RolloutGate>,
     engines: cache::Memo<(), Vec<Engine>>,
@@ -112,14 +114,14 @@ impl Store {
         let page_size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
         let limit_pages = i64::from(config.wal_limit_mib.get()) * 1024 * 1024 / page_size.max(1);
         conn.pragma_update(None, "wal_autocheckpoint", limit_pages)?;
-        let queue =
-            writer::spawn(conn, checkpoints).map_err(|e| StoreError::Commit(e.to_string()))?;
+        let writer = writer::spawn(conn, durability, checkpoints)
+            .map_err(|e| StoreError::Commit(e.to_string()))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 path,
                 system_retries: config.max_system_retries,
                 changes: tokio::sync::watch::Sender::new(0),
-                queue,
+                writer,
                 readers: Mutex::new(Vec::new()),
                 gates: Default::default(),
                 engines: Default::default(),
@@ -142,14 +144,15 @@ impl Store {
         self.inner.changes.send_modify(|n| *n += 1);
     }
 
-    /// Queues a write; resolves once it is committed (or has failed).
+    /// Commits a write (see [`writer::Writer::submit`]); resolves once it
+    /// is committed (or has failed).
     async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (job, rx) = writer::job(work);
-        self.inner.queue.send(job).map_err(|_| StoreError::Closed)?;
+        self.inner.writer.submit(job)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
