@@ -27,6 +27,9 @@ const MAX_BATCH: usize = 1024;
 /// committed by the writer thread, which costs less per job under load.
 const SPARSE_NS: u64 = 250_000;
 
+/// The writer thread's name.
+const WRITER_THREAD: &str = "agl-store-writer";
+
 /// `last_submit` before the first job.
 const NEVER: u64 = u64::MAX;
 
@@ -207,7 +210,7 @@ pub fn spawn(
     });
     let thread = shared.clone();
     std::thread::Builder::new()
-        .name("agl-store-writer".into())
+        .name(WRITER_THREAD.into())
         .spawn(move || run(&thread))?;
     Ok(Writer { shared })
 }
@@ -284,7 +287,7 @@ mod tests {
         w.submit(j).expect("submit");
         // Answered before `submit` returned, here.
         let ran_on = rx.try_recv().expect("answered").expect("ok");
-        assert_ne!(ran_on, "agl-store-writer");
+        assert_ne!(ran_on, WRITER_THREAD);
     }
 
     #[test]
@@ -293,7 +296,7 @@ mod tests {
         let (j, rx) = where_run();
         w.submit(j).expect("submit");
         let ran_on = rx.blocking_recv().expect("answered").expect("ok");
-        assert_eq!(ran_on, "agl-store-writer");
+        assert_eq!(ran_on, WRITER_THREAD);
     }
 
     #[test]
@@ -309,7 +312,7 @@ mod tests {
         drop(held);
         for rx in answers {
             let ran_on = rx.blocking_recv().expect("answered").expect("ok");
-            assert_eq!(ran_on, "agl-store-writer");
+            assert_eq!(ran_on, WRITER_THREAD);
         }
     }
 

@@ -50,8 +50,6 @@ pub struct LeanForward {
     picked: Picked,
     /// Their final hidden states `[N, H]`, detached.
     picked_hidden: Tensor,
-    /// The final hidden states' shape.
-    hidden_shape: Vec<i64>,
     /// Without checkpointing: the final hidden states with their graph.
     graph: Option<Tensor>,
     /// With checkpointing: each layer's input (detached) and the layers'
@@ -105,9 +103,8 @@ impl Model {
             let h = layers(self.embed(&tokens), &mut layer_inputs);
             (h.detach(), Some(h))
         };
-        let (b, h) = (hidden.size()[0], hidden.size()[2]);
-        let picked = Picked::of(at, &tokens, b, t)?;
-        let picked_hidden = hidden.reshape([b * t, h]).index_select(0, &picked.rows);
+        let picked = Picked::of(at, &tokens)?;
+        let picked_hidden = picked.select(&hidden);
         let entropy_at = entropy_at.map(|e| picked.gather(e));
         let n = picked.len();
         let chunk = match lean.logprob_chunk {
@@ -143,7 +140,6 @@ impl Model {
             chunk,
             picked,
             picked_hidden,
-            hidden_shape: hidden.size(),
             graph,
             layer_inputs,
             body,
@@ -183,14 +179,7 @@ impl Model {
             return Ok(()); // no cell, or nothing below the head is trainable
         }
         // dL/dh of every final hidden state: 0 off the picked rows.
-        let (b, t, h) = (
-            fwd.hidden_shape[0],
-            fwd.hidden_shape[1],
-            fwd.hidden_shape[2],
-        );
-        let mut g = Tensor::zeros([b * t, h], (picked_grad.kind(), picked_grad.device()))
-            .index_add(0, &fwd.picked.rows, &picked_grad)
-            .view([b, t, h]);
+        let mut g = fwd.picked.spread(&picked_grad);
         if let Some(graph) = fwd.graph {
             if graph.requires_grad() {
                 (graph * g).sum(Kind::Float).backward();

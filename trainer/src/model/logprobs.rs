@@ -29,12 +29,8 @@ impl Model {
         at: &Tensor,
     ) -> Result<PickedLogprobs, ModelError> {
         let hidden = self.hidden_states(tokens, attention_mask)?;
-        let [b, t, h] = hidden.size()[..] else {
-            return Err(ModelError::Input("hidden states are not [B, T, H]".into()));
-        };
-        let picked = Picked::of(at, &tokens.to_device(hidden.device()), b, t)?;
-        let hidden = hidden.reshape([b * t, h]).index_select(0, &picked.rows);
-        let logits = self.head(&hidden);
+        let picked = Picked::of(at, &tokens.to_device(hidden.device()))?;
+        let logits = self.head(&picked.select(&hidden));
         let lp = (logits.to_kind(Kind::Float) / temperature)
             .log_softmax(-1, None)
             .gather(1, &picked.targets.unsqueeze(-1), false)
@@ -53,13 +49,19 @@ pub(super) struct Picked {
     pub rows: Tensor,
     /// The token each predicts (`tokens[r, c + 1]`).
     pub targets: Tensor,
-    /// The grid's shape.
-    grid: [i64; 2],
+    /// The forward's `[B, T]`.
+    forward: [i64; 2],
 }
 
 impl Picked {
     /// The cells where `at` (`[B, T - 1]`) is positive, for `tokens` `[B, T]`.
-    pub fn of(at: &Tensor, tokens: &Tensor, b: i64, t: i64) -> Result<Self, ModelError> {
+    pub fn of(at: &Tensor, tokens: &Tensor) -> Result<Self, ModelError> {
+        let [b, t] = tokens.size()[..] else {
+            return Err(ModelError::Input(format!(
+                "tokens must be [B, T], got {:?}",
+                tokens.size()
+            )));
+        };
         let cols = t - 1;
         if at.size() != [b, cols] {
             return Err(ModelError::Input(format!(
@@ -81,7 +83,7 @@ impl Picked {
             cells,
             rows,
             targets,
-            grid: [b, cols],
+            forward: [b, t],
         })
     }
 
@@ -93,18 +95,33 @@ impl Picked {
     /// `values` (`[N]`, one per cell) laid on the grid, 0 elsewhere; the
     /// gradient flows back to `values`.
     pub fn scatter(&self, values: &Tensor) -> Tensor {
-        let [b, cols] = self.grid;
-        Tensor::zeros([b * cols], (Kind::Float, values.device()))
+        let [b, t] = self.forward;
+        Tensor::zeros([b * (t - 1)], (Kind::Float, values.device()))
             .index_put(&[Some(&self.cells)], values, false)
-            .view([b, cols])
+            .view([b, t - 1])
     }
 
     /// The grid's `[B, T - 1]` values at the cells: `[N]`.
     pub fn gather(&self, grid: &Tensor) -> Tensor {
-        let [b, cols] = self.grid;
+        let [b, t] = self.forward;
         grid.to_device(self.cells.device())
-            .reshape([b * cols])
+            .reshape([b * (t - 1)])
             .index_select(0, &self.cells)
+    }
+
+    /// The hidden states `[B, T, H]` of the cells' rows: `[N, H]`.
+    pub fn select(&self, hidden: &Tensor) -> Tensor {
+        let [b, t] = self.forward;
+        hidden.reshape([b * t, -1]).index_select(0, &self.rows)
+    }
+
+    /// [`Picked::select`]'s inverse: `rows` (`[N, H]`) laid into
+    /// `[B, T, H]`, 0 on the other rows.
+    pub fn spread(&self, rows: &Tensor) -> Tensor {
+        let ([b, t], h) = (self.forward, rows.size()[1]);
+        Tensor::zeros([b * t, h], (rows.kind(), rows.device()))
+            .index_add(0, &self.rows, rows)
+            .view([b, t, h])
     }
 }
 
