@@ -1,6 +1,7 @@
 //! Compiles the C++ shims against the libtorch torch-sys linked (the
 //! autocast dtype, `csrc/autocast.cpp`; oneDNN's linear with its backward,
-//! `csrc/onednn_linear.cpp`; the c10d process group,
+//! `csrc/onednn_linear.cpp`; the cache of large CPU blocks,
+//! `csrc/block_cache.cpp`; the c10d process group,
 //! `csrc/c10d*.cpp`, with its symbol check), points the trainer's own
 //! test/bench binaries at libtorch, and hands the libtorch lib dir on to
 //! dependents.
@@ -49,6 +50,9 @@ fn compile_shim(lib_dir: &Path) {
     torch_cpp(lib_dir)
         .file("csrc/onednn_linear.cpp")
         .compile("agl_onednn_linear");
+    torch_cpp(lib_dir)
+        .file("csrc/block_cache.cpp")
+        .compile("agl_block_cache");
 }
 
 /// A C++17 build against libtorch's headers, as torch-sys builds libtch.

@@ -356,6 +356,7 @@ fn score_logprobs(
     set: impl Fn(&mut TrainSample, Vec<f32>),
 ) -> Result<(), RlError> {
     let packing = pack(&lengths(batch), cfg.token_budget, cfg.micro_batch_overhead);
+    let _reuse = crate::memory::reuse_freed_blocks();
     tch::no_grad(|| {
         for mb in &packing.micro_batches {
             let (tokens, mask) = padded_tokens(batch, mb, model.device());
@@ -630,6 +631,8 @@ pub(crate) fn run_sums(
 ) -> Result<StepSums, RlError> {
     let device = model.device();
     let mut sums = StepSums::default();
+    // Each micro-batch's large tensors reuse the blocks the last one freed.
+    let _reuse = crate::memory::reuse_freed_blocks();
     // LoRA dropout only where gradients flow.
     model.set_lora_training(backward);
     let lean = cfg.lean != Lean::default();

@@ -237,8 +237,9 @@ pub struct TrainConfig {
     /// whole (0: all at once).
     pub logprob_chunk: usize,
     /// Return memory a step frees to the system (glibc: allocations of
-    /// 1 MiB and more get pages of their own), for a lower resident peak
-    /// at some speed.
+    /// 1 MiB and more get pages of their own) instead of keeping freed
+    /// tensor blocks for the next step, for a lower resident peak at some
+    /// speed.
     pub release_freed_memory: bool,
     /// ZeRO-1: each rank keeps the AdamW state of its share of the
     /// parameters and broadcasts their new values after each step.
