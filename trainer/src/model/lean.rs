@@ -241,7 +241,9 @@ impl Model {
 /// overflow): a buffer of its own, even when the logits are f32 already.
 fn shifted_logits(logits: &Tensor, temperature: f64) -> Tensor {
     let mut z = logits.detach().to_dtype(Kind::Float, false, true);
-    let _ = z.g_div_scalar_(temperature);
+    if temperature != 1.0 {
+        let _ = z.g_div_scalar_(temperature);
+    }
     let max = z.amax(-1, true);
     let _ = z.g_sub_(&max);
     z

@@ -31,7 +31,7 @@ impl Model {
         let hidden = self.hidden_states(tokens, attention_mask)?;
         let picked = Picked::of(at, &tokens.to_device(hidden.device()))?;
         let logits = self.head(&picked.select(&hidden));
-        let lp = (logits.to_kind(Kind::Float) / temperature)
+        let lp = at_temperature(&logits, temperature)
             .log_softmax(-1, None)
             .gather(1, &picked.targets.unsqueeze(-1), false)
             .squeeze_dim(-1);
@@ -125,6 +125,18 @@ impl Picked {
     }
 }
 
+/// `logits / temperature` in f32. At temperature 1 the division is left
+/// out: it changes no value, and on a head's `[N, V]` logits it costs a
+/// pass over them forward and another backward.
+pub fn at_temperature(logits: &Tensor, temperature: f64) -> Tensor {
+    let logits = logits.to_kind(Kind::Float);
+    if temperature == 1.0 {
+        logits
+    } else {
+        logits / temperature
+    }
+}
+
 /// Log-probabilities of each next token under `logits` (as returned by
 /// [`super::Model::forward`]): `out[b, t] = log_softmax(logits[b, t] /
 /// temperature)[tokens[b, t + 1]]`, shape `[B, T - 1]`, in f32.
@@ -135,7 +147,7 @@ impl Picked {
 /// are meaningless; mask them.
 pub fn token_logprobs(logits: &Tensor, tokens: &Tensor, temperature: f64) -> Tensor {
     let t = logits.size()[1];
-    let scaled = logits.narrow(1, 0, t - 1).to_kind(Kind::Float) / temperature;
+    let scaled = at_temperature(&logits.narrow(1, 0, t - 1), temperature);
     let targets = tokens
         .narrow(1, 1, t - 1)
         .to_device(logits.device())
@@ -144,4 +156,27 @@ pub fn token_logprobs(logits: &Tensor, tokens: &Tensor, temperature: f64) -> Ten
         .log_softmax(-1, None)
         .gather(2, &targets, false)
         .squeeze_dim(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::Device;
+
+    use super::*;
+
+    /// At temperature 1 the f32 logits are returned as they are (no pass
+    /// over them, no graph node); otherwise divided.
+    #[test]
+    fn temperature_one_leaves_the_logits_alone() {
+        let logits = Tensor::randn([3, 7], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let same = at_temperature(&logits, 1.0);
+        assert_eq!(same.data_ptr(), logits.data_ptr());
+        assert!(same.equal(&logits));
+        let hot = at_temperature(&logits, 0.5);
+        assert_ne!(hot.data_ptr(), logits.data_ptr());
+        assert!(hot.allclose(&(&logits * 2.0), 0.0, 0.0, false));
+        // bf16 logits come back in f32 at either temperature.
+        let half = logits.detach().to_kind(Kind::BFloat16);
+        assert_eq!(at_temperature(&half, 1.0).kind(), Kind::Float);
+    }
 }

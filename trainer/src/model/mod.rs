@@ -39,7 +39,7 @@ pub use adapter::AdapterLoad;
 pub use cache::{KvCache, SlotId};
 pub use config::{ModelConfig, ModelType, RopeScaling};
 pub use lean::{Lean, LeanForward};
-pub use logprobs::{PickedLogprobs, token_logprobs};
+pub use logprobs::{PickedLogprobs, at_temperature, token_logprobs};
 pub use lora::{LoraConfig, read_adapter};
 pub use weights::{DEFAULT_MAX_SHARD_BYTES, read_safetensors_folder};
 

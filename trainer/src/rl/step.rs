@@ -26,7 +26,7 @@ use super::batch::{TrainSample, UpdateBatch};
 use super::loss::{LossConfig, LossOutput, Mismatch, TokenInputs, token_loss};
 use super::pack::{MicroBatch, Packing, pack};
 use crate::autocast::with_bf16_autocast;
-use crate::model::{Lean, Model};
+use crate::model::{Lean, Model, at_temperature};
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepConfig {
@@ -776,7 +776,7 @@ fn run(
 
 /// Sum of the policy entropy over rows of logits (`[N, V]`).
 fn entropy_sum(logits: &Tensor, temperature: f64) -> Result<f64, RlError> {
-    let logp = (logits.detach().to_kind(Kind::Float) / temperature).log_softmax(-1, None);
+    let logp = at_temperature(&logits.detach(), temperature).log_softmax(-1, None);
     scalar(&-(logp.exp() * &logp))
 }
 
