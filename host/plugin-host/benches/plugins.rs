@@ -151,19 +151,19 @@ fn stats(mut samples: Vec<Duration>) -> Stats {
     }
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1e3)
-}
-
-const ROUNDS: usize = 400;
-const RUNS: usize = 7;
-
 /// One run's medians.
 struct Run {
     native: Stats,
     wasm: Stats,
     linking: Stats,
 }
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+const ROUNDS: usize = 400;
+const RUNS: usize = 7;
 /// Issue 35's limit on the wasm / native ratio.
 const LIMIT: f64 = 1.5;
 
@@ -202,7 +202,7 @@ fn main() -> anyhow::Result<()> {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(RUNS)
         .max(1);
-    let (runs_out, e2e, e2e_samples, instances) = runtime.block_on(async {
+    let (mut runs_out, e2e, e2e_samples, instances) = runtime.block_on(async {
         let cache = tempfile::tempdir()?;
         let host = PluginHost::new(HostConfig {
             cache_dir: Some(cache.path().to_path_buf()),
@@ -263,13 +263,9 @@ fn main() -> anyhow::Result<()> {
     })?;
 
     let ratio = |r: &Run| r.wasm.median.as_secs_f64() / r.native.median.as_secs_f64();
-    let mut order: Vec<usize> = (0..runs_out.len()).collect();
-    order.sort_by(|&a, &b| ratio(&runs_out[a]).total_cmp(&ratio(&runs_out[b])));
-    let middle = &runs_out[order[order.len() / 2]];
-    let (low, high) = (
-        ratio(&runs_out[order[0]]),
-        ratio(&runs_out[order[order.len() - 1]]),
-    );
+    runs_out.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
+    let middle = &runs_out[runs_out.len() / 2];
+    let (low, high) = (ratio(&runs_out[0]), ratio(&runs_out[runs_out.len() - 1]));
     println!(
         "rollout: {CALLS} calls, prompts {FIRST_PROMPT} -> {last_prompt} tokens, \
          {ids} prompt ids ({tails} in the prompts' tails), {:.1} MB request JSON (on demand); \
