@@ -87,16 +87,12 @@ async fn reported_context(st: &AppState, base_url: &str) -> Option<u64> {
     let url = format!("{base_url}/models");
     let asked = st
         .upstream
-        .client()
-        .get(&url)
-        .timeout(std::time::Duration::from_secs(5))
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status);
+        .get(&url, std::time::Duration::from_secs(5))
+        .await;
     let models: Value = match asked {
-        Ok(resp) => resp.json().await.ok()?,
-        Err(e) => {
-            tracing::info!(url, error = %e, "engine context length unknown");
+        Ok(body) => serde_json::from_slice(&body).ok()?,
+        Err(error) => {
+            tracing::info!(url, %error, "engine context length unknown");
             return None;
         }
     };

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
 use super::record::Tokens;
+use super::upstream::EngineResponse;
 use super::{error_response, record, record_body, stream};
 use crate::ApiError;
 use agl_wire::json;
@@ -81,7 +82,7 @@ impl Drop for Pending {
 /// What the engine sent back, before anything reached the client.
 enum Fetched {
     /// A successful stream, head only: `stream.rs` copies it on.
-    Stream(reqwest::Response),
+    Stream(EngineResponse),
     /// A whole body (or the error reading it).
     Whole(StatusCode, Result<Bytes, String>),
     /// No answer at all.
@@ -94,8 +95,7 @@ async fn fetch(call: &Call, url: &str, body: Bytes, streaming: bool) -> Fetched 
         Ok(resp) if resp.status().is_success() && streaming => Fetched::Stream(resp),
         Ok(resp) => {
             let status = resp.status();
-            let bytes = resp
-                .bytes()
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
                 .await
                 .map_err(|e| format!("reading the engine's response: {e}"));
             Fetched::Whole(status, bytes)

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
 use super::serving::Pushed;
+use super::upstream::EngineResponse;
 use crate::GatewayConfig;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::JsonText;
@@ -21,7 +22,7 @@ use agl_wire::rollout::JsonText;
 /// Chunks buffered between the upstream reader and the client.
 const CHANNEL: usize = 64;
 
-pub fn respond(call: Call, upstream: reqwest::Response) -> Response {
+pub fn respond(call: Call, upstream: EngineResponse) -> Response {
     let status = upstream.status();
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL);
     let note = DeliveryNote::new(call.st.retries.clone(), call.rollout_id.clone());
@@ -46,12 +47,12 @@ pub fn respond(call: Call, upstream: reqwest::Response) -> Response {
 /// the tokens produced until then.
 async fn pump(
     call: Call,
-    upstream: reqwest::Response,
+    upstream: EngineResponse,
     tx: mpsc::Sender<Result<Bytes, io::Error>>,
     note: DeliveryNote,
 ) {
     let upstream_status = Some(upstream.status().as_u16());
-    let mut chunks = upstream.bytes_stream();
+    let mut chunks = upstream.into_body().into_data_stream();
     let mut out = call.serving.stream(&call.rollout_id);
     let mut buf = Vec::new();
     let mut done = false;

@@ -8,15 +8,23 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::ServiceExt;
-
-use reqwest::StatusCode;
 
 use agl_store::Engine;
 
 /// Tries per call, the first included.
 const TRIES: u32 = 3;
 const BACKOFF_BASE: Duration = Duration::from_millis(50);
+
+/// How long a pooled engine connection may sit idle before it is closed.
+const POOL_IDLE: Duration = Duration::from_secs(90);
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -33,9 +41,18 @@ pub enum UpstreamError {
 /// Base URL scheme of engines served in-process (see `inference::embed`).
 pub const EMBEDDED: &str = "embedded://";
 
+/// An engine's answer: over HTTP or from an in-process engine's router.
+pub type EngineResponse = axum::http::Response<Body>;
+
+/// Engines speak plain HTTP/1 on a trusted network. hyper's pooled client,
+/// not a convenience client over it: a call is the hot path, and URL
+/// parsing (with IDNA), redirect handling and header defaults cost a tenth
+/// of the gateway's own work per call (benches/gateway.rs).
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
 #[derive(Clone)]
 pub struct Upstream {
-    client: reqwest::Client,
+    client: HttpClient,
     /// In-process engines by name: `embedded://NAME/...` is dispatched to
     /// `NAME`'s router under `/v1/...`, without an HTTP hop.
     embedded: Arc<RwLock<HashMap<String, Router>>>,
@@ -43,13 +60,14 @@ pub struct Upstream {
 
 impl Default for Upstream {
     fn default() -> Self {
-        // Engines speak plain HTTP/1 on a trusted network; keep connections
-        // pooled so a call costs no handshake.
-        let client = reqwest::Client::builder()
+        // Keep connections pooled so a call costs no handshake.
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(1024)
-            .tcp_nodelay(true)
-            .build()
-            .unwrap_or_default();
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
         Upstream {
             client,
             embedded: Arc::default(),
@@ -88,11 +106,6 @@ fn backoff(try_no: u32) -> Duration {
 }
 
 impl Upstream {
-    /// The pooled HTTP client (also what asks an engine about itself).
-    pub fn client(&self) -> &reqwest::Client {
-        &self.client
-    }
-
     /// Serves `embedded://{name}` with `router` (which routes `/v1/...`).
     pub fn register_embedded(&self, name: &str, router: Router) {
         if let Ok(mut map) = self.embedded.write() {
@@ -100,17 +113,39 @@ impl Upstream {
         }
     }
 
-    /// One try: over HTTP, or into an embedded engine's router.
-    async fn try_once(&self, url: &str, body: bytes::Bytes) -> Result<reqwest::Response, String> {
-        let Some(rest) = url.strip_prefix(EMBEDDED) else {
-            return self
-                .client
-                .post(url)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body)
-                .send()
+    /// One HTTP request to an engine (an `http://` URL).
+    async fn http(&self, method: Method, url: &str, body: Bytes) -> Result<EngineResponse, String> {
+        let request = Request::builder()
+            .method(method)
+            .uri(url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|e| format!("engine URL `{url}`: {e}"))?;
+        let response = self.client.request(request).await.map_err(|e| chain(&e))?;
+        Ok(response.map(Body::new))
+    }
+
+    /// GET `url` over HTTP, answered within `timeout` with a success
+    /// status; the body. (Asking an engine about itself.)
+    pub async fn get(&self, url: &str, timeout: Duration) -> Result<Bytes, String> {
+        let asked = async {
+            let response = self.http(Method::GET, url, Bytes::new()).await?;
+            if !response.status().is_success() {
+                return Err(format!("HTTP {}", response.status()));
+            }
+            axum::body::to_bytes(response.into_body(), usize::MAX)
                 .await
-                .map_err(|e| e.to_string());
+                .map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(timeout, asked)
+            .await
+            .map_err(|_| format!("no answer within {timeout:?}"))?
+    }
+
+    /// One try: over HTTP, or into an embedded engine's router.
+    async fn try_once(&self, url: &str, body: Bytes) -> Result<EngineResponse, String> {
+        let Some(rest) = url.strip_prefix(EMBEDDED) else {
+            return self.http(Method::POST, url, body).await;
         };
         let (name, path) = rest.split_once('/').unwrap_or((rest, ""));
         let router = self
@@ -119,16 +154,12 @@ impl Upstream {
             .ok()
             .and_then(|m| m.get(name).cloned())
             .ok_or_else(|| format!("no embedded engine `{name}` in this process"))?;
-        let request = axum::http::Request::post(format!("/v1/{path}"))
-            .header(axum::http::header::CONTENT_TYPE, "application/json")
-            .body(axum::body::Body::from(body))
+        let request = Request::post(format!("/v1/{path}"))
+            .header(CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
             .map_err(|e| e.to_string())?;
         let Ok(response) = router.oneshot(request).await;
-        let (parts, body) = response.into_parts();
-        let body = reqwest::Body::wrap_stream(body.into_data_stream());
-        Ok(reqwest::Response::from(axum::http::Response::from_parts(
-            parts, body,
-        )))
+        Ok(response)
     }
 
     /// POSTs `body` to `url` until the engine answers with something other
@@ -138,8 +169,8 @@ impl Upstream {
         &self,
         engine: &Engine,
         url: &str,
-        body: bytes::Bytes,
-    ) -> Result<reqwest::Response, UpstreamError> {
+        body: Bytes,
+    ) -> Result<EngineResponse, UpstreamError> {
         let mut message = String::new();
         for try_no in 0..TRIES {
             if try_no > 0 {
@@ -158,6 +189,19 @@ impl Upstream {
             message,
         })
     }
+}
+
+/// An error and its causes, one line: hyper's own says only "client
+/// error (Connect)"; the cause says what failed ("Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
 }
 
 #[cfg(test)]
