@@ -20,6 +20,8 @@ pub enum StoreError {
         "store schema version {found} is newer than this agl supports ({supported}); upgrade agl"
     )]
     SchemaTooNew { found: i64, supported: i64 },
+    #[error("migrating to schema {version} would leave {violations} foreign key(s) broken")]
+    MigrationBroke { version: i64, violations: i64 },
     #[error("rollout `{0}` not found")]
     RolloutNotFound(String),
     #[error("event {0} not found")]

@@ -84,6 +84,27 @@ ALTER TABLE engines ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'
 ALTER TABLE engines ADD COLUMN policy TEXT;
 ALTER TABLE engines ADD COLUMN context_len INTEGER CHECK (context_len > 0);
 "#,
+    // `events.seq` without AUTOINCREMENT: that kept the last seq in
+    // `sqlite_sequence`, one more page written to the log by every commit
+    // (a quarter of a proxied call's log writes). Events are never deleted,
+    // so the rowid SQLite picks (the largest + 1) already never repeats.
+    r#"
+CREATE TABLE events_next (
+    seq           INTEGER PRIMARY KEY,
+    rollout_id    TEXT NOT NULL,
+    attempt       INTEGER NOT NULL,
+    kind          TEXT NOT NULL,
+    payload       TEXT NOT NULL,
+    created_ms    INTEGER NOT NULL,
+    superseded_by INTEGER REFERENCES events (seq),
+    FOREIGN KEY (rollout_id, attempt) REFERENCES attempts (rollout_id, attempt)
+);
+INSERT INTO events_next (seq, rollout_id, attempt, kind, payload, created_ms, superseded_by)
+    SELECT seq, rollout_id, attempt, kind, payload, created_ms, superseded_by FROM events;
+DROP TABLE events;
+ALTER TABLE events_next RENAME TO events;
+CREATE INDEX events_by_rollout ON events (rollout_id, seq);
+"#,
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -156,9 +177,9 @@ pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, St
         Durability::Power => "FULL",
     };
     conn.pragma_update(None, "synchronous", synchronous)?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
     // Room for every write statement plus the batch's transaction control.
     conn.set_prepared_statement_cache_capacity(64);
+    // Also turns foreign keys on, once the schema is current.
     migrate(&mut conn)?;
     Ok(conn)
 }
@@ -179,6 +200,17 @@ pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    // A table rebuild (SQLite's twelve steps for what ALTER TABLE cannot
+    // do) needs foreign keys off while the old table is dropped, and a
+    // transaction cannot turn them off: off around it, checked before the
+    // commit, on again after.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let migrated = migrate_steps(conn);
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    migrated
+}
+
+fn migrate_steps(conn: &mut Connection) -> Result<(), StoreError> {
     // IMMEDIATE: two processes opening the same old file cannot both migrate.
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let found: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -188,10 +220,49 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             supported: SCHEMA_VERSION,
         });
     }
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
     for step in &MIGRATIONS[found.max(0) as usize..] {
         tx.execute_batch(step)?;
+    }
+    let violations: i64 =
+        tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })?;
+    if violations > 0 {
+        return Err(StoreError::MigrationBroke {
+            version: SCHEMA_VERSION,
+            violations,
+        });
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Migrating turns foreign keys off around its transaction; the writer
+    /// it hands back enforces them, whether it migrated or not.
+    #[test]
+    fn the_writer_enforces_foreign_keys_after_migrating() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agl.db");
+        for _fresh_then_current in 0..2 {
+            let conn = open_writer(&path, Durability::Process).expect("open");
+            let on: i64 = conn
+                .pragma_query_value(None, "foreign_keys", |r| r.get(0))
+                .expect("pragma");
+            assert_eq!(on, 1);
+            let orphan = conn.execute(
+                "INSERT INTO events (rollout_id, attempt, kind, payload, created_ms)
+                 VALUES ('nobody', 1, 'log', '{}', 0)",
+                [],
+            );
+            assert!(orphan.is_err(), "an event of no attempt is refused");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use agl_store::{Mode, NewRollout, RolloutFilter, SCHEMA_VERSION, Store, StoreError};
+use agl_store::{Mode, NewRollout, RolloutFilter, Store, StoreError};
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::FailureKind;
 use agl_wire::rollout::{JsonText, Rollout, RolloutStatus};
@@ -589,33 +589,6 @@ async fn engines_and_weight_versions() {
 }
 
 #[tokio::test]
-async fn migrates_empty_file_reopens_and_rejects_newer_schema() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("agl.db");
-    std::fs::write(&path, b"").expect("empty file");
-    {
-        let store = Store::open(&path).expect("migrate empty file");
-        one(&store, "kept").await;
-    }
-    let store = Store::open(&path).expect("reopen");
-    assert_eq!(store.get_rollout("kept").await.expect("get").id, "kept");
-    drop(store);
-
-    let conn = rusqlite::Connection::open(&path).expect("raw open");
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .expect("version");
-    assert_eq!(version, SCHEMA_VERSION);
-    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
-        .expect("bump");
-    drop(conn);
-    assert!(matches!(
-        Store::open(&path),
-        Err(StoreError::SchemaTooNew { .. })
-    ));
-}
-
-#[tokio::test]
 async fn a_failure_names_its_kind() {
     let (_d, store) = open();
     one(&store, "r").await;
@@ -715,50 +688,6 @@ async fn rollout_changes_wake_watchers() {
     changes.borrow_and_update();
     store.cancel("w").await.expect("cancel");
     assert!(changes.has_changed().expect("open"), "a cancel wakes");
-}
-
-/// A store written before failure kinds were a column (schema 1, kind as a
-/// `system: ` reason prefix) reads back with the kind in the column.
-#[tokio::test]
-async fn schema_1_failures_migrate_to_a_failure_kind() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("agl.db");
-    {
-        let store = Store::open(&path).expect("open");
-        for id in ["sys", "agent"] {
-            one(&store, id).await;
-            store
-                .set_status(id, &StatusPatch::to(1, RolloutStatus::Running))
-                .await
-                .expect("running");
-            store
-                .set_status(id, &StatusPatch::failed(1, FailureKind::Agent, "x"))
-                .await
-                .expect("failed");
-        }
-    }
-    let conn = rusqlite::Connection::open(&path).expect("raw open");
-    conn.execute_batch(
-        "UPDATE rollouts SET reason = 'system: timed out after 1s' WHERE id = 'sys';
-         UPDATE attempts SET reason = 'system: timed out after 1s' WHERE rollout_id = 'sys';
-         UPDATE rollouts SET reason = 'exit code 1' WHERE id = 'agent';
-         ALTER TABLE rollouts DROP COLUMN failure;
-         ALTER TABLE attempts DROP COLUMN failure;
-         ALTER TABLE engines DROP COLUMN render;
-         ALTER TABLE engines DROP COLUMN api;
-         ALTER TABLE engines DROP COLUMN policy;
-         ALTER TABLE engines DROP COLUMN context_len;
-         PRAGMA user_version = 1;",
-    )
-    .expect("rewind to schema 1");
-    drop(conn);
-    let store = Store::open(&path).expect("migrate");
-    let sys = store.get_rollout("sys").await.expect("get");
-    assert_eq!(sys.failure, Some(FailureKind::System));
-    assert_eq!(sys.reason.as_deref(), Some("timed out after 1s"));
-    let agent = store.get_rollout("agent").await.expect("get");
-    assert_eq!(agent.failure, Some(FailureKind::Agent));
-    assert_eq!(agent.reason.as_deref(), Some("exit code 1"));
 }
 
 const KILL_DB_ENV: &str = "AGL_STORE_KILL_TEST_DB";
