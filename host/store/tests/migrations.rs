@@ -170,26 +170,14 @@ async fn schema_5_events_keep_their_seqs_without_autoincrement() {
         )
         .expect("events table");
     assert!(!sql.to_uppercase().contains("AUTOINCREMENT"), "{sql}");
-    let sequences: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_sequence WHERE name = 'events'",
-            [],
-            |r| r.get(0),
-        )
-        .expect("sqlite_sequence");
-    assert_eq!(sequences, 0);
-    let broken: i64 = conn
-        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
-            r.get(0)
-        })
-        .expect("foreign key check");
-    assert_eq!(broken, 0);
-    let index: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'events_by_rollout'",
-            [],
-            |r| r.get(0),
-        )
-        .expect("index");
-    assert_eq!(index, 1);
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    assert_eq!(
+        count("SELECT count(*) FROM sqlite_sequence WHERE name = 'events'"),
+        0
+    );
+    assert_eq!(count("SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    assert_eq!(
+        count("SELECT count(*) FROM sqlite_master WHERE name = 'events_by_rollout'"),
+        1
+    );
 }
