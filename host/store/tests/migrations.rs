@@ -20,6 +20,11 @@ fn text(v: serde_json::Value) -> JsonText {
     v.into()
 }
 
+/// The one integer `sql` selects.
+fn number(conn: &rusqlite::Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).expect(sql)
+}
+
 #[tokio::test]
 async fn migrates_empty_file_reopens_and_rejects_newer_schema() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -142,13 +147,10 @@ async fn schema_5_events_keep_their_seqs_without_autoincrement() {
 
     let conn = rusqlite::Connection::open(&path).expect("raw open");
     conn.execute_batch(REWIND_TO_SCHEMA_5).expect("rewind");
-    let kept: i64 = conn
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
-            [],
-            |r| r.get(0),
-        )
-        .expect("schema 5 keeps the last seq in sqlite_sequence");
+    let kept = number(
+        &conn,
+        "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
+    );
     assert_eq!(kept as u64, before[2].seq);
     drop(conn);
 
@@ -170,14 +172,22 @@ async fn schema_5_events_keep_their_seqs_without_autoincrement() {
         )
         .expect("events table");
     assert!(!sql.to_uppercase().contains("AUTOINCREMENT"), "{sql}");
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).expect(sql) };
     assert_eq!(
-        count("SELECT count(*) FROM sqlite_sequence WHERE name = 'events'"),
+        number(
+            &conn,
+            "SELECT count(*) FROM sqlite_sequence WHERE name = 'events'"
+        ),
         0
     );
-    assert_eq!(count("SELECT count(*) FROM pragma_foreign_key_check"), 0);
     assert_eq!(
-        count("SELECT count(*) FROM sqlite_master WHERE name = 'events_by_rollout'"),
+        number(&conn, "SELECT count(*) FROM pragma_foreign_key_check"),
+        0
+    );
+    assert_eq!(
+        number(
+            &conn,
+            "SELECT count(*) FROM sqlite_master WHERE name = 'events_by_rollout'"
+        ),
         1
     );
 }
