@@ -238,6 +238,11 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<
     let exec = |sql: &str| conn.prepare_cached(sql)?.execute([]).map(|_| ());
     exec("BEGIN IMMEDIATE")?;
     let result = (|| {
+        if let [job] = batch {
+            // Alone in its transaction, which is then its savepoint (two
+            // statements fewer for a call committed on its own thread).
+            return exec(if job.run(conn) { "COMMIT" } else { "ROLLBACK" });
+        }
         for job in batch.iter_mut() {
             exec("SAVEPOINT req")?;
             if !job.run(conn) {
@@ -367,32 +372,45 @@ mod tests {
             .expect("rows")
     }
 
+    /// A job that inserts engine `name`, then fails if `fail`, so only a
+    /// rollback can undo its insert.
+    fn insert_engine(
+        name: &'static str,
+        fail: bool,
+    ) -> (
+        Box<dyn Job>,
+        oneshot::Receiver<Result<&'static str, StoreError>>,
+    ) {
+        job(move |c: &Connection| {
+            c.execute(
+                "INSERT INTO engines (name, base_url, model, created_ms) VALUES (?1, 'http://x', 'm', 0)",
+                [name],
+            )?;
+            if fail {
+                return Err(StoreError::EngineNotFound(name.into()));
+            }
+            Ok(name)
+        })
+    }
+
+    /// Runs `batch` as the writer does and answers each job.
+    fn commit(conn: &Connection, mut batch: Vec<Box<dyn Job>>) {
+        let commit = run_batch(conn, &mut batch).map_err(|e| e.to_string());
+        assert!(commit.is_ok(), "{commit:?}");
+        for j in batch {
+            j.finish(commit.clone());
+        }
+        assert!(conn.is_autocommit(), "batch transaction closed");
+    }
+
     #[test]
     fn a_failed_job_rolls_back_alone_within_its_batch() {
         let dir = tempfile::tempdir().expect("tempdir");
         let conn = open_writer(&dir.path().join("agl.db"), Default::default()).expect("open");
-        let insert = |name: &'static str, fail: bool| {
-            job(move |c: &Connection| {
-                c.execute(
-                    "INSERT INTO engines (name, base_url, model, created_ms) VALUES (?1, 'http://x', 'm', 0)",
-                    [name],
-                )?;
-                // Fails after writing, so only the savepoint can undo it.
-                if fail {
-                    return Err(StoreError::EngineNotFound(name.into()));
-                }
-                Ok(name)
-            })
-        };
-        let (a, mut ra) = insert("a", false);
-        let (b, mut rb) = insert("b", true);
-        let (c, mut rc) = insert("c", false);
-        let mut batch = vec![a, b, c];
-        let commit = run_batch(&conn, &mut batch).map_err(|e| e.to_string());
-        assert!(commit.is_ok());
-        for j in batch {
-            j.finish(commit.clone());
-        }
+        let (a, mut ra) = insert_engine("a", false);
+        let (b, mut rb) = insert_engine("b", true);
+        let (c, mut rc) = insert_engine("c", false);
+        commit(&conn, vec![a, b, c]);
         assert_eq!(ra.try_recv().expect("answered").expect("a ok"), "a");
         assert!(matches!(
             rb.try_recv().expect("answered"),
@@ -400,8 +418,23 @@ mod tests {
         ));
         assert_eq!(rc.try_recv().expect("answered").expect("c ok"), "c");
         assert_eq!(engine_names(&conn), vec!["a", "c"]);
-        let in_tx: bool = !conn.is_autocommit();
-        assert!(!in_tx, "batch transaction closed");
+    }
+
+    #[test]
+    fn a_failed_job_alone_in_its_batch_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conn = open_writer(&dir.path().join("agl.db"), Default::default()).expect("open");
+        let (a, mut ra) = insert_engine("a", true);
+        commit(&conn, vec![a]);
+        assert!(matches!(
+            ra.try_recv().expect("answered"),
+            Err(StoreError::EngineNotFound(_))
+        ));
+        assert!(engine_names(&conn).is_empty());
+        let (b, mut rb) = insert_engine("b", false);
+        commit(&conn, vec![b]);
+        assert_eq!(rb.try_recv().expect("answered").expect("b ok"), "b");
+        assert_eq!(engine_names(&conn), vec!["b"]);
     }
 
     #[test]

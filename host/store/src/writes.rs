@@ -159,32 +159,56 @@ pub fn append_event(
     kind: &str,
     payload: &JsonText,
 ) -> Result<u64, StoreError> {
-    let known: Option<u32> = conn
+    // The attempt's row is the foreign key's parent, and a rollout has one
+    // for each attempt it has had: a violation is an unknown rollout or an
+    // attempt it never had, told apart only then (the proxy appends on
+    // every call, and the check costs a lookup).
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO events (rollout_id, attempt, kind, payload, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            rollout_id,
+            attempt,
+            kind,
+            payload.as_str(),
+            now_ms()
+        ]);
+    match inserted {
+        Ok(_) => Ok(conn.last_insert_rowid() as u64),
+        Err(e) if is_foreign_key_violation(&e) => Err(unknown_attempt(conn, rollout_id, attempt)?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn is_foreign_key_violation(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY
+    )
+}
+
+/// Why `attempt` of `rollout_id` has no row: the rollout is unknown, or
+/// the attempt is not one it has had.
+fn unknown_attempt(
+    conn: &Connection,
+    rollout_id: &str,
+    attempt: u32,
+) -> Result<StoreError, StoreError> {
+    let current: Option<u32> = conn
         .prepare_cached("SELECT attempt FROM rollouts WHERE id = ?1")?
         .query_row(params![rollout_id], |r| r.get(0))
         .optional()?;
-    let Some(current) = known else {
-        return Err(StoreError::RolloutNotFound(rollout_id.to_string()));
-    };
-    if attempt == 0 || attempt > current {
-        return Err(StoreError::StaleAttempt {
+    Ok(match current {
+        None => StoreError::RolloutNotFound(rollout_id.to_string()),
+        Some(current) => StoreError::StaleAttempt {
             id: rollout_id.to_string(),
             given: attempt,
             current,
-        });
-    }
-    conn.prepare_cached(
-        "INSERT INTO events (rollout_id, attempt, kind, payload, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
-        rollout_id,
-        attempt,
-        kind,
-        payload.as_str(),
-        now_ms()
-    ])?;
-    Ok(conn.last_insert_rowid() as u64)
+        },
+    })
 }
 
 /// Marks model_request event `old` as replaced by the client's retry `new`.
