@@ -1,7 +1,8 @@
 //! Compiles the C++ shims against the libtorch torch-sys linked (the
 //! autocast dtype, `csrc/autocast.cpp`; oneDNN's linear with its backward,
 //! `csrc/onednn_linear.cpp`; the cache of large CPU blocks,
-//! `csrc/block_cache.cpp`; the c10d process group,
+//! `csrc/block_cache.cpp`; the fused elementwise ops, `csrc/fused.cpp` and
+//! `csrc/fused_kernels.cpp`; the c10d process group,
 //! `csrc/c10d*.cpp`, with its symbol check), points the trainer's own
 //! test/bench binaries at libtorch, and hands the libtorch lib dir on to
 //! dependents.
@@ -30,6 +31,7 @@ fn main() {
     };
     let dir = PathBuf::from(dir);
     compile_shim(&dir);
+    compile_fused(&dir);
     compile_c10d(&dir);
     let dir = dir.display();
     println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
@@ -53,6 +55,47 @@ fn compile_shim(lib_dir: &Path) {
     torch_cpp(lib_dir)
         .file("csrc/block_cache.cpp")
         .compile("agl_block_cache");
+}
+
+/// The fused elementwise ops (`csrc/fused.cpp`, their loops in
+/// `csrc/fused_kernels.cpp`). On x86-64 the loops are built for AVX2 and FMA
+/// as ATen builds its own AVX2 kernels (`CPU_CAPABILITY`), and run only
+/// behind the CPU check in `fused_kernels.h`; elsewhere ATen's portable
+/// vectors. Their threads are OpenMP's, as libtorch's: they link the
+/// libgomp next to libtorch (the wheel's), the runtime libtorch itself uses.
+fn compile_fused(lib_dir: &Path) {
+    let mut kernels = torch_cpp(lib_dir);
+    kernels
+        .file("csrc/fused_kernels.cpp")
+        .flag("-fopenmp")
+        .opt_level(3);
+    if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64") {
+        kernels
+            .flag("-mavx2")
+            .flag("-mfma")
+            .define("CPU_CAPABILITY", "AVX2")
+            .define("CPU_CAPABILITY_AVX2", None);
+    } else {
+        kernels.define("CPU_CAPABILITY", "DEFAULT");
+    }
+    let objects = kernels.compile_intermediates();
+    let mut build = torch_cpp(lib_dir);
+    build.file("csrc/fused.cpp");
+    for o in objects {
+        build.object(o);
+    }
+    build.compile("agl_fused");
+    println!("cargo:rustc-link-lib=dylib:+verbatim={}", gomp(lib_dir));
+}
+
+/// The OpenMP runtime libtorch links: `libgomp.so.1` in a torch wheel,
+/// `libgomp-<hash>.so.1` in a libtorch download; the system's otherwise.
+fn gomp(lib_dir: &Path) -> String {
+    let bundled = std::fs::read_dir(lib_dir).into_iter().flatten().flatten();
+    bundled
+        .filter_map(|e| e.file_name().into_string().ok())
+        .find(|n| n.starts_with("libgomp") && n.contains(".so"))
+        .unwrap_or_else(|| "libgomp.so.1".to_owned())
 }
 
 /// A C++17 build against libtorch's headers, as torch-sys builds libtch.

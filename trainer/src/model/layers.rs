@@ -6,7 +6,7 @@ use tch::{Kind, Tensor};
 
 use super::config::ModelConfig;
 use super::lora::LoraPair;
-use super::{decode_matmul, onednn_linear};
+use super::{decode_matmul, fused, onednn_linear};
 
 /// How a forward runs: with autograd (training, scoring), or as an engine
 /// step under `no_grad`, which may take kernels that build no graph.
@@ -99,7 +99,7 @@ impl Linear {
 }
 
 /// RMSNorm computed in f32 and cast back before the weight, like
-/// transformers' `LlamaRMSNorm`.
+/// transformers' `LlamaRMSNorm`; f32 on the CPU as one fused op.
 #[derive(Debug)]
 pub struct RmsNorm {
     weight: Tensor,
@@ -120,6 +120,9 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        if let Some(y) = fused::rms_norm(x, &self.weight, self.eps) {
+            return y;
+        }
         let kind = x.kind();
         let x32 = x.to_kind(Kind::Float);
         let variance = x32.square().mean_dim(-1, true, Kind::Float);
@@ -128,7 +131,7 @@ impl RmsNorm {
     }
 }
 
-/// `down(silu(gate(x)) * up(x))`.
+/// `down(silu(gate(x)) * up(x))`, the product fused for f32 on the CPU.
 #[derive(Debug)]
 pub struct Mlp {
     gate_proj: Linear,
@@ -151,7 +154,8 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Tensor, pass: Pass) -> Tensor {
-        let hidden = self.gate_proj.run(x, pass).silu() * self.up_proj.run(x, pass);
+        let (gate, up) = (self.gate_proj.run(x, pass), self.up_proj.run(x, pass));
+        let hidden = fused::swiglu(&gate, &up).unwrap_or_else(|| gate.silu() * up);
         self.down_proj.run(&hidden, pass)
     }
 

@@ -2,7 +2,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::{Model, ModelError};
+use super::{Model, ModelError, fused};
 
 /// [`Model::logprobs_at`]'s result.
 pub struct PickedLogprobs {
@@ -20,7 +20,8 @@ impl Model {
     /// LM head and the log-softmax run on those rows alone. A training
     /// step's loss has weight only on response tokens, so the head (often
     /// the step's largest matmuls, vocabulary-wide) skips the prompts and
-    /// the padding; the values where asked are the full forward's.
+    /// the padding; the values where asked are the full forward's. f32
+    /// logits on the CPU take one fused op ([`fused::token_logprobs`]).
     pub fn logprobs_at(
         &self,
         tokens: &Tensor,
@@ -31,10 +32,13 @@ impl Model {
         let hidden = self.hidden_states(tokens, attention_mask)?;
         let picked = Picked::of(at, &tokens.to_device(hidden.device()))?;
         let logits = self.head(&picked.select(&hidden));
-        let lp = at_temperature(&logits, temperature)
-            .log_softmax(-1, None)
-            .gather(1, &picked.targets.unsqueeze(-1), false)
-            .squeeze_dim(-1);
+        let lp =
+            fused::token_logprobs(&logits, &picked.targets, temperature).unwrap_or_else(|| {
+                at_temperature(&logits, temperature)
+                    .log_softmax(-1, None)
+                    .gather(1, &picked.targets.unsqueeze(-1), false)
+                    .squeeze_dim(-1)
+            });
         let logprobs = picked.scatter(&lp);
         Ok(PickedLogprobs { logprobs, logits })
     }

@@ -17,6 +17,7 @@ mod cache;
 mod config;
 mod decode_matmul;
 mod decode_step;
+mod fused;
 mod layers;
 mod lean;
 mod logprobs;

@@ -388,12 +388,17 @@ fn same_gradient_for_every_packing(model: &Model, batch: &UpdateBatch, c: &StepC
     let corrected = results[0].0.corrected_fraction;
     assert!(corrected > 0.0 && corrected < 1.0, "{corrected}");
     for (stats, g) in &results[1..] {
-        let (diff, _) = max_grad_diff(g, &results[0].1);
+        let (diff, scale) = max_grad_diff(g, &results[0].1);
         println!(
-            "{:?}, packing: {} micro-batches, grad diff {diff:.2e}",
+            "{:?}, packing: {} micro-batches, grad diff {diff:.2e} of {scale:.2e}",
             c.loss.correction, stats.micro_batches
         );
-        assert!(diff < 1e-6, "{diff}");
+        // A row's values do not depend on its micro-batch, but the weight
+        // gradients sum rows in f32 in an order that does (MKL blocks a
+        // product by its rows; micro-batches add into `.grad`): they agree
+        // to a few ulps of the largest, where a packing bug (a sample
+        // weighed twice, a micro-batch's normaliser) moves them by percents.
+        assert!(diff < 2e-6 * scale, "{diff} of {scale}");
         assert!((stats.loss - results[0].0.loss).abs() < 1e-6);
         assert_eq!(stats.trainable_tokens, results[0].0.trainable_tokens);
         assert_eq!(stats.corrected_fraction, results[0].0.corrected_fraction);
