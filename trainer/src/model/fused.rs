@@ -15,9 +15,11 @@
 //! path for anything else: other dtypes or devices, or a CPU without AVX2
 //! and FMA on x86-64 (each function then returns `None`).
 
-use std::ffi::{CStr, c_char};
+use std::ffi::c_char;
 
 use tch::{Device, Kind, Tensor};
+
+use super::shim;
 
 unsafe extern "C" {
     fn agl_fused_supported() -> bool;
@@ -50,7 +52,7 @@ pub fn token_logprobs(logits: &Tensor, targets: &Tensor, temperature: f64) -> Op
     if !(eligible(&[logits]) && temperature > 0.0 && targets.device() == Device::Cpu) {
         return None;
     }
-    // SAFETY: both tensors are live for the call (see `call`).
+    // SAFETY: both tensors are live for the call; see `shim`.
     call("token logprobs", |err, len| unsafe {
         agl_fused_token_logprobs(
             logits.as_ptr(),
@@ -67,7 +69,7 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Option<Tensor> {
     if !eligible(&[gate, up]) || gate.size() != up.size() {
         return None;
     }
-    // SAFETY: both tensors are live for the call (see `call`).
+    // SAFETY: both tensors are live for the call; see `shim`.
     call("SwiGLU", |err, len| unsafe {
         agl_fused_swiglu(gate.as_ptr(), up.as_ptr(), err, len)
     })
@@ -82,7 +84,7 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Option<Tensor> {
     {
         return None;
     }
-    // SAFETY: both tensors are live for the call (see `call`).
+    // SAFETY: both tensors are live for the call; see `shim`.
     call("RMSNorm", |err, len| unsafe {
         agl_fused_rms_norm(x.as_ptr(), weight.as_ptr(), eps, err, len)
     })
@@ -99,19 +101,11 @@ fn eligible(tensors: &[&Tensor]) -> bool {
 /// reports an error, so the caller takes libtorch's path.
 fn call(
     op: &str,
-    f: impl FnOnce(*mut c_char, usize) -> *mut torch_sys::C_tensor,
+    entry: impl FnOnce(*mut c_char, usize) -> *mut torch_sys::C_tensor,
 ) -> Option<Tensor> {
-    let mut err = [0 as c_char; 512];
-    let y = f(err.as_mut_ptr(), err.len());
-    if y.is_null() {
-        // SAFETY: the shim wrote a NUL-terminated string into `err`.
-        let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-        tracing::warn!(error = %msg, "fused {op} failed; using libtorch's ops");
-        return None;
-    }
-    // SAFETY: the shim returns a tensor it allocated with `new`, which tch's
-    // `Tensor` owns and frees.
-    Some(unsafe { Tensor::from_ptr(y) })
+    shim::tensor_or_message(entry)
+        .inspect_err(|msg| tracing::warn!(error = %msg, "fused {op} failed; using libtorch's ops"))
+        .ok()
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod logprobs;
 mod lora;
 mod onednn_linear;
 mod rope;
+mod shim;
 mod weight_file;
 mod weights;
 

@@ -16,10 +16,12 @@
 //! Graviton3; on AVX2 alone MKL's kernels are what it would run anyway),
 //! found out once by a 1x1 product rather than by an error per call.
 
-use std::ffi::{CStr, c_char};
+use std::ffi::c_char;
 use std::sync::OnceLock;
 
 use tch::{Device, Kind, Tensor};
+
+use super::shim;
 
 unsafe extern "C" {
     fn agl_onednn_linear(
@@ -64,19 +66,10 @@ fn available() -> bool {
 
 /// The shim's product, or its error message.
 fn product(x: &Tensor, weight: &Tensor) -> Result<Tensor, String> {
-    let mut err = [0 as c_char; 512];
-    // SAFETY: both pointers are live tensors borrowed for the call; the shim
-    // returns a tensor it allocated with `new` (which tch's `Tensor` owns
-    // and frees) or null with a NUL-terminated message in `err`.
-    let y = unsafe { agl_onednn_linear(x.as_ptr(), weight.as_ptr(), err.as_mut_ptr(), err.len()) };
-    if y.is_null() {
-        // SAFETY: the shim wrote a NUL-terminated string into `err`.
-        return Err(unsafe { CStr::from_ptr(err.as_ptr()) }
-            .to_string_lossy()
-            .into_owned());
-    }
-    // SAFETY: a fresh, owned tensor from the shim.
-    Ok(unsafe { Tensor::from_ptr(y) })
+    // SAFETY: both pointers are live tensors borrowed for the call.
+    shim::tensor_or_message(|err, len| unsafe {
+        agl_onednn_linear(x.as_ptr(), weight.as_ptr(), err, len)
+    })
 }
 
 #[cfg(test)]
