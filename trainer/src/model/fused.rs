@@ -11,9 +11,9 @@
 //! The values match the composites' to f32 rounding (sums in another
 //! order), and a row's values do not depend on the other rows of its batch
 //! (so not on the packing); the unit tests pin both, values and gradients
-//! against the composites, which stay the
-//! path for anything else: other dtypes or devices, or a CPU without AVX2
-//! and FMA on x86-64 (each function then returns `None`).
+//! against the composites. Those stay the path for anything else: other
+//! dtypes or devices, or a CPU without AVX2 and FMA on x86-64 (each
+//! function then returns `None`).
 
 use std::ffi::c_char;
 
