@@ -3,13 +3,13 @@
 // all through c10d::Backend. Every entry point catches C++ exceptions and
 // copies the message into `err` (returning nonzero / null): nothing throws
 // across the FFI boundary.
-#include <cstring>
 #include <exception>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "c10d.h"
+#include "shim_error.h"
 
 struct AglGroup {
   c10::intrusive_ptr<c10d::Store> store;
@@ -17,12 +17,6 @@ struct AglGroup {
 };
 
 namespace {
-void report(const std::exception& e, char* err, size_t err_len) {
-  if (err == nullptr || err_len == 0) return;
-  std::strncpy(err, e.what(), err_len - 1);
-  err[err_len - 1] = '\0';
-}
-
 c10d::ReduceOp reduce_op(int op) {
   switch (op) {
     case 1:
@@ -62,7 +56,7 @@ AglGroup* agl_c10d_new(const char* host, int port, int rank, int size,
     }
     return group;
   } catch (const std::exception& e) {
-    report(e, err, err_len);
+    agl_shim::report(e, err, err_len);
     return nullptr;
   }
 }
@@ -79,7 +73,7 @@ int agl_c10d_all_reduce(AglGroup* group, at::Tensor* tensor, int op,
     group->backend->allreduce(tensors, opts)->wait();
     return 0;
   } catch (const std::exception& e) {
-    report(e, err, err_len);
+    agl_shim::report(e, err, err_len);
     return 1;
   }
 }
@@ -94,7 +88,7 @@ int agl_c10d_broadcast(AglGroup* group, at::Tensor* tensor, int root,
     group->backend->broadcast(tensors, opts)->wait();
     return 0;
   } catch (const std::exception& e) {
-    report(e, err, err_len);
+    agl_shim::report(e, err, err_len);
     return 1;
   }
 }
@@ -104,7 +98,7 @@ int agl_c10d_barrier(AglGroup* group, char* err, size_t err_len) {
     group->backend->barrier()->wait();
     return 0;
   } catch (const std::exception& e) {
-    report(e, err, err_len);
+    agl_shim::report(e, err, err_len);
     return 1;
   }
 }

@@ -7,13 +7,13 @@
 // device and dtype; strides are made contiguous here). Every entry point
 // catches C++ exceptions and copies the message into `err` (returning
 // null): nothing throws across the FFI boundary.
-#include <cstring>
 #include <exception>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "fused_kernels.h"
+#include "shim_error.h"
 
 namespace {
 using torch::autograd::AutogradContext;
@@ -117,19 +117,13 @@ struct RmsNorm : public torch::autograd::Function<RmsNorm> {
   }
 };
 
-void report(const std::exception& e, char* err, size_t err_len) {
-  if (err == nullptr || err_len == 0) return;
-  std::strncpy(err, e.what(), err_len - 1);
-  err[err_len - 1] = '\0';
-}
-
 // Runs `f`, returning its tensor on the heap, or null with `err` set.
 template <typename F>
 at::Tensor* guarded(F f, char* err, size_t err_len) {
   try {
     return new at::Tensor(f());
   } catch (const std::exception& e) {
-    report(e, err, err_len);
+    agl_shim::report(e, err, err_len);
     return nullptr;
   }
 }

@@ -5,11 +5,12 @@
 // the ISA alone and runs AVX-512 there: ~2x the GFLOP/s on the trainer's
 // shapes. Every entry point catches C++ exceptions and copies the message
 // into `err` (returning null): nothing throws across the FFI boundary.
-#include <cstring>
 #include <exception>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include "shim_error.h"
 
 namespace at::native {
 // Exported by libtorch_cpu (TORCH_API) but its header is not in the wheel:
@@ -58,11 +59,6 @@ struct Linear : public torch::autograd::Function<Linear> {
   }
 };
 
-void report(const std::exception& e, char* err, size_t err_len) {
-  if (err == nullptr || err_len == 0) return;
-  std::strncpy(err, e.what(), err_len - 1);
-  err[err_len - 1] = '\0';
-}
 }  // namespace
 
 extern "C" {
@@ -75,7 +71,7 @@ at::Tensor* agl_onednn_linear(const at::Tensor* x, const at::Tensor* w,
   try {
     return new at::Tensor(Linear::apply(*x, *w));
   } catch (const std::exception& e) {
-    report(e, err, err_len);
+    agl_shim::report(e, err, err_len);
     return nullptr;
   }
 }
