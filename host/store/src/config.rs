@@ -12,8 +12,10 @@ pub const DEFAULT_WAL_LIMIT_MIB: NonZeroU32 = NonZeroU32::new(64).expect("64 is 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// `process` (default): an acknowledged write survives kill -9 of agl;
-    /// `power`: also power loss, at an fsync per commit batch.
+    /// `process` (default): an acknowledged write survives kill -9 of agl
+    /// (an appended event once it is in the event log, `eventlog.rs`);
+    /// `power`: also power loss, at an fsync per commit batch (events are
+    /// then committed to SQLite before they are acknowledged).
     pub durability: crate::Durability,
     /// A rollout's retry budget: an attempt that fails for a system reason
     /// (crash, timeout, engine down) is re-queued as the next attempt in

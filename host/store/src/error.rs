@@ -58,6 +58,15 @@ pub enum StoreError {
     BadId(String),
     #[error("store writer has stopped")]
     Closed,
+    #[error("event log {path}: {source}")]
+    Log {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "another process writes this store (it holds {0}); events are appended only through it"
+    )]
+    LogHeld(String),
 }
 
 /// How the HTTP API answers each store error: missing = 404, a refused
@@ -73,7 +82,8 @@ impl From<StoreError> for agl_wire::ApiError {
             IllegalTransition { .. }
             | StaleAttempt { .. }
             | Supersede { .. }
-            | WeightVersionExists(_) => ApiError::conflict(e.to_string()),
+            | WeightVersionExists(_)
+            | LogHeld(_) => ApiError::conflict(e.to_string()),
             BadPatch(_) | BadCursor(_) | OutOfRange(_) | BadId(_) => {
                 ApiError::bad_request(e.to_string())
             }

@@ -4,7 +4,12 @@
 //! Durability: WAL, and every write is acknowledged only after the
 //! transaction holding it has committed, so `kill -9` never loses an
 //! acknowledged write; [`Durability::Power`] adds an fsync per commit for
-//! power loss (`[store] durability`). Writes go through one queue, and
+//! power loss (`[store] durability`). An event append (a proxied call's
+//! record) is the exception without `power`: it is acknowledged once it is
+//! written to the event log beside the database (one `write`, which
+//! survives `kill -9` as a WAL commit does) and ingested into SQLite by the
+//! writer thread right after, ahead of any later write; a read waits for
+//! what was logged before it began (`eventlog.rs`). Writes go through one queue, and
 //! whoever holds the write connection commits whatever has queued up as one
 //! transaction (group commit, see `writer.rs`), so a commit's cost is shared
 //! under load: the writer thread, or a write that came alone and found the
@@ -27,6 +32,7 @@ mod cache;
 mod checkpoint;
 mod config;
 mod error;
+mod eventlog;
 mod export;
 mod reads;
 mod rows;
@@ -79,10 +85,22 @@ struct Inner {
     /// patched, retried, cancelled): what [`Store::changes`] watches.
     changes: tokio::sync::watch::Sender<u64>,
     writer: writer::Writer,
+    appends: Appends,
     readers: Mutex<Vec<Connection>>,
     gates: cache::Memo<String, RolloutGate>,
     engines: cache::Memo<(), Vec<Engine>>,
     weights: cache::Memo<(), Option<WeightVersion>>,
+}
+
+/// How this process appends events.
+enum Appends {
+    /// Through the event log (`durability = "process"`).
+    Logged,
+    /// In SQLite commits (`durability = "power"`); the log is held for its
+    /// lock alone.
+    Committed { _lock: eventlog::EventLog },
+    /// Not at all: another process holds the event log (its path).
+    Refused(String),
 }
 
 impl Store {
@@ -108,13 +126,27 @@ impl Store {
         let durability = config.durability;
         let path = path.as_ref().to_path_buf();
         let conn = schema::open_writer(&path, durability)?;
+        let (log, appends) = match eventlog::open(&path)? {
+            eventlog::Opened::Held(log) => (None, Appends::Refused(log.display().to_string())),
+            eventlog::Opened::Owned(mut file, left) => {
+                replay(&conn, &left)?;
+                file.clear()?;
+                match durability {
+                    Durability::Process => {
+                        let next_seq = writes::next_seq(&conn)?;
+                        (Some(writer::Log { file, next_seq }), Appends::Logged)
+                    }
+                    Durability::Power => (None, Appends::Committed { _lock: file }),
+                }
+            }
+        };
         let checkpoints = checkpoint::spawn(&path)?;
         // The checkpointer does what SQLite would do inside a commit, until
         // the log passes the limit (see `StoreConfig::wal_limit_mib`).
         let page_size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
         let limit_pages = i64::from(config.wal_limit_mib.get()) * 1024 * 1024 / page_size.max(1);
         conn.pragma_update(None, "wal_autocheckpoint", limit_pages)?;
-        let writer = writer::spawn(conn, durability, checkpoints)
+        let writer = writer::spawn(conn, durability, checkpoints, log)
             .map_err(|e| StoreError::Commit(e.to_string()))?;
         Ok(Store {
             inner: Arc::new(Inner {
@@ -122,6 +154,7 @@ impl Store {
                 system_retries: config.max_system_retries,
                 changes: tokio::sync::watch::Sender::new(0),
                 writer,
+                appends,
                 readers: Mutex::new(Vec::new()),
                 gates: Default::default(),
                 engines: Default::default(),
@@ -156,12 +189,14 @@ impl Store {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Runs a read inside one read transaction (a consistent snapshot).
+    /// Runs a read inside one read transaction (a consistent snapshot),
+    /// once every event logged before it is ingested.
     async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.inner.writer.caught_up().await;
         let inner = self.inner.clone();
         let task = tokio::task::spawn_blocking(move || {
             let pooled = inner.readers.lock().ok().and_then(|mut p| p.pop());
@@ -272,7 +307,7 @@ impl Store {
         out
     }
 
-    /// Appends an event; returns its global sequence number once committed.
+    /// Appends an event; returns its global sequence number once durable.
     pub async fn append_event(
         &self,
         rollout_id: &str,
@@ -280,16 +315,19 @@ impl Store {
         kind: &str,
         payload: JsonText,
     ) -> Result<u64, StoreError> {
-        let (id, kind) = (rollout_id.to_string(), kind.to_string());
-        self.write(move |c| writes::append_event(c, &id, attempt, &kind, &payload))
-            .await
+        let seqs = self
+            .append((rollout_id, attempt, kind), vec![payload], |_| Vec::new())
+            .await?;
+        seqs.first()
+            .copied()
+            .ok_or_else(|| StoreError::Commit("an appended event got no seq".into()))
     }
 
-    /// Appends `model_request` events in one transaction (the choices of
-    /// one request: consecutive seqs, all or none). `retry_of(seqs)` runs
-    /// on the writer once they have their seqs; each `(old, new)` it
-    /// returns (a client retry) is superseded in the same transaction. A
-    /// supersede that fails is logged: the calls themselves still commit.
+    /// Appends `model_request` events at once (the choices of one request:
+    /// consecutive seqs, all or none). `retry_of(seqs)` runs once they have
+    /// their seqs; each `(old, new)` it returns (a client retry) is
+    /// superseded with them, so a crash cannot leave both exported. A
+    /// supersede that fails is logged: the calls themselves still stand.
     pub async fn append_calls(
         &self,
         rollout_id: &str,
@@ -297,20 +335,46 @@ impl Store {
         payloads: Vec<JsonText>,
         retry_of: impl FnOnce(&[u64]) -> Vec<(u64, u64)> + Send + 'static,
     ) -> Result<Vec<u64>, StoreError> {
-        let id = rollout_id.to_string();
-        self.write(move |c| {
-            let seqs = payloads
-                .iter()
-                .map(|p| writes::append_event(c, &id, attempt, MODEL_REQUEST, p))
-                .collect::<Result<Vec<u64>, _>>()?;
-            for (old, new) in retry_of(&seqs) {
-                if let Err(e) = writes::supersede(c, old, new) {
-                    tracing::warn!("superseding retried call {old} by {new}: {e}");
+        self.append((rollout_id, attempt, MODEL_REQUEST), payloads, retry_of)
+            .await
+    }
+
+    /// Appends events to the log, or commits them (see [`Appends`]).
+    async fn append(
+        &self,
+        (rollout_id, attempt, kind): (&str, u32, &str),
+        payloads: Vec<JsonText>,
+        retry_of: impl FnOnce(&[u64]) -> Vec<(u64, u64)> + Send + 'static,
+    ) -> Result<Vec<u64>, StoreError> {
+        match &self.inner.appends {
+            Appends::Refused(log) => Err(StoreError::LogHeld(log.clone())),
+            Appends::Logged => {
+                // What the attempt's foreign key checks at ingestion, checked
+                // before the caller is answered.
+                let gate = self.rollout_gate(rollout_id).await?;
+                if attempt == 0 || attempt > gate.attempt {
+                    return Err(StoreError::StaleAttempt {
+                        id: rollout_id.to_string(),
+                        given: attempt,
+                        current: gate.attempt,
+                    });
                 }
+                let key = (rollout_id.to_string(), attempt, kind.to_string());
+                self.inner.writer.log_append(key, payloads, retry_of)
             }
-            Ok(seqs)
-        })
-        .await
+            Appends::Committed { .. } => {
+                let (id, kind) = (rollout_id.to_string(), kind.to_string());
+                self.write(move |c| {
+                    let seqs = payloads
+                        .iter()
+                        .map(|p| writes::append_event(c, &id, attempt, &kind, p))
+                        .collect::<Result<Vec<u64>, _>>()?;
+                    writes::supersede_all(c, &retry_of(&seqs));
+                    Ok(seqs)
+                })
+                .await
+            }
+        }
     }
 
     /// Events of a rollout with `seq > after_seq`, in sequence order.
@@ -380,4 +444,34 @@ impl Store {
         let id = id.to_string();
         self.read(move |c| export::export_rollout(c, &id)).await
     }
+}
+
+/// Ingests what a crash left in the event log, in one transaction, before
+/// the store serves; an entry that cannot be ingested is logged and left
+/// out (its rollout attempt is gone from the database).
+fn replay(conn: &Connection, entries: &[eventlog::Entry]) -> Result<(), StoreError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(
+        entries = entries.len(),
+        "ingesting the event log left by the last run"
+    );
+    let exec = |sql: &str| conn.execute_batch(sql);
+    exec("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        for entry in entries {
+            exec("SAVEPOINT entry")?;
+            if let Err(e) = writes::ingest(conn, entry) {
+                tracing::error!(rollout = %entry.rollout_id, error = %e, "dropping a logged event that cannot be ingested");
+                exec("ROLLBACK TO entry")?;
+            }
+            exec("RELEASE entry")?;
+        }
+        exec("COMMIT")
+    })();
+    if result.is_err() {
+        let _ = exec("ROLLBACK");
+    }
+    Ok(result?)
 }

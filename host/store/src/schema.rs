@@ -124,7 +124,8 @@ fn open_err(path: &Path) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
 pub enum Durability {
     /// A crash of the process (kill -9): commits reach the WAL file before
     /// they are acknowledged, the OS writes them out later (SQLite
-    /// `synchronous=NORMAL`). Costs no fsync per commit.
+    /// `synchronous=NORMAL`); an appended event reaches the event log
+    /// before it is acknowledged (`eventlog.rs`). Costs no fsync.
     #[default]
     Process,
     /// Power loss or an OS crash too: every commit (batch) is fsynced
@@ -134,8 +135,9 @@ pub enum Durability {
 
 /// The single write connection, with the schema brought up to date.
 /// Creates the store file owner-only (0600) before SQLite opens it; SQLite
-/// gives the `-wal` and `-shm` files it creates the same mode. Files left
-/// more open by an older agl are tightened.
+/// gives the `-wal` and `-shm` files it creates the same mode (and the
+/// event log, `-events`, is created so). Files left more open by an older
+/// agl are tightened.
 fn private_files(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     std::fs::OpenOptions::new()
@@ -144,7 +146,7 @@ fn private_files(path: &Path) -> std::io::Result<()> {
         .truncate(false)
         .mode(0o600)
         .open(path)?;
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", "-events"] {
         let file = PathBuf::from(format!("{}{suffix}", path.display()));
         if let Ok(meta) = std::fs::metadata(&file)
             && meta.permissions().mode() & 0o077 != 0

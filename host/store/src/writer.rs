@@ -7,20 +7,36 @@
 //! thread, or (without an fsync per commit) a caller that found the
 //! connection free. A job that fails is rolled back to its savepoint alone;
 //! its neighbours still commit.
+//!
+//! An event append (with the event log, see `eventlog.rs`) is written to
+//! the log under the queue's lock, given its seqs there, and answered at
+//! once; its ingestion into SQLite is a job in the same queue, so it is
+//! committed before any write queued after it. Reads wait until what was
+//! logged before they began is ingested ([`Writer::caught_up`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
+use agl_wire::rollout::JsonText;
 use rusqlite::Connection;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::StoreError;
 use super::checkpoint;
+use super::eventlog::{Entry, EventLog};
+use super::rows::now_ms;
 use super::schema::Durability;
+use super::writes;
 
 /// Most jobs folded into one transaction; bounds the latency one commit adds.
 const MAX_BATCH: usize = 1024;
+
+/// Most logged bytes folded into one transaction: a transaction is copied
+/// into the database only once it has committed, so this bounds the WAL
+/// (its limit is 1 MiB at the least) while a backlog is ingested.
+const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// A job that comes this long after the one before is sparse: committed on
 /// its caller's thread if it finds the writer idle. Denser jobs are group
@@ -33,12 +49,36 @@ const WRITER_THREAD: &str = "agl-store-writer";
 /// `last_submit` before the first job.
 const NEVER: u64 = u64::MAX;
 
+/// The event log is emptied once everything in it is ingested and it has
+/// grown past this (an ftruncate per this many bytes, not per call).
+const CLEAR_AT: u64 = 1 << 20;
+
+/// How long ingestion alone waits for more entries to share its commit
+/// (one commit per call under load costs more than the calls' own work).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// How long the writer waits before it retries logged events whose
+/// ingestion failed to commit.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Past this, the writer ingests what is queued while appends wait, so the
+/// log can be emptied even under appends that never pause.
+const DRAIN_AT: u64 = 64 << 20;
+
 /// A queued write, type-erased so one queue carries every kind of request.
 pub trait Job: Send {
     /// Runs the write; `false` = it failed and must be rolled back.
     fn run(&mut self, conn: &Connection) -> bool;
     /// Answers the caller once the batch's fate is known.
     fn finish(self: Box<Self>, commit: Result<(), String>);
+    /// The bytes it writes, where known (see [`MAX_BATCH_BYTES`]).
+    fn bytes(&self) -> usize {
+        0
+    }
+    /// Whether a caller waits for it (else its commit may wait for others).
+    fn awaited(&self) -> bool {
+        true
+    }
 }
 
 struct Typed<T, F> {
@@ -75,6 +115,7 @@ where
 /// transaction: the writer thread, or a caller that finds it idle.
 pub struct Writer {
     shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
 }
 
 /// What the writer thread and its callers share.
@@ -90,13 +131,98 @@ struct Shared {
     /// When the last job was submitted, in ns after `epoch`.
     last_submit: AtomicU64,
     epoch: Instant,
+    /// Event log entries written so far (set under the queue's lock).
+    logged: AtomicU64,
+    /// Entries ingested (committed, or given up on) so far.
+    ingested: Arc<Ingested>,
 }
 
-#[derive(Default)]
 struct Queue {
     jobs: Vec<Box<dyn Job>>,
     /// The [`Writer`] is gone: the thread commits what is left and ends.
     closed: bool,
+    /// The writer thread waits on `wake` for work (only then does an
+    /// append notify it).
+    waiting: bool,
+    /// A read waits for ingestion: commit without lingering.
+    hurry: bool,
+    /// The event log, when appends go through it.
+    log: Option<Log>,
+}
+
+/// The event log and the seqs it gives out.
+pub struct Log {
+    pub file: EventLog,
+    /// The seq the next logged event gets.
+    pub next_seq: u64,
+}
+
+/// How far ingestion has got, and whether an entry failed to ingest (then
+/// the log is kept until the next open ingests it again).
+#[derive(Default)]
+struct Ingested {
+    count: watch::Sender<u64>,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+/// Ingests one event log entry; marks it ingested when dropped (committed,
+/// failed, or dropped with a batch), so no read waits on it forever.
+struct Ingest {
+    entry: Entry,
+    ordinal: u64,
+    ingested: Arc<Ingested>,
+}
+
+impl Job for Ingest {
+    fn run(&mut self, conn: &Connection) -> bool {
+        match writes::ingest(conn, &self.entry) {
+            Ok(()) => true,
+            Err(e) => {
+                // Seqs were checked when logged; this is the store failing.
+                tracing::error!(
+                    rollout = %self.entry.rollout_id,
+                    error = %e,
+                    "cannot ingest a logged event; it stays in the event log for the next open"
+                );
+                self.ingested.failed.store(true, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.entry
+            .events
+            .iter()
+            .map(|(_, p)| p.as_str().len())
+            .sum()
+    }
+
+    fn awaited(&self) -> bool {
+        false
+    }
+
+    /// Reached with a failed commit only as the writer closes (otherwise
+    /// the entry is retried).
+    fn finish(self: Box<Self>, commit: Result<(), String>) {
+        if let Err(e) = commit {
+            tracing::error!(error = %e, "cannot ingest logged events; they stay in the event log for the next open");
+            self.ingested.failed.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Ingest {
+    fn drop(&mut self) {
+        let ordinal = self.ordinal;
+        self.ingested.count.send_if_modified(|n| {
+            let later = ordinal > *n;
+            if later {
+                *n = ordinal;
+            }
+            later
+        });
+    }
 }
 
 impl Writer {
@@ -132,12 +258,103 @@ impl Writer {
         shared.wake.notify_one();
         Ok(())
     }
+
+    /// Writes `payloads` (events of `kind` of one rollout attempt) to the
+    /// event log under fresh consecutive seqs, with the supersedes
+    /// `retry_of(seqs)` names, and queues their ingestion. Once this returns
+    /// they are durable (as a commit is) and the seqs are theirs.
+    pub fn log_append(
+        &self,
+        (rollout_id, attempt, kind): (String, u32, String),
+        payloads: Vec<JsonText>,
+        retry_of: impl FnOnce(&[u64]) -> Vec<(u64, u64)>,
+    ) -> Result<Vec<u64>, StoreError> {
+        let shared = &self.shared;
+        let mut queue = shared.lock_queue();
+        if queue.closed {
+            return Err(StoreError::Closed);
+        }
+        let Some(log) = queue.log.as_mut() else {
+            return Err(StoreError::Commit("this store has no event log".into()));
+        };
+        let first = log.next_seq;
+        let seqs: Vec<u64> = (first..).take(payloads.len()).collect();
+        let entry = Entry {
+            rollout_id,
+            attempt,
+            kind,
+            created_ms: now_ms(),
+            supersede: retry_of(&seqs),
+            events: seqs.iter().copied().zip(payloads).collect(),
+        };
+        log.file.append(&entry)?;
+        log.next_seq = first + seqs.len() as u64;
+        // Under the queue's lock, so ordinals follow the log's order.
+        let ordinal = shared.logged.load(Ordering::Relaxed) + 1;
+        shared.logged.store(ordinal, Ordering::Release);
+        queue.jobs.push(Box::new(Ingest {
+            entry,
+            ordinal,
+            ingested: shared.ingested.clone(),
+        }));
+        let wake = queue.waiting;
+        drop(queue);
+        if wake {
+            shared.wake.notify_one();
+        }
+        Ok(seqs)
+    }
+
+    /// Resolves once every event logged before this call is ingested, so a
+    /// read that follows sees it.
+    pub async fn caught_up(&self) {
+        let target = self.shared.logged.load(Ordering::Acquire);
+        let count = &self.shared.ingested.count;
+        if *count.borrow() >= target {
+            return;
+        }
+        let mut seen = count.subscribe();
+        self.shared.lock_queue().hurry = true;
+        self.shared.wake.notify_one();
+        // The sender lives as long as `self`: this cannot fail.
+        let _ = seen.wait_for(|n| *n >= target).await;
+    }
 }
 
 impl Drop for Writer {
+    /// Commits what is queued and waits for the thread, so the event log's
+    /// lock is released when the store is.
     fn drop(&mut self) {
         self.shared.lock_queue().closed = true;
         self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Queue {
+    /// Whether the writer may wait for more before committing: nothing
+    /// queued is waited on, and a batch's worth has not queued up.
+    fn lingers(&self) -> bool {
+        !self.closed
+            && !self.hurry
+            && self.jobs.len() < MAX_BATCH
+            && self.jobs.iter().all(|j| !j.awaited())
+            && self.jobs.iter().map(|j| j.bytes()).sum::<usize>() < MAX_BATCH_BYTES
+    }
+
+    /// The jobs at the head of the queue that one transaction takes.
+    fn take_batch(&mut self) -> Vec<Box<dyn Job>> {
+        let (mut n, mut bytes) = (0, 0);
+        for job in self.jobs.iter().take(MAX_BATCH) {
+            if n > 0 && bytes >= MAX_BATCH_BYTES {
+                break;
+            }
+            bytes += job.bytes();
+            n += 1;
+        }
+        self.jobs.drain(..n).collect()
     }
 }
 
@@ -149,16 +366,71 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Commits up to [`MAX_BATCH`] queued jobs as one transaction and
+    /// Commits the jobs at the head of the queue as one transaction and
     /// answers each; false when there were none.
     fn commit_batch(&self, conn: &Connection) -> bool {
-        let mut batch = {
-            let mut queue = self.lock_queue();
-            let n = queue.jobs.len().min(MAX_BATCH);
-            queue.jobs.drain(..n).collect::<Vec<_>>()
-        };
+        let mut queue = self.lock_queue();
+        if queue.log.as_ref().is_some_and(|l| l.file.len() >= DRAIN_AT) {
+            // Appends wait while everything logged is ingested.
+            let any = !queue.jobs.is_empty();
+            while !queue.jobs.is_empty() {
+                let batch = queue.take_batch();
+                let closed = queue.closed;
+                if let Some(retry) = self.commit(conn, batch, closed) {
+                    queue.jobs.splice(0..0, retry);
+                    break;
+                }
+            }
+            self.clear_log(&mut queue);
+            return any;
+        }
+        let batch = queue.take_batch();
+        let closed = queue.closed;
+        drop(queue);
         if batch.is_empty() {
             return false;
+        }
+        let retry = self.commit(conn, batch, closed);
+        let mut queue = self.lock_queue();
+        if let Some(retry) = retry {
+            queue.jobs.splice(0..0, retry);
+        } else if queue.log.as_ref().is_some_and(|l| l.file.len() >= CLEAR_AT) {
+            self.clear_log(&mut queue);
+        }
+        true
+    }
+
+    /// Empties the event log if everything logged is ingested (appends are
+    /// held off by `queue`'s lock).
+    fn clear_log(&self, queue: &mut Queue) {
+        let Some(log) = queue.log.as_mut() else {
+            return;
+        };
+        let logged = self.logged.load(Ordering::Relaxed);
+        if *self.ingested.count.borrow() < logged
+            || self.ingested.failed.load(Ordering::Relaxed)
+            || log.file.len() == 0
+        {
+            return;
+        }
+        if let Err(e) = log.file.clear() {
+            tracing::warn!(error = %e, "cannot empty the event log");
+        }
+    }
+
+    /// Commits `batch` as one transaction and answers each job. If the
+    /// commit fails, the logged events in it are returned, to go back to
+    /// the head of the queue (they were acknowledged; a later commit
+    /// ingests them), unless the writer is `closing`: then they stay in
+    /// the event log for the next open.
+    fn commit(
+        &self,
+        conn: &Connection,
+        mut batch: Vec<Box<dyn Job>>,
+        closing: bool,
+    ) -> Option<Vec<Box<dyn Job>>> {
+        if batch.is_empty() {
+            return None;
         }
         if !conn.is_autocommit() {
             // A transaction a panicking job left open (its batch was never
@@ -166,6 +438,19 @@ impl Shared {
             let _ = conn.execute_batch("ROLLBACK");
         }
         let result = run_batch(conn, &mut batch).map_err(|e| e.to_string());
+        if let Err(e) = &result
+            && !closing
+            && batch.iter().any(|j| !j.awaited())
+        {
+            tracing::error!(error = %e, "cannot ingest logged events; retrying");
+            let (retry, answer): (Vec<_>, Vec<_>) = batch.into_iter().partition(|j| !j.awaited());
+            for job in answer {
+                job.finish(result.clone());
+            }
+            // Not a busy loop while the disk is full or the file locked.
+            std::thread::sleep(RETRY_PAUSE);
+            return Some(retry);
+        }
         for job in batch {
             job.finish(result.clone());
         }
@@ -173,7 +458,7 @@ impl Shared {
             // A checkpointer that has exited only leaves the log growing.
             let _ = self.checkpoints.send(());
         }
-        true
+        None
     }
 }
 
@@ -192,27 +477,40 @@ where
     (Box::new(job), rx)
 }
 
-/// Starts the writer thread for `conn`; it ends once the [`Writer`] is
-/// dropped and the queue is committed.
+/// Starts the writer thread for `conn`; event appends go through `log`
+/// when there is one. The thread ends once the [`Writer`] is dropped and
+/// the queue is committed.
 pub fn spawn(
     conn: Connection,
     durability: Durability,
     checkpoints: checkpoint::Notify,
+    log: Option<Log>,
 ) -> std::io::Result<Writer> {
     let shared = Arc::new(Shared {
         conn: Mutex::new(conn),
-        queue: Mutex::default(),
+        queue: Mutex::new(Queue {
+            jobs: Vec::new(),
+            closed: false,
+            waiting: false,
+            hurry: false,
+            log,
+        }),
         wake: Condvar::new(),
         checkpoints,
         inline: durability == Durability::Process,
         last_submit: AtomicU64::new(NEVER),
         epoch: Instant::now(),
+        logged: AtomicU64::new(0),
+        ingested: Arc::default(),
     });
     let thread = shared.clone();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name(WRITER_THREAD.into())
         .spawn(move || run(&thread))?;
-    Ok(Writer { shared })
+    Ok(Writer {
+        shared,
+        thread: Some(thread),
+    })
 }
 
 fn run(shared: &Shared) {
@@ -220,14 +518,35 @@ fn run(shared: &Shared) {
         {
             let mut queue = shared.lock_queue();
             while queue.jobs.is_empty() && !queue.closed {
+                queue.waiting = true;
                 queue = shared.wake.wait(queue).unwrap_or_else(|e| e.into_inner());
+                queue.waiting = false;
             }
             if queue.jobs.is_empty() {
-                return; // closed, and nothing left
+                // Closed, and nothing left: a log wholly ingested is emptied.
+                shared.clear_log(&mut queue);
+                return;
             }
+            // Nobody waits on ingestion alone: give more entries a moment
+            // to join its commit. A write someone waits on, or a read
+            // waiting to see what was logged, ends the wait (`submit` and
+            // `caught_up` notify; appends do not, `waiting` being false).
+            let until = Instant::now() + LINGER;
+            while queue.lingers() {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                queue = shared
+                    .wake
+                    .wait_timeout(queue, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            queue.hurry = false;
         }
         let conn = shared.conn.lock().unwrap_or_else(|e| e.into_inner());
-        while shared.commit_batch(&conn) {}
+        shared.commit_batch(&conn);
     }
 }
 
@@ -272,7 +591,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let conn = open_writer(&dir.path().join("agl.db"), durability).expect("open");
         let (tx, rx) = std::sync::mpsc::channel();
-        (spawn(conn, durability, tx).expect("spawn"), dir, rx)
+        (spawn(conn, durability, tx, None).expect("spawn"), dir, rx)
     }
 
     /// A job that answers with the name of the thread that ran it.
@@ -435,6 +754,48 @@ mod tests {
         commit(&conn, vec![b]);
         assert_eq!(rb.try_recv().expect("answered").expect("b ok"), "b");
         assert_eq!(engine_names(&conn), vec!["b"]);
+    }
+
+    /// A logged event was acknowledged: a batch that cannot commit (the
+    /// file locked by another process past the busy timeout) leaves it
+    /// queued, and a later commit ingests it; reads wait for it.
+    #[tokio::test]
+    async fn a_logged_event_whose_ingestion_fails_is_retried() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("agl.db");
+        let conn = open_writer(&db, Durability::Process).expect("open");
+        conn.execute_batch(
+            "INSERT INTO rollouts (id, group_id, mode, input, config, status, attempt, created_ms, updated_ms)
+                 VALUES ('r', 'g', 'train', '{}', '{}', 'running', 1, 0, 0);
+             INSERT INTO attempts (rollout_id, attempt, status) VALUES ('r', 1, 'running');",
+        )
+        .expect("rollout");
+        conn.busy_timeout(std::time::Duration::from_millis(1))
+            .expect("timeout");
+        let file = match crate::eventlog::open(&db).expect("log") {
+            crate::eventlog::Opened::Owned(file, _) => file,
+            crate::eventlog::Opened::Held(_) => panic!("held"),
+        };
+        let (tx, _ckpt) = std::sync::mpsc::channel();
+        let log = Log { file, next_seq: 1 };
+        let w = spawn(conn, Durability::Process, tx, Some(log)).expect("spawn");
+        let other = Connection::open(&db).expect("other");
+        other.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        let key = ("r".to_string(), 1, "log".to_string());
+        let seqs = w
+            .log_append(key, vec![JsonText::from(serde_json::json!(7))], |_| vec![])
+            .expect("logged");
+        assert_eq!(seqs, vec![1]);
+        // Commits fail while the other transaction holds the lock.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let count = |c: &Connection| -> i64 {
+            c.query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+                .expect("count")
+        };
+        assert_eq!(count(&other), 0);
+        other.execute_batch("ROLLBACK").expect("unlock");
+        w.caught_up().await;
+        assert_eq!(count(&other), 1);
     }
 
     #[test]

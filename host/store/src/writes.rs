@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
+use super::eventlog::Entry;
 use super::rows::{self, now_ms, to_i64};
 use super::state::{Step, transition};
 use super::types::{RolloutRecord, WeightVersion};
@@ -159,26 +160,77 @@ pub fn append_event(
     kind: &str,
     payload: &JsonText,
 ) -> Result<u64, StoreError> {
+    let inserted = insert_event(conn, None, (rollout_id, attempt, kind), payload, now_ms())?;
+    inserted.ok_or_else(|| StoreError::Commit("an event without a seq was not inserted".into()))
+}
+
+/// Inserts an event under `seq` (`None`: the next one SQLite picks);
+/// returns its seq, or `None` when `seq` is taken (an event log entry that
+/// was ingested before, see `eventlog.rs`).
+pub fn insert_event(
+    conn: &Connection,
+    seq: Option<u64>,
+    (rollout_id, attempt, kind): (&str, u32, &str),
+    payload: &JsonText,
+    created_ms: i64,
+) -> Result<Option<u64>, StoreError> {
+    let seq = seq.map(|s| to_i64(s, "seq")).transpose()?;
     // The attempt's row is the foreign key's parent, and a rollout has one
     // for each attempt it has had: a violation is an unknown rollout or an
     // attempt it never had, told apart only then (the proxy appends on
     // every call, and the check costs a lookup).
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO events (rollout_id, attempt, kind, payload, created_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO events (seq, rollout_id, attempt, kind, payload, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (seq) DO NOTHING",
         )?
         .execute(params![
+            seq,
             rollout_id,
             attempt,
             kind,
             payload.as_str(),
-            now_ms()
+            created_ms
         ]);
     match inserted {
-        Ok(_) => Ok(conn.last_insert_rowid() as u64),
+        Ok(0) => Ok(None),
+        Ok(_) => Ok(Some(conn.last_insert_rowid() as u64)),
         Err(e) if is_foreign_key_violation(&e) => Err(unknown_attempt(conn, rollout_id, attempt)?),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The seq after the largest one in the table.
+pub fn next_seq(conn: &Connection) -> Result<u64, StoreError> {
+    let last: i64 = conn.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))?;
+    Ok(last as u64 + 1)
+}
+
+/// Ingests an event log entry: its events under their seqs, then the calls
+/// they supersede (a supersede that fails is logged; the events stand).
+/// An entry ingested before is left as it is.
+pub fn ingest(conn: &Connection, entry: &Entry) -> Result<(), StoreError> {
+    let key = (
+        entry.rollout_id.as_str(),
+        entry.attempt,
+        entry.kind.as_str(),
+    );
+    let mut fresh = false;
+    for (seq, payload) in &entry.events {
+        fresh |= insert_event(conn, Some(*seq), key, payload, entry.created_ms)?.is_some();
+    }
+    if fresh {
+        supersede_all(conn, &entry.supersede);
+    }
+    Ok(())
+}
+
+/// Supersedes each `(old, new)`; one that fails is logged, the rest go on.
+pub fn supersede_all(conn: &Connection, pairs: &[(u64, u64)]) {
+    for &(old, new) in pairs {
+        if let Err(e) = supersede(conn, old, new) {
+            tracing::warn!("superseding retried call {old} by {new}: {e}");
+        }
     }
 }
 

@@ -431,11 +431,12 @@ async fn a_failing_request_does_not_fail_its_batch_neighbours() {
     let ok2 = store.append_event("r", 1, "log", text(json!(3)));
     let (ok1, bad, missing, ok2) = tokio::join!(ok1, bad, missing, ok2);
     assert!(bad.is_err() && missing.is_err());
+    // Appends fired together are numbered in the order they are written.
     let (s1, s2) = (ok1.expect("ok1"), ok2.expect("ok2"));
     let events = store.list_events("r", 0, 10).await.expect("list");
     assert_eq!(
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![s1, s2]
+        vec![s1.min(s2), s1.max(s2)]
     );
     assert_eq!(
         store.get_rollout("r").await.expect("get").status,
@@ -690,6 +691,43 @@ async fn rollout_changes_wake_watchers() {
     assert!(changes.has_changed().expect("open"), "a cancel wakes");
 }
 
+/// Seqs are given out when an event is logged, so only the process that
+/// holds the event log may append; another opener of the same file reads
+/// (everything ingested so far) and is told who appends.
+#[tokio::test]
+async fn a_second_opener_reads_but_does_not_append() {
+    let (dir, store) = open();
+    one(&store, "r").await;
+    let seq = store
+        .append_event("r", 1, "log", text(json!(1)))
+        .await
+        .expect("append");
+    // A read through the first waits for the event's ingestion.
+    assert_eq!(store.list_events("r", 0, 10).await.expect("list").len(), 1);
+    let second = Store::open(dir.path().join("agl.db")).expect("second open");
+    let refused = second.append_event("r", 1, "log", text(json!(2))).await;
+    assert!(
+        matches!(&refused, Err(StoreError::LogHeld(log)) if log.ends_with("agl.db-events")),
+        "{refused:?}"
+    );
+    let seen: Vec<u64> = second
+        .list_events("r", 0, 10)
+        .await
+        .expect("list")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seen, vec![seq]);
+    // Once the first is closed, a new opener owns the log.
+    drop((store, second));
+    let third = Store::open(dir.path().join("agl.db")).expect("third open");
+    let next = third
+        .append_event("r", 1, "log", text(json!(3)))
+        .await
+        .expect("append");
+    assert!(next > seq);
+}
+
 const KILL_DB_ENV: &str = "AGL_STORE_KILL_TEST_DB";
 const CHILD_TEST: &str = "durability_child";
 const ACKS_BEFORE_KILL: usize = 300;
@@ -855,7 +893,7 @@ async fn store_files_are_owner_only() {
     {
         let store = Store::open(&path).expect("open");
         one(&store, "r").await;
-        for suffix in ["", "-wal", "-shm"] {
+        for suffix in ["", "-wal", "-shm", "-events"] {
             assert_eq!(mode(suffix), 0o600, "agl.db{suffix}");
         }
     }
