@@ -306,15 +306,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_torn_last_entry_is_cut_off_and_the_rest_kept() {
+    /// A store folder whose event log holds entries 1 and 2.
+    fn two_entries() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("agl.db");
-        {
-            let (mut log, _) = owned(&db);
-            log.append(&entry(1, vec![])).expect("append");
-            log.append(&entry(2, vec![])).expect("append");
-        }
+        let (mut log, _) = owned(&db);
+        log.append(&entry(1, vec![])).expect("append");
+        log.append(&entry(2, vec![])).expect("append");
+        (dir, db)
+    }
+
+    #[test]
+    fn a_torn_last_entry_is_cut_off_and_the_rest_kept() {
+        let (_dir, db) = two_entries();
         let file = path_for(&db);
         let full = std::fs::metadata(&file).expect("meta").len();
         // The second frame loses its last byte, as a crash mid-write would.
@@ -334,13 +338,7 @@ mod tests {
 
     #[test]
     fn a_corrupted_entry_ends_the_log() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = dir.path().join("agl.db");
-        {
-            let (mut log, _) = owned(&db);
-            log.append(&entry(1, vec![])).expect("append");
-            log.append(&entry(2, vec![])).expect("append");
-        }
+        let (_dir, db) = two_entries();
         let file = path_for(&db);
         let mut bytes = std::fs::read(&file).expect("read");
         let last = bytes.len() - 3;
