@@ -129,7 +129,7 @@ impl Store {
         let (log, appends) = match eventlog::open(&path)? {
             eventlog::Opened::Held(log) => (None, Appends::Refused(log.display().to_string())),
             eventlog::Opened::Owned(mut file, left) => {
-                replay(&conn, &left)?;
+                replay(&conn, left)?;
                 file.clear()?;
                 match durability {
                     Durability::Process => {
@@ -446,10 +446,11 @@ impl Store {
     }
 }
 
-/// Ingests what a crash left in the event log, in one transaction, before
-/// the store serves; an entry that cannot be ingested is logged and left
-/// out (its rollout attempt is gone from the database).
-fn replay(conn: &Connection, entries: &[eventlog::Entry]) -> Result<(), StoreError> {
+/// Ingests what a crash left in the event log, in one transaction (the
+/// writer's batch, each entry in its savepoint), before the store serves;
+/// an entry that cannot be ingested is logged and left out (its rollout
+/// attempt is gone from the database).
+fn replay(conn: &Connection, entries: Vec<eventlog::Entry>) -> Result<(), StoreError> {
     if entries.is_empty() {
         return Ok(());
     }
@@ -457,21 +458,20 @@ fn replay(conn: &Connection, entries: &[eventlog::Entry]) -> Result<(), StoreErr
         entries = entries.len(),
         "ingesting the event log left by the last run"
     );
-    let exec = |sql: &str| conn.execute_batch(sql);
-    exec("BEGIN IMMEDIATE")?;
-    let result = (|| {
-        for entry in entries {
-            exec("SAVEPOINT entry")?;
-            if let Err(e) = writes::ingest(conn, entry) {
-                tracing::error!(rollout = %entry.rollout_id, error = %e, "dropping a logged event that cannot be ingested");
-                exec("ROLLBACK TO entry")?;
-            }
-            exec("RELEASE entry")?;
-        }
-        exec("COMMIT")
-    })();
-    if result.is_err() {
-        let _ = exec("ROLLBACK");
-    }
-    Ok(result?)
+    // Nobody awaits these jobs: each logs its own failure.
+    let mut batch: Vec<_> = entries
+        .into_iter()
+        .map(|entry| {
+            let (job, _answer) = writer::job(move |c| {
+                let out = writes::ingest(c, &entry);
+                if let Err(e) = &out {
+                    tracing::error!(rollout = %entry.rollout_id, error = %e, "dropping a logged event that cannot be ingested");
+                }
+                out
+            });
+            job
+        })
+        .collect();
+    writer::run_batch(conn, &mut batch)?;
+    Ok(())
 }

@@ -550,7 +550,7 @@ fn run(shared: &Shared) {
     }
 }
 
-fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+pub fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
     // IMMEDIATE takes the write lock up front, so another process holding it
     // is waited out by the busy timeout rather than failing mid-batch.
     // Prepared once and reused: parsing these per job showed in profiles.
