@@ -6,8 +6,8 @@
 //! acknowledged write; [`Durability::Power`] adds an fsync per commit for
 //! power loss (`[store] durability`). An event append (a proxied call's
 //! record) is the exception without `power`: it is acknowledged once it is
-//! written to the event log beside the database (one `write`, which
-//! survives `kill -9` as a WAL commit does) and ingested into SQLite by the
+//! copied into the event log beside the database (a shared memory map of
+//! it, whose pages survive `kill -9` as a WAL commit does) and ingested into SQLite by the
 //! writer thread right after, ahead of any later write; a read waits for
 //! what was logged before it began (`eventlog.rs`). Writes go through one queue, and
 //! whoever holds the write connection commits whatever has queued up as one

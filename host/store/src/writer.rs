@@ -50,7 +50,7 @@ const WRITER_THREAD: &str = "agl-store-writer";
 const NEVER: u64 = u64::MAX;
 
 /// The event log is emptied once everything in it is ingested and it has
-/// grown past this (an ftruncate per this many bytes, not per call).
+/// grown past this (reusing the first MiB of its space keeps it in cache).
 const CLEAR_AT: u64 = 1 << 20;
 
 /// How long ingestion alone waits for more entries to share its commit
