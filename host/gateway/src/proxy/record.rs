@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
+use agl_wire::json;
 use agl_wire::openai::Completion;
 use agl_wire::rollout::ApiKind;
 use serde::de::IgnoredAny;
@@ -50,18 +52,22 @@ impl Tokens {
 /// `None` when the body does not have the expected shape; [`tokens_of`]
 /// then reads what it can.
 pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
+    // Id lists are taken as text and read by `json::u32_list`.
     #[derive(Deserialize)]
-    struct Body {
-        prompt_token_ids: Option<Vec<u32>>,
-        #[serde(default)]
-        choices: Vec<Choice>,
+    struct Body<'a> {
+        #[serde(borrow)]
+        prompt_token_ids: Option<&'a RawValue>,
+        #[serde(default, borrow)]
+        choices: Vec<Choice<'a>>,
         #[serde(default)]
         weight_version: Option<Value>,
     }
     #[derive(Deserialize)]
-    struct Choice {
-        prompt_token_ids: Option<Vec<u32>>,
-        token_ids: Option<Vec<u32>>,
+    struct Choice<'a> {
+        #[serde(borrow)]
+        prompt_token_ids: Option<&'a RawValue>,
+        #[serde(borrow)]
+        token_ids: Option<&'a RawValue>,
         token_weight_versions: Option<Vec<u64>>,
         logprobs: Option<Logprobs>,
         finish_reason: Option<String>,
@@ -80,8 +86,14 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
         return None;
     }
     let version = body.weight_version.as_ref().and_then(version_text);
-    let prompt = body.prompt_token_ids;
+    let ids = |raw: Option<&RawValue>| raw.map(json::u32_list).transpose().ok();
+    let prompt = ids(body.prompt_token_ids)?;
     let choices = body.choices.into_iter().map(|choice| {
+        let prompt_ids = match &prompt {
+            Some(ids) => Some(ids.clone()),
+            None => ids(choice.prompt_token_ids)?,
+        };
+        let response_ids = ids(choice.token_ids)?;
         let logprobs = choice
             .logprobs
             .map(|l| match (l.content, l.token_logprobs) {
@@ -89,19 +101,16 @@ pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
                 (None, Some(t)) => t.into_iter().map(|x| x.unwrap_or(0.0) as f32).collect(),
                 (None, None) => Vec::new(),
             });
-        Tokens {
-            prompt_ids: prompt
-                .clone()
-                .or(choice.prompt_token_ids)
-                .unwrap_or_default(),
-            response_ids: choice.token_ids.unwrap_or_default(),
+        Some(Tokens {
+            prompt_ids: prompt_ids.unwrap_or_default(),
+            response_ids: response_ids.unwrap_or_default(),
             response_logprobs: logprobs.unwrap_or_default(),
             finish_reason: choice.finish_reason,
             engine_weight_version: version.clone(),
             response_versions: choice.token_weight_versions.unwrap_or_default(),
-        }
+        })
     });
-    Some(choices.collect())
+    choices.collect()
 }
 
 /// [`tokens_of_bytes`] of a completions answer the caller has read into
