@@ -13,6 +13,7 @@
 mod assemble;
 mod call;
 mod dedup;
+mod engine_conn;
 mod forward;
 mod models;
 mod record;

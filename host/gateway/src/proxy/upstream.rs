@@ -11,20 +11,15 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{Method, Request, StatusCode};
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::ServiceExt;
 
 use agl_store::Engine;
 
+use super::engine_conn::EngineConns;
+
 /// Tries per call, the first included.
 const TRIES: u32 = 3;
 const BACKOFF_BASE: Duration = Duration::from_millis(50);
-
-/// How long a pooled engine connection may sit idle before it is closed.
-const POOL_IDLE: Duration = Duration::from_secs(90);
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -44,35 +39,17 @@ pub const EMBEDDED: &str = "embedded://";
 /// An engine's answer: over HTTP or from an in-process engine's router.
 pub type EngineResponse = axum::http::Response<Body>;
 
-/// Engines speak plain HTTP/1 on a trusted network. hyper's pooled client,
-/// not a convenience client over it: a call is the hot path, and URL
-/// parsing (with IDNA), redirect handling and header defaults cost a tenth
-/// of the gateway's own work per call (benches/gateway.rs).
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-#[derive(Clone)]
+/// Engines speak plain HTTP/1 on a trusted network: connections kept per
+/// host and driven by the call holding them (`engine_conn.rs`), not a
+/// convenience client (URL parsing with IDNA, redirects and header defaults
+/// cost a tenth of the gateway's own work per call) nor hyper's pooled one
+/// (a task per connection, handed each call).
+#[derive(Clone, Default)]
 pub struct Upstream {
-    client: HttpClient,
+    conns: EngineConns,
     /// In-process engines by name: `embedded://NAME/...` is dispatched to
     /// `NAME`'s router under `/v1/...`, without an HTTP hop.
     embedded: Arc<RwLock<HashMap<String, Router>>>,
-}
-
-impl Default for Upstream {
-    fn default() -> Self {
-        // Keep connections pooled so a call costs no handshake.
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(1024)
-            .pool_idle_timeout(POOL_IDLE)
-            .pool_timer(TokioTimer::new())
-            .build(connector);
-        Upstream {
-            client,
-            embedded: Arc::default(),
-        }
-    }
 }
 
 /// The engine `rollout_id` is pinned to: chosen by a stable hash among the
@@ -113,23 +90,11 @@ impl Upstream {
         }
     }
 
-    /// One HTTP request to an engine (an `http://` URL).
-    async fn http(&self, method: Method, url: &str, body: Bytes) -> Result<EngineResponse, String> {
-        let request = Request::builder()
-            .method(method)
-            .uri(url)
-            .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(body))
-            .map_err(|e| format!("engine URL `{url}`: {e}"))?;
-        let response = self.client.request(request).await.map_err(|e| chain(&e))?;
-        Ok(response.map(Body::new))
-    }
-
     /// GET `url` over HTTP, answered within `timeout` with a success
     /// status; the body. (Asking an engine about itself.)
     pub async fn get(&self, url: &str, timeout: Duration) -> Result<Bytes, String> {
         let asked = async {
-            let response = self.http(Method::GET, url, Bytes::new()).await?;
+            let response = self.conns.request(Method::GET, url, Bytes::new()).await?;
             if !response.status().is_success() {
                 return Err(format!("HTTP {}", response.status()));
             }
@@ -145,7 +110,7 @@ impl Upstream {
     /// One try: over HTTP, or into an embedded engine's router.
     async fn try_once(&self, url: &str, body: Bytes) -> Result<EngineResponse, String> {
         let Some(rest) = url.strip_prefix(EMBEDDED) else {
-            return self.http(Method::POST, url, body).await;
+            return self.conns.request(Method::POST, url, body).await;
         };
         let (name, path) = rest.split_once('/').unwrap_or((rest, ""));
         let router = self
@@ -193,7 +158,7 @@ impl Upstream {
 
 /// An error and its causes, one line: hyper's own says only "client
 /// error (Connect)"; the cause says what failed ("Connection refused").
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
