@@ -45,7 +45,7 @@ struct Conn {
 /// An idle connection and since when.
 type Idle = (Conn, Instant);
 
-/// Idle connections by host (`host:port`).
+/// Idle connections by `host:port` (port 80 when the URL has none).
 #[derive(Clone, Default)]
 pub struct EngineConns {
     idle: Arc<Mutex<HashMap<String, Vec<Idle>>>>,
@@ -63,8 +63,11 @@ impl EngineConns {
         let uri: Uri = url
             .parse()
             .map_err(|e| format!("engine URL `{url}`: {e}"))?;
-        let host = match (uri.scheme_str(), uri.authority()) {
-            (Some("http"), Some(authority)) => authority.as_str().to_owned(),
+        let (authority, host) = match (uri.scheme_str(), uri.authority(), uri.host()) {
+            (Some("http"), Some(authority), Some(host)) => (
+                authority.as_str(),
+                format!("{host}:{}", uri.port_u16().unwrap_or(80)),
+            ),
             _ => {
                 return Err(format!(
                     "engine URL `{url}`: engines are served over http://"
@@ -75,7 +78,7 @@ impl EngineConns {
         let mut request = Request::builder()
             .method(method)
             .uri(path)
-            .header(HOST, &host)
+            .header(HOST, authority)
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(body))
             .map_err(|e| format!("engine URL `{url}`: {e}"))?;
@@ -332,6 +335,16 @@ mod tests {
         drop(response);
         assert_eq!(call(&conns, &url).await.expect("call"), "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_url_without_a_port_is_port_80() {
+        let conns = EngineConns::default();
+        // Nothing listens on port 80 here: the error names where it went.
+        let err = call(&conns, "http://127.0.0.1/v1/x")
+            .await
+            .expect_err("port 80");
+        assert!(err.contains("127.0.0.1:80"), "{err}");
     }
 
     #[tokio::test]
