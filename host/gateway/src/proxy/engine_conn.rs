@@ -121,7 +121,10 @@ impl EngineConns {
     fn put_idle(&self, host: String, conn: Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let conns = idle.entry(host).or_default();
-        conns.retain(|(_, since)| since.elapsed() < IDLE_FOR);
+        // Pushed here and taken from the back, so oldest first: the expired
+        // ones are a prefix.
+        let expired = conns.partition_point(|(_, since)| since.elapsed() >= IDLE_FOR);
+        conns.drain(..expired);
         if conns.len() < IDLE_PER_HOST {
             conns.push((conn, Instant::now()));
         }
