@@ -2,17 +2,16 @@
 //! runs the gateway on it), and of the gateway's benchmarks (so they
 //! measure what ships).
 
-/// Multi-threaded, checking the I/O driver and the global queue every 8 task
-/// polls instead of tokio's 61 and 31. Under load a worker otherwise runs
-/// dozens of ready tasks before it notices that a socket became readable or
-/// that the store's writer thread finished a commit, and each proxied call
-/// crosses several such hand-offs: in the gateway bench (64 connections,
-/// 2 cores) this took the added p50 from ~1.8 ms to ~1.1 ms and p99 from
-/// ~4.3 ms to ~2 ms, at no measurable CPU cost.
+/// Multi-threaded, with tokio's own scheduling defaults. Checking the I/O
+/// driver and the global queue every 8 task polls (instead of 61 and a
+/// self-tuned interval) once cut the gateway bench's p50 at 64 connections,
+/// when each proxied call crossed more hand-offs between tasks; since its
+/// engine connection is driven by the call itself (`proxy/engine_conn.rs`),
+/// the extra `epoll_wait`s only cost: with the defaults the gateway's CPU
+/// per call went from ~74-77 to ~65-69 µs and its p50 from ~3.4 to ~3.2 ms
+/// (benches/gateway.rs, 64 connections, 2 cores, builds alternated).
 pub fn build() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .event_interval(8)
-        .global_queue_interval(8)
         .build()
 }

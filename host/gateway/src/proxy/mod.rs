@@ -200,7 +200,11 @@ async fn serve(
     let answer = match path {
         Ok(ApiPath(p)) => {
             let body = body.map(|b| b.0);
-            handle(st, api, (p.rollout_id, p.attempt, p.mode), headers, body).await
+            // On the heap once: the call's future is ~7 KB, and every
+            // layer above (axum's handler, the middleware, hyper's
+            // dispatch) would otherwise move it by value.
+            let call = (p.rollout_id, p.attempt, p.mode);
+            Box::pin(handle(st, api, call, headers, body)).await
         }
         Err(e) => Err(e),
     };
