@@ -56,10 +56,12 @@ const CLEAR_AT: u64 = 1 << 20;
 /// How long ingestion alone waits for more entries to share its commit
 /// (one commit per call under load costs more than the calls' own work).
 /// Nobody waits on it (a read hurries it), and a longer wait spreads each
-/// index page a commit writes over more calls: at 64 connections 2 ms ->
-/// 10 ms took the writer's CPU per call from ~21 to ~15 µs
-/// (benches/gateway.rs).
-const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+/// index page a commit writes (one per rollout with new events) over more
+/// calls: at 64 connections 2 ms -> 10 ms took the writer's CPU per call
+/// from ~21 to ~15 µs on one host, 10 -> 30 ms from 8.4-10.7 to 7.4-8.5 µs
+/// on another (benches/gateway.rs). Past ~30 ms at that rate a batch is
+/// cut at [`MAX_BATCH_BYTES`] first.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(30);
 
 /// How long the writer waits before it retries logged events whose
 /// ingestion failed to commit.
