@@ -37,7 +37,11 @@ impl<K: Eq + Hash, V: Clone> Default for Memo<K, V> {
 
 impl<K: Eq + Hash, V: Clone> Memo<K, V> {
     /// The memoised value, or the generation a fill must present.
-    pub fn get(&self, key: &K) -> Result<V, u64> {
+    pub fn get<Q>(&self, key: &Q) -> Result<V, u64>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let Ok(s) = self.inner.lock() else {
             return Err(u64::MAX);
         };

@@ -242,7 +242,7 @@ impl Store {
     /// A rollout's status and current attempt: what the proxy checks on
     /// every call, memoised.
     pub async fn rollout_gate(&self, id: &str) -> Result<RolloutGate, StoreError> {
-        let generation = match self.inner.gates.get(&id.to_string()) {
+        let generation = match self.inner.gates.get(id) {
             Ok(gate) => return Ok(gate),
             Err(g) => g,
         };

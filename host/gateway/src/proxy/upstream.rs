@@ -56,8 +56,9 @@ pub struct Upstream {
 /// engines sorted by name, so a rollout keeps hitting one replica (and its
 /// prefix cache) while the set of engines is unchanged.
 pub fn pick(mut engines: Vec<Engine>, rollout_id: &str) -> Option<Engine> {
-    if engines.is_empty() {
-        return None;
+    // One engine (the common case) needs no hash: it is every rollout's.
+    if engines.len() <= 1 {
+        return engines.pop();
     }
     engines.sort_by(|a, b| a.name.cmp(&b.name));
     let h = blake3::hash(rollout_id.as_bytes());
@@ -199,6 +200,8 @@ mod tests {
         }
         assert_eq!(seen.len(), 3);
         assert!(pick(Vec::new(), "r").is_none());
+        let only = pick(vec![engine("a")], "r").map(|e| e.name);
+        assert_eq!(only.as_deref(), Some("a"));
     }
 
     #[test]
