@@ -340,9 +340,23 @@ pub fn u32_list(raw: &RawValue) -> Result<Vec<u32>, serde_json::Error> {
 /// number within `u32`; `None` for anything else.
 fn plain_u32_list(text: &str) -> Option<Vec<u32>> {
     let bytes = text.as_bytes();
-    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let (ids, end) = u32_list_prefix(bytes)?;
+    bytes[end..]
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .then_some(ids)
+}
+
+/// A plain list of token ids (as [`u32_list`] reads fast) at the start of
+/// `bytes`, after any JSON whitespace: the ids and where the list ends
+/// (just past its `]`). `None` when what is there is anything else, for
+/// serde_json to read.
+pub fn u32_list_prefix(bytes: &[u8]) -> Option<(Vec<u32>, usize)> {
     let skip_space = |mut i: usize| {
-        while bytes.get(i).is_some_and(|&b| is_space(b)) {
+        while bytes
+            .get(i)
+            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        {
             i += 1;
         }
         i
@@ -352,32 +366,36 @@ fn plain_u32_list(text: &str) -> Option<Vec<u32>> {
         return None;
     }
     i = skip_space(i + 1);
-    let mut ids = Vec::with_capacity(memchr::memchr_iter(b',', bytes).count() + 1);
-    if bytes.get(i) == Some(&b']') {
-        ids.shrink_to_fit();
-        return (skip_space(i + 1) == bytes.len()).then_some(ids);
+    // A plain list ends at its first `]`.
+    let close = i + memchr::memchr(b']', bytes.get(i..)?)?;
+    let mut ids = Vec::with_capacity(memchr::memchr_iter(b',', &bytes[i..close]).count() + 1);
+    if i == close {
+        return Some((Vec::new(), close + 1));
     }
     loop {
         let start = i;
         let mut id: u64 = 0;
-        while let Some(&b) = bytes.get(i).filter(|b| b.is_ascii_digit()) {
-            // Ten digits hold any u32; an eleventh is serde's to refuse.
-            if i - start == 10 {
-                return None;
-            }
-            id = id * 10 + u64::from(b - b'0');
+        while let Some(digit) = bytes
+            .get(i)
+            .map(|b| b.wrapping_sub(b'0'))
+            .filter(|&d| d < 10)
+        {
+            // Wraps only past 19 digits, refused below.
+            id = id.wrapping_mul(10).wrapping_add(u64::from(digit));
             i += 1;
         }
-        // No digits (a sign, `null`, a string...), or a leading zero that
-        // is not the whole number: serde's to read.
-        if i == start || (bytes[start] == b'0' && i - start > 1) {
+        // No digits (a sign, `null`, a string...), a leading zero that is
+        // not the whole number, or more digits than any u32 has: serde's to
+        // read, or refuse.
+        let digits = i - start;
+        if digits == 0 || digits > 10 || (bytes[start] == b'0' && digits > 1) {
             return None;
         }
         ids.push(u32::try_from(id).ok()?);
         i = skip_space(i);
         match bytes.get(i) {
             Some(b',') => i = skip_space(i + 1),
-            Some(b']') => return (skip_space(i + 1) == bytes.len()).then_some(ids),
+            Some(b']') => return Some((ids, i + 1)),
             // `.`, `e`, anything else.
             _ => return None,
         }

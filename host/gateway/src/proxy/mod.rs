@@ -21,6 +21,7 @@ mod rendered;
 mod rewrite;
 mod serving;
 mod stream;
+mod token_scan;
 mod upstream;
 
 use std::time::Instant;
