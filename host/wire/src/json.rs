@@ -84,9 +84,10 @@ fn check_limits(text: &str, max_depth: usize) -> Result<(), String> {
             }
             // The `e` of `true` and `false` is no number.
             Scan::Number if !(b == b'-' || b.is_ascii_digit()) => i += 1,
-            Scan::Number => {
-                // One pass over the number's characters (token ids are
-                // most of an engine's answer).
+            // Token id lists (most of an engine's answer) are runs of
+            // numbers and commas: each number in one pass over its
+            // characters, and the run read to its end here.
+            Scan::Number => loop {
                 let start = i;
                 let mut exponent = false;
                 while let Some(&c) = bytes.get(i) {
@@ -100,7 +101,11 @@ fn check_limits(text: &str, max_depth: usize) -> Result<(), String> {
                 if i - start > 20 || exponent {
                     check_value(&text[start..i], start, max_depth)?;
                 }
-            }
+                match (bytes.get(i), bytes.get(i + 1)) {
+                    (Some(b','), Some(b'0'..=b'9')) => i += 1,
+                    _ => break,
+                }
+            },
         }
     }
     Ok(())
