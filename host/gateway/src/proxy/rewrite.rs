@@ -25,10 +25,11 @@ pub fn parse(bytes: &[u8]) -> Result<RawBody, String> {
     })
 }
 
-fn raw(text: String) -> Box<RawValue> {
-    // Only called with text this module formats from numbers, booleans
-    // and serde-escaped strings.
-    RawValue::from_string(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
+/// `value` as raw JSON, written by serde_json (so not parsed back).
+fn raw<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    // Only called with strings, finite numbers and booleans, which
+    // serialise.
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
 /// The number of choices a request asks for (`n`, as JSON text; absent or
@@ -86,21 +87,21 @@ pub fn constraint_field(body: &RawBody, api: ApiKind) -> Option<&'static str> {
 
 /// Rewrites `body` in place for `model` and `temperature`.
 pub fn rewrite(body: &mut RawBody, api: ApiKind, model: &str, temperature: f64) {
-    let model = serde_json::to_string(model).unwrap_or_else(|_| "null".into());
     body.insert("model".into(), raw(model));
-    // `{:?}` keeps a decimal point, so 1.0 stays a float as the client's
-    // JSON would have it; non-finite values cannot come from the config.
+    // serde_json writes a float with its decimal point, so 1.0 stays a
+    // float as the client's JSON would have it; non-finite values cannot
+    // come from the config.
     let temperature = if temperature.is_finite() {
-        format!("{temperature:?}")
+        temperature
     } else {
-        "1.0".into()
+        1.0
     };
-    body.insert("temperature".into(), raw(temperature));
-    body.insert("return_token_ids".into(), raw("true".into()));
+    body.insert("temperature".into(), raw(&temperature));
+    body.insert("return_token_ids".into(), raw(&true));
     match api {
         // Chat: `logprobs` is a flag; `top_logprobs` stays as the client set it.
         ApiKind::ChatCompletions => {
-            body.insert("logprobs".into(), raw("true".into()));
+            body.insert("logprobs".into(), raw(&true));
         }
         // Completions: `logprobs` is the number of alternatives; keep a
         // larger one the client asked for.
@@ -109,7 +110,7 @@ pub fn rewrite(body: &mut RawBody, api: ApiKind, model: &str, temperature: f64) 
                 .get("logprobs")
                 .and_then(|v| v.get().trim().parse::<u64>().ok())
                 .unwrap_or(0);
-            body.insert("logprobs".into(), raw(asked.max(1).to_string()));
+            body.insert("logprobs".into(), raw(&asked.max(1)));
         }
     }
 }
