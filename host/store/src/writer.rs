@@ -581,8 +581,15 @@ pub fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Res
         }
         for job in batch.iter_mut() {
             if job.atomic() {
-                // Failed, it changed nothing: its neighbours commit.
-                job.run(conn);
+                // Failed, it changed nothing and its neighbours commit;
+                // unless its error rolled the whole transaction back
+                // (SQLite's SQLITE_FULL, IOERR...): then nothing stands.
+                if !job.run(conn) && conn.is_autocommit() {
+                    return Err(rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                        Some("a failed write rolled its batch back".into()),
+                    ));
+                }
                 continue;
             }
             exec("SAVEPOINT req")?;

@@ -199,6 +199,61 @@ fn a_failed_ingestion_leaves_its_neighbours_committed() {
     assert!(ingested.failed.load(Ordering::Relaxed));
 }
 
+/// An ingestion whose failure takes the transaction with it (the file
+/// full) fails its batch whole: nothing after it is left committed outside
+/// the batch.
+#[test]
+fn an_ingestion_that_rolls_the_transaction_back_fails_its_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conn = open_writer(&dir.path().join("agl.db"), Default::default()).expect("open");
+    conn.execute_batch(
+        "INSERT INTO rollouts (id, group_id, mode, input, config, status, attempt,
+             created_ms, updated_ms) VALUES ('r', 'g', 'train', '{}', '{}', 'running', 1, 0, 0);
+         INSERT INTO attempts (rollout_id, attempt, status) VALUES ('r', 1, 'running');",
+    )
+    .expect("rollout");
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .expect("pages");
+    conn.execute_batch(&format!("PRAGMA max_page_count = {}", pages + 4))
+        .expect("cap");
+    let ingested = Arc::new(Ingested::default());
+    let ingest = |seq: u64, len: usize| -> Box<dyn Job> {
+        let text = serde_json::to_string(&"x".repeat(len)).expect("json");
+        Box::new(Ingest {
+            entry: Entry {
+                rollout_id: "r".into(),
+                attempt: 1,
+                kind: "log".into(),
+                created_ms: 0,
+                events: vec![(
+                    seq,
+                    JsonText::from_raw(
+                        serde_json::value::RawValue::from_string(text).expect("raw"),
+                    ),
+                )],
+                supersede: Vec::new(),
+            },
+            ordinal: seq,
+            ingested: ingested.clone(),
+        })
+    };
+    let mut batch = vec![ingest(1, 10), ingest(2, 1 << 20), ingest(3, 10)];
+    let result = run_batch(&conn, &mut batch);
+    let seqs: Vec<i64> = conn
+        .prepare("SELECT seq FROM events ORDER BY seq")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows");
+    match result {
+        Ok(()) => assert_eq!(seqs, vec![1, 3]),
+        Err(e) => assert!(seqs.is_empty(), "{e}: {seqs:?} committed outside the batch"),
+    }
+    assert!(conn.is_autocommit(), "no transaction left open");
+}
+
 #[test]
 fn a_failed_job_alone_in_its_batch_leaves_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
