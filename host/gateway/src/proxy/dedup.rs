@@ -23,9 +23,6 @@ use agl_wire::rollout::Choice;
 /// prompt ids (and which choice it is, for an `n` > 1 request).
 pub type RetryKey = (u32, [u8; 32]);
 
-/// Prompt ids hashed per `update` of the retry key's hasher.
-const IDS_PER_UPDATE: usize = 1024;
-
 /// The key of a call with these prompt ids; `None` without any. The
 /// choices of one request have keys of their own, so siblings never
 /// supersede each other, and a retried request's choice `i` supersedes
@@ -35,16 +32,10 @@ pub fn retry_key(attempt: u32, prompt_ids: &[u32], choice: Option<Choice>) -> Op
         return None;
     }
     let mut hasher = blake3::Hasher::new();
-    // The ids' little-endian bytes, handed over 4 KiB at a time: blake3
-    // hashes a long input several chunks at once (one id per call ran at a
-    // small fraction of that).
-    let mut bytes = [0u8; 4 * IDS_PER_UPDATE];
-    for ids in prompt_ids.chunks(IDS_PER_UPDATE) {
-        for (to, id) in bytes.chunks_exact_mut(4).zip(ids) {
-            to.copy_from_slice(&id.to_le_bytes());
-        }
-        hasher.update(&bytes[..4 * ids.len()]);
-    }
+    // The ids' bytes as they lie in memory, in one update: blake3 hashes a
+    // long input several chunks at once. The index lives in this process
+    // only, so the byte order is never compared across machines.
+    hasher.update(bytemuck::cast_slice(prompt_ids));
     if let Some(c) = choice {
         hasher.update(b"choice");
         hasher.update(&c.index.to_le_bytes());
@@ -187,15 +178,15 @@ mod tests {
         assert_eq!(idx.observe("r", key(1, &[1, 2]), 12), None);
     }
 
-    /// The key is the hash of the ids' little-endian bytes, however many
-    /// updates hand them over: a prompt across the update boundary keys as
-    /// the whole byte string does, and one id more or less keys apart.
+    /// The key is the hash of the ids' bytes in order (in this process's
+    /// byte order): a long prompt keys as its whole byte string does, and
+    /// one id more or less keys apart.
     #[test]
     fn the_key_hashes_the_ids_bytes_in_order() {
-        let ids: Vec<u32> = (0..2 * IDS_PER_UPDATE as u32 + 3)
+        let ids: Vec<u32> = (0..2051u32)
             .map(|i| i.wrapping_mul(2_654_435_761))
             .collect();
-        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_ne_bytes()).collect();
         assert_eq!(
             retry_key(3, &ids, None),
             Some((3, *blake3::hash(&bytes).as_bytes()))
