@@ -42,8 +42,10 @@ struct Conn {
     io: http1::Connection<TokioIo<TcpStream>, Full<Bytes>>,
 }
 
-/// An idle connection and since when.
-type Idle = (Conn, Instant);
+/// An idle connection and since when. Boxed: a connection is ~1 KiB of
+/// hyper state, moved at each step of a call (taken, sent on, handed to
+/// the answer's body, put back), and a box moves as a pointer.
+type Idle = (Box<Conn>, Instant);
 
 /// Idle connections by `host:port` (port 80 when the URL has none).
 #[derive(Clone, Default)]
@@ -107,7 +109,7 @@ impl EngineConns {
     }
 
     /// An idle connection to `host` that is still open, if any.
-    fn take_idle(&self, host: &str) -> Option<Conn> {
+    fn take_idle(&self, host: &str) -> Option<Box<Conn>> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let conns = idle.get_mut(host)?;
         while let Some((mut conn, since)) = conns.pop() {
@@ -118,7 +120,7 @@ impl EngineConns {
         None
     }
 
-    fn put_idle(&self, host: String, conn: Conn) {
+    fn put_idle(&self, host: String, conn: Box<Conn>) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let conns = idle.entry(host).or_default();
         // Pushed here and taken from the back, so oldest first: the expired
@@ -131,7 +133,7 @@ impl EngineConns {
     }
 }
 
-async fn connect(host: &str) -> Result<Conn, String> {
+async fn connect(host: &str) -> Result<Box<Conn>, String> {
     let stream = TcpStream::connect(host)
         .await
         .map_err(|e| format!("connecting to {host}: {e}"))?;
@@ -140,7 +142,7 @@ async fn connect(host: &str) -> Result<Conn, String> {
     let (send, io) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("connecting to {host}: {e}"))?;
-    Ok(Conn { send, io })
+    Ok(Box::new(Conn { send, io }))
 }
 
 /// Why a request got no answer head.
@@ -167,12 +169,12 @@ impl Conn {
     /// in; the connection comes back with it unless it ended meanwhile (an
     /// engine that closes after each answer: the body is read all the same).
     async fn send(
-        mut self,
+        mut self: Box<Self>,
         request: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, Option<Conn>), Failed> {
+    ) -> Result<(Response<Incoming>, Option<Box<Conn>>), Failed> {
         let mut io_ended = false;
         let head = {
-            let Conn { send, io } = &mut self;
+            let Conn { send, io } = &mut *self;
             let mut answer = pin!(send.try_send_request(request));
             poll_fn(|cx| {
                 if let Poll::Ready(r) = answer.as_mut().poll(cx) {
@@ -211,7 +213,7 @@ impl Conn {
 /// the connection back idle at its end.
 struct Driven {
     body: Incoming,
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     host: String,
     pool: EngineConns,
 }
