@@ -19,7 +19,7 @@ use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
 use super::record::Tokens;
 use super::upstream::EngineResponse;
-use super::{error_response, record, record_body, stream};
+use super::{error_response, record, record_body, stream, token_scan};
 use crate::ApiError;
 use agl_wire::json;
 use agl_wire::record::CallStatus;
@@ -126,22 +126,32 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
         (bytes, None, None, Vec::new())
     };
     // The engine's body is kept as its own JSON text; only the token
-    // fields are read out of it. What the gateway wrote is JSON already,
-    // and only its depth is checked (a reply's parsed tool input nests as
-    // the model wrote it).
+    // fields are read out of it, by a walk that also checks the limits
+    // (`token_scan`), so serde is left only its syntax. What the gateway
+    // wrote is JSON already, and only its depth is checked (a reply's
+    // parsed tool input nests as the model wrote it).
+    let scanned = match known_tokens {
+        None if status.is_success() => token_scan::scan(&bytes),
+        _ => None,
+    };
     let raw = match written {
         Some(raw) => json::check_raw(&raw, json::MAX_DEPTH - 1)
             .ok()
             .map(|()| raw),
-        None => std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|text| record_body(text).ok()),
+        None => std::str::from_utf8(&bytes).ok().and_then(|text| {
+            if scanned.is_some() {
+                RawValue::from_string(text.to_owned()).ok()
+            } else {
+                record_body(text).ok()
+            }
+        }),
     };
     let valid = raw.is_some();
     let outcomes = match (raw, status.is_success()) {
         (Some(body), true) => {
             let tokens = known_tokens
-                .or_else(|| record::tokens_of_bytes(&bytes))
+                .or(scanned)
+                .or_else(|| record::tokens_by_serde(&bytes))
                 .unwrap_or_else(|| {
                     let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
                     record::tokens_of(call.api, &v)

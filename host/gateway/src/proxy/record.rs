@@ -48,15 +48,18 @@ impl Tokens {
 }
 
 /// The token fields of each choice of a complete response body (JSON
-/// text), read straight from its bytes (no JSON tree: this runs on every
-/// proxied call): walked by `token_scan`, or where that does not answer,
-/// through serde. `None` when the body does not have the expected shape;
-/// [`tokens_of`] then reads what it can.
+/// text), as the proxy reads them (`forward::complete`): walked by
+/// `token_scan`, or where that does not answer, through serde. `None` when
+/// the body does not have the expected shape; [`tokens_of`] then reads
+/// what it can.
+#[cfg(test)]
 pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
     super::token_scan::scan(body).or_else(|| tokens_by_serde(body))
 }
 
-/// [`tokens_of_bytes`] through serde alone.
+/// The token fields of each choice of a complete response body through
+/// serde alone (where `token_scan` does not answer). Id lists are read
+/// off their text, never through a JSON tree: this may run on every call.
 pub(super) fn tokens_by_serde(body: &[u8]) -> Option<Vec<Tokens>> {
     // Id lists are taken as text and read by `json::u32_list`.
     #[derive(Deserialize)]

@@ -10,6 +10,14 @@
 //! a field read twice, a value of another type) is `None`, and the caller
 //! reads the answer through serde, which decides. So where this gives an
 //! answer it is serde's (`record::tokens_by_serde`, pinned by the tests).
+//!
+//! The same walk checks the limits a record's JSON is held to
+//! (`json::check_raw` at [`MAX_DEPTH`]): nesting, and the values a tree
+//! reader could refuse (numbers with an exponent or over 20 characters,
+//! strings with `\u` escapes), each read as `json::check` reads it. An
+//! answer is `Some` only within them, so the caller need not walk the text
+//! a second time for them; outside them it is `None`, and the caller's own
+//! check gives the error.
 
 use agl_wire::json;
 use serde_json::Value;
@@ -26,9 +34,17 @@ struct Choice {
     finish_reason: Option<Option<String>>,
 }
 
-/// The token fields of each choice of `body` (JSON text), or `None`.
+/// How deep an engine's answer may nest: a record keeps it one level down.
+pub const MAX_DEPTH: usize = json::MAX_DEPTH - 1;
+
+/// The token fields of each choice of `body` (JSON text), or `None`; `Some`
+/// also means `body` is within the limits (nested at most [`MAX_DEPTH`]).
 pub fn scan(body: &[u8]) -> Option<Vec<Tokens>> {
-    let mut r = Reader { b: body, i: 0 };
+    let mut r = Reader {
+        b: body,
+        i: 0,
+        depth: 0,
+    };
     let mut prompt = None;
     let mut choices: Option<Vec<Choice>> = None;
     let mut version = None;
@@ -74,10 +90,17 @@ fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     Some(())
 }
 
-/// A position in JSON text.
+/// `text` (one value) within the limits, as `json::check` reads it.
+fn checked(text: &[u8]) -> Option<()> {
+    let text = std::str::from_utf8(text).ok()?;
+    json::check(text, 1).ok()
+}
+
+/// A position in JSON text, and how many arrays and objects it is in.
 struct Reader<'a> {
     b: &'a [u8],
     i: usize,
+    depth: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -113,16 +136,44 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Skips a string; one with a `\u` escape (a lone surrogate is refused
+    /// by tree readers) is read as `json::check` reads it.
     fn skip_str(&mut self) -> Option<()> {
         self.eat(b'"')?;
+        let start = self.i - 1;
+        let mut unicode_escape = false;
         loop {
             self.i += memchr::memchr2(b'"', b'\\', self.b.get(self.i..)?)?;
             if self.b[self.i] == b'"' {
                 self.i += 1;
-                return Some(());
+                break;
             }
+            unicode_escape |= self.b.get(self.i + 1) == Some(&b'u');
             self.i += 2;
         }
+        if unicode_escape {
+            checked(&self.b[start..self.i])?;
+        }
+        Some(())
+    }
+
+    /// Skips a number; one with an exponent or over 20 characters (which
+    /// may not be finite) is read as `json::check` reads it.
+    fn skip_number(&mut self) -> Option<()> {
+        let start = self.i;
+        let mut exponent = false;
+        while let Some(&c) = self.b.get(self.i) {
+            match c {
+                b'0'..=b'9' | b'+' | b'-' | b'.' => {}
+                b'e' | b'E' => exponent = true,
+                _ => break,
+            }
+            self.i += 1;
+        }
+        if exponent || self.i - start > 20 {
+            checked(&self.b[start..self.i])?;
+        }
+        Some(())
     }
 
     /// Skips one value and gives its text.
@@ -133,6 +184,7 @@ impl<'a> Reader<'a> {
         };
         match self.b[start] {
             b'"' => self.skip_str()?,
+            b'-' | b'0'..=b'9' => self.skip_number()?,
             b'{' | b'[' => {
                 let mut depth = 0usize;
                 loop {
@@ -141,7 +193,16 @@ impl<'a> Reader<'a> {
                             self.skip_str()?;
                             continue;
                         }
-                        b'{' | b'[' => depth += 1,
+                        b'-' | b'0'..=b'9' => {
+                            self.skip_number()?;
+                            continue;
+                        }
+                        b'{' | b'[' => {
+                            depth += 1;
+                            if self.depth + depth > MAX_DEPTH {
+                                return None;
+                            }
+                        }
                         b'}' | b']' => {
                             depth -= 1;
                             if depth == 0 {
@@ -197,21 +258,23 @@ impl<'a> Reader<'a> {
         mut item: impl FnMut(&mut Self) -> Option<()>,
     ) -> Option<()> {
         self.eat(open)?;
-        if self.peek()? == close {
-            self.i += 1;
-            return Some(());
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return None;
         }
-        loop {
-            item(self)?;
-            match self.peek()? {
-                b',' => self.i += 1,
-                c if c == close => {
-                    self.i += 1;
-                    return Some(());
+        if self.peek()? != close {
+            loop {
+                item(self)?;
+                match self.peek()? {
+                    b',' => self.i += 1,
+                    c if c == close => break,
+                    _ => return None,
                 }
-                _ => return None,
             }
         }
+        self.i += 1;
+        self.depth -= 1;
+        Some(())
     }
 
     /// A list of token ids, or `null`.
@@ -287,13 +350,52 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Where the scan answers, serde's reading gives the same.
+    /// Where the scan answers, serde's reading gives the same, and the
+    /// body is within the limits the record's check holds it to.
     fn agrees(body: &str) -> bool {
         let scanned = scan(body.as_bytes());
         if let Some(t) = &scanned {
             assert_eq!(Some(t), tokens_by_serde(body.as_bytes()).as_ref(), "{body}");
+            assert_eq!(json::check(body, MAX_DEPTH), Ok(()), "{body}");
         }
         scanned.is_some()
+    }
+
+    /// An answer outside the limits, anywhere in it (a field the scan
+    /// skips, one it reads), is not answered: the caller's own check
+    /// refuses it. Within them, values a tree reader takes (an exponent,
+    /// an escape) are answered.
+    #[test]
+    fn an_answer_outside_the_json_limits_is_not_answered() {
+        let nested = |depth: usize| "[".repeat(depth) + &"]".repeat(depth);
+        // The scan's own levels: the answer's object, `choices`, a choice.
+        let within = format!(r#"{{"choices": [{{"x": {}}}]}}"#, nested(MAX_DEPTH - 3));
+        let deep = format!(r#"{{"choices": [{{"x": {}}}]}}"#, nested(MAX_DEPTH - 2));
+        let deep_top = format!(r#"{{"x": {}, "choices": [{{}}]}}"#, nested(MAX_DEPTH));
+        let long = "1".repeat(400);
+        let outside = [
+            deep,
+            deep_top,
+            r#"{"choices": [{"token_ids": [1]}], "x": 1e999}"#.to_string(),
+            format!(r#"{{"choices": [{{"token_ids": [1]}}], "x": [{long}]}}"#),
+            r#"{"choices": [{"token_ids": [1], "x": {"s": "\ud800"}}]}"#.to_string(),
+            r#"{"choices": [{"token_ids": [1], "y": {"\udc00": 1}}]}"#.to_string(),
+            r#"{"choices": [{"logprobs": {"content": [{"logprob": -1e999}]}}]}"#.to_string(),
+            r#"{"weight_version": [1e400], "choices": [{}]}"#.to_string(),
+        ];
+        for body in &outside {
+            assert!(json::check(body, MAX_DEPTH).is_err(), "{body}");
+            assert!(scan(body.as_bytes()).is_none(), "{body}");
+        }
+        for body in [
+            within,
+            r#"{"choices": [{"token_ids": [1]}], "x": [1.5e-05, -2E+3, 0.5]}"#.to_string(),
+            r#"{"choices": [{"logprobs": {"content": [{"logprob": -1.5e-05}]}}]}"#.to_string(),
+            r#"{"choices": [{"message": {"content": "\u00e9\ud83d\ude00"}}]}"#.to_string(),
+            format!(r#"{{"choices": [{{}}], "x": {}}}"#, "9".repeat(20)),
+        ] {
+            assert!(agrees(&body), "{body}");
+        }
     }
 
     #[test]

@@ -350,6 +350,94 @@ async fn upstream_failure_is_recorded_and_answers_502() {
     assert_eq!(payload["status"], "error");
 }
 
+/// An engine on a raw socket that answers every request with whatever
+/// `body` holds at the time; its base URL.
+async fn fixed_engine(body: Arc<std::sync::Mutex<String>>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 1 << 16];
+                // One read holds a whole small request on loopback.
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let text = body.lock().expect("body").clone();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\n\r\n{text}",
+                        text.len()
+                    );
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// An engine's answer is kept verbatim only within the limits every stored
+/// JSON document is held to, wherever in the answer the excess is; within
+/// them, numbers with exponents and escaped text are kept as sent.
+#[tokio::test]
+async fn an_engine_answer_outside_the_json_limits_is_refused_and_recorded_an_error() {
+    let env = start(Reply::text("hello")).await;
+    let body = Arc::new(std::sync::Mutex::new(String::new()));
+    let url = fixed_engine(body.clone()).await;
+    env.store.remove_engine("e1").await.expect("remove");
+    env.store
+        .register_engine(
+            &agl_store::RegisterEngine::new("e2", &url, "served-model")
+                .with_render(agl_store::Render::Engine),
+        )
+        .await
+        .expect("engine");
+    let answer = |extra: &str| {
+        format!(
+            r#"{{"id":"c","object":"chat.completion","prompt_token_ids":[1,2],"choices":[{{"index":0,"message":{{"role":"assistant","content":"hi"}},"logprobs":{{"content":[{{"token":"h","logprob":-0.5,"top_logprobs":[]}}]}},"finish_reason":"stop","token_ids":[3]{extra}}}]}}"#
+        )
+    };
+    let deep = format!("{}{}", "[".repeat(120), "]".repeat(120));
+    for extra in [
+        r#","x":1e999"#.to_string(),
+        format!(r#","x":{deep}"#),
+        r#","x":"\ud800""#.to_string(),
+    ] {
+        *body.lock().expect("body") = answer(&extra);
+        let resp = env.chat(false).await;
+        assert_eq!(resp.status(), StatusCode::BAD_GATEWAY, "{extra}");
+        let text = resp.text().await.expect("text");
+        assert!(text.contains("invalid JSON"), "{extra}: {text}");
+    }
+    let events = env.store.list_events("r1", 0, 10).await.expect("events");
+    assert_eq!(events.len(), 3);
+    for event in &events {
+        let payload = event.payload.parse().expect("payload");
+        assert_eq!(payload["status"], "error", "{payload}");
+    }
+    let kept = answer(r#","x":[1.5e-05,-2E+3],"y":"\u00e9""#);
+    *body.lock().expect("body") = kept.clone();
+    let resp = env.chat(false).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.text().await.expect("text"), kept);
+    let rollout = env.store.export_rollout("r1").await.expect("export");
+    let call = rollout.calls.last().expect("a call");
+    assert_eq!(call.response.as_str(), kept);
+    assert_eq!(
+        (call.prompt_ids.clone(), call.response_ids.clone()),
+        (vec![1, 2], vec![3])
+    );
+    assert_eq!(call.response_logprobs, vec![-0.5]);
+}
+
 #[tokio::test]
 async fn wrong_rollout_token_finished_and_unknown_rollouts_are_refused() {
     let env = start(Reply::text("x")).await;
