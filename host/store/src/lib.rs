@@ -56,7 +56,7 @@ pub use config::StoreConfig;
 pub use error::StoreError;
 pub use reads::MAX_PAGE;
 pub use schema::Durability;
-pub use schema::SCHEMA_VERSION;
+pub use schema::{PAGE_SIZE, SCHEMA_VERSION};
 pub use types::{RolloutFilter, RolloutGate, RolloutPage, RolloutRecord, WeightVersion};
 
 use agl_wire::rollout::{JsonText, Rollout};

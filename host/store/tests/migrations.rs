@@ -1,6 +1,6 @@
 //! Stores written by earlier versions of agl open, migrate and read back.
 
-use agl_store::{Mode, NewRollout, SCHEMA_VERSION, Store, StoreError};
+use agl_store::{Mode, NewRollout, PAGE_SIZE, SCHEMA_VERSION, Store, StoreError};
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::{FailureKind, JsonText, RolloutStatus};
 use serde_json::json;
@@ -190,4 +190,41 @@ async fn schema_5_events_keep_their_seqs_without_autoincrement() {
         ),
         1
     );
+}
+
+/// A new store has large pages; one made with SQLite's default page size
+/// keeps its own, and takes and reads back events as a new one does.
+#[tokio::test]
+async fn a_new_store_has_large_pages_and_an_older_one_keeps_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page_size = |path: &std::path::Path| {
+        let conn = rusqlite::Connection::open(path).expect("raw open");
+        number(&conn, "PRAGMA page_size")
+    };
+    let new = dir.path().join("new.db");
+    drop(Store::open(&new).expect("new store"));
+    assert_eq!(page_size(&new), PAGE_SIZE);
+    let old = dir.path().join("old.db");
+    {
+        let conn = rusqlite::Connection::open(&old).expect("raw open");
+        conn.execute_batch("PRAGMA page_size = 4096; CREATE TABLE t (x); DROP TABLE t;")
+            .expect("a file of 4 KiB pages");
+    }
+    {
+        let store = Store::open(&old).expect("old store");
+        one(&store, "r1").await;
+        store
+            .set_status("r1", &StatusPatch::to(1, RolloutStatus::Running))
+            .await
+            .expect("running");
+        let big = text(json!({"text": "x".repeat(40_000)}));
+        store
+            .append_event("r1", 1, "log", big.clone())
+            .await
+            .expect("append");
+        let events = store.list_events("r1", 0, 10).await.expect("events");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].payload.as_str(), big.as_str());
+    }
+    assert_eq!(page_size(&old), 4096);
 }
