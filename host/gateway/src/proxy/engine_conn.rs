@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::http::header::{CONTENT_TYPE, HOST};
-use axum::http::{Method, Request, Response, Uri};
+use axum::http::uri::PathAndQuery;
+use axum::http::{HeaderValue, Method, Request, Response, Uri};
 use http_body_util::Full;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
@@ -67,7 +68,8 @@ impl EngineConns {
             .map_err(|e| format!("engine URL `{url}`: {e}"))?;
         let (authority, host) = match (uri.scheme_str(), uri.authority(), uri.host()) {
             (Some("http"), Some(authority), Some(host)) => (
-                authority.as_str(),
+                HeaderValue::from_str(authority.as_str())
+                    .map_err(|e| format!("engine URL `{url}`: {e}"))?,
                 format!("{host}:{}", uri.port_u16().unwrap_or(80)),
             ),
             _ => {
@@ -76,14 +78,22 @@ impl EngineConns {
                 ));
             }
         };
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(HOST, authority)
-            .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(body))
-            .map_err(|e| format!("engine URL `{url}`: {e}"))?;
+        // The request names the path alone (origin form), taken from the
+        // parsed URL rather than parsed again; each step sets a field in
+        // place (a builder moves the whole request head at each).
+        let mut parts = uri.into_parts();
+        parts.scheme = None;
+        parts.authority = None;
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(PathAndQuery::from_static("/"));
+        }
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() =
+            Uri::from_parts(parts).map_err(|e| format!("engine URL `{url}`: {e}"))?;
+        let headers = request.headers_mut();
+        headers.insert(HOST, authority);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         loop {
             let (conn, reused) = match self.take_idle(&host) {
                 Some(conn) => (conn, true),

@@ -57,6 +57,20 @@ pub fn choices(n: Option<&str>, api: ApiKind, max: u32) -> Result<u32, String> {
 /// `structured_outputs` / `guided_*`, or (Chat Completions, where the
 /// engine forces it) `tool_choice` `required` or a named function.
 pub fn constraint_field(body: &RawBody, api: ApiKind) -> Option<&'static str> {
+    // Most calls have none of them: one pass over the body's few keys
+    // instead of a hashed lookup of each field.
+    const FIELDS: [&str; 7] = [
+        "response_format",
+        "structured_outputs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "tool_choice",
+    ];
+    if !body.keys().any(|k| FIELDS.contains(&k.as_str())) {
+        return None;
+    }
     let value = |k: &str| {
         body.get(k)
             .and_then(|v| serde_json::from_str::<serde_json::Value>(v.get()).ok())
