@@ -155,46 +155,63 @@ fn a_failed_job_rolls_back_alone_within_its_batch() {
     assert_eq!(engine_names(&conn), vec!["a", "c"]);
 }
 
-/// Ingestions of one event run without savepoints: one that fails
-/// (an unknown rollout) leaves nothing, its neighbours commit.
-#[test]
-fn a_failed_ingestion_leaves_its_neighbours_committed() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let conn = open_writer(&dir.path().join("agl.db"), Default::default()).expect("open");
+/// Rollout `r`, running its first attempt.
+fn running_rollout(conn: &Connection) {
     conn.execute_batch(
         "INSERT INTO rollouts (id, group_id, mode, input, config, status, attempt,
              created_ms, updated_ms) VALUES ('r', 'g', 'train', '{}', '{}', 'running', 1, 0, 0);
          INSERT INTO attempts (rollout_id, attempt, status) VALUES ('r', 1, 'running');",
     )
     .expect("rollout");
-    let ingested = Arc::new(Ingested::default());
-    let ingest = |rollout: &str, seq: u64| -> Box<dyn Job> {
-        Box::new(Ingest {
-            entry: Entry {
-                rollout_id: rollout.into(),
-                attempt: 1,
-                kind: "log".into(),
-                created_ms: 0,
-                events: vec![(
-                    seq,
-                    JsonText::from_raw(serde_json::value::RawValue::NULL.to_owned()),
-                )],
-                supersede: Vec::new(),
-            },
-            ordinal: seq,
-            ingested: ingested.clone(),
-        })
-    };
-    let batch = vec![ingest("r", 1), ingest("nope", 2), ingest("r", 3)];
-    assert!(batch.iter().all(|j| j.atomic()));
-    commit(&conn, batch);
-    let seqs: Vec<i64> = conn
-        .prepare("SELECT seq FROM events ORDER BY seq")
+}
+
+/// The ingestion of one `log` event of attempt 1 of `rollout`.
+fn ingest_one(
+    ingested: &Arc<Ingested>,
+    rollout: &str,
+    seq: u64,
+    payload: JsonText,
+) -> Box<dyn Job> {
+    Box::new(Ingest {
+        entry: Entry {
+            rollout_id: rollout.into(),
+            attempt: 1,
+            kind: "log".into(),
+            created_ms: 0,
+            events: vec![(seq, payload)],
+            supersede: Vec::new(),
+        },
+        ordinal: seq,
+        ingested: ingested.clone(),
+    })
+}
+
+/// The seqs of the events table, in order.
+fn event_seqs(conn: &Connection) -> Vec<i64> {
+    conn.prepare("SELECT seq FROM events ORDER BY seq")
         .expect("prepare")
         .query_map([], |r| r.get(0))
         .expect("query")
         .collect::<rusqlite::Result<_>>()
-        .expect("rows");
+        .expect("rows")
+}
+
+/// Ingestions of one event run without savepoints: one that fails
+/// (an unknown rollout) leaves nothing, its neighbours commit.
+#[test]
+fn a_failed_ingestion_leaves_its_neighbours_committed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conn = open_writer(&dir.path().join("agl.db"), Default::default()).expect("open");
+    running_rollout(&conn);
+    let ingested = Arc::new(Ingested::default());
+    let ingest = |rollout: &str, seq: u64| {
+        let null = JsonText::from_raw(serde_json::value::RawValue::NULL.to_owned());
+        ingest_one(&ingested, rollout, seq, null)
+    };
+    let batch = vec![ingest("r", 1), ingest("nope", 2), ingest("r", 3)];
+    assert!(batch.iter().all(|j| j.atomic()));
+    commit(&conn, batch);
+    let seqs = event_seqs(&conn);
     assert_eq!(seqs, vec![1, 3]);
     assert!(ingested.failed.load(Ordering::Relaxed));
 }
@@ -206,47 +223,21 @@ fn a_failed_ingestion_leaves_its_neighbours_committed() {
 fn an_ingestion_that_rolls_the_transaction_back_fails_its_batch() {
     let dir = tempfile::tempdir().expect("tempdir");
     let conn = open_writer(&dir.path().join("agl.db"), Default::default()).expect("open");
-    conn.execute_batch(
-        "INSERT INTO rollouts (id, group_id, mode, input, config, status, attempt,
-             created_ms, updated_ms) VALUES ('r', 'g', 'train', '{}', '{}', 'running', 1, 0, 0);
-         INSERT INTO attempts (rollout_id, attempt, status) VALUES ('r', 1, 'running');",
-    )
-    .expect("rollout");
+    running_rollout(&conn);
     let pages: i64 = conn
         .query_row("PRAGMA page_count", [], |r| r.get(0))
         .expect("pages");
     conn.execute_batch(&format!("PRAGMA max_page_count = {}", pages + 4))
         .expect("cap");
     let ingested = Arc::new(Ingested::default());
-    let ingest = |seq: u64, len: usize| -> Box<dyn Job> {
+    let ingest = |seq: u64, len: usize| {
         let text = serde_json::to_string(&"x".repeat(len)).expect("json");
-        Box::new(Ingest {
-            entry: Entry {
-                rollout_id: "r".into(),
-                attempt: 1,
-                kind: "log".into(),
-                created_ms: 0,
-                events: vec![(
-                    seq,
-                    JsonText::from_raw(
-                        serde_json::value::RawValue::from_string(text).expect("raw"),
-                    ),
-                )],
-                supersede: Vec::new(),
-            },
-            ordinal: seq,
-            ingested: ingested.clone(),
-        })
+        let raw = serde_json::value::RawValue::from_string(text).expect("raw");
+        ingest_one(&ingested, "r", seq, JsonText::from_raw(raw))
     };
     let mut batch = vec![ingest(1, 10), ingest(2, 1 << 20), ingest(3, 10)];
     let result = run_batch(&conn, &mut batch);
-    let seqs: Vec<i64> = conn
-        .prepare("SELECT seq FROM events ORDER BY seq")
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .collect::<rusqlite::Result<_>>()
-        .expect("rows");
+    let seqs = event_seqs(&conn);
     match result {
         Ok(()) => assert_eq!(seqs, vec![1, 3]),
         Err(e) => assert!(seqs.is_empty(), "{e}: {seqs:?} committed outside the batch"),
