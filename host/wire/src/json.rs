@@ -45,7 +45,6 @@ fn limits_error(e: &dyn fmt::Display, max_depth: usize) -> String {
 /// strings skipped to their next quote or backslash.
 fn check_limits(text: &str, max_depth: usize) -> Result<(), String> {
     let bytes = text.as_bytes();
-    let rest = |i: usize| bytes.get(i..).unwrap_or_default();
     let mut depth = 0usize;
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
@@ -53,21 +52,11 @@ fn check_limits(text: &str, max_depth: usize) -> Result<(), String> {
             Scan::Skip => i += 1,
             Scan::Quote => {
                 let start = i;
-                let mut unicode_escape = false;
-                i += 1;
-                // The text is valid JSON, so every string ends; an escape
-                // is a backslash and (at least) one more byte.
-                while let Some(at) = memchr::memchr2(b'"', b'\\', rest(i)) {
-                    i += at;
-                    if bytes[i] == b'"' {
-                        break;
-                    }
-                    unicode_escape |= bytes.get(i + 1) == Some(&b'u');
-                    i += 2;
-                }
-                i += 1;
+                // The text is valid JSON, so every string ends.
+                let (end, unicode_escape) = string_end(bytes, i).unwrap_or((bytes.len(), false));
+                i = end;
                 if unicode_escape {
-                    check_value(&text[start..i.min(text.len())], start, max_depth)?;
+                    check_value(&text[start..i], start, max_depth)?;
                 }
             }
             Scan::Open => {
@@ -89,16 +78,9 @@ fn check_limits(text: &str, max_depth: usize) -> Result<(), String> {
             // characters, and the run read to its end here.
             Scan::Number => loop {
                 let start = i;
-                let mut exponent = false;
-                while let Some(&c) = bytes.get(i) {
-                    match c {
-                        b'0'..=b'9' | b'+' | b'-' | b'.' => {}
-                        b'e' | b'E' => exponent = true,
-                        _ => break,
-                    }
-                    i += 1;
-                }
-                if i - start > 20 || exponent {
+                let (end, unbounded) = number_end(bytes, i);
+                i = end;
+                if unbounded {
                     check_value(&text[start..i], start, max_depth)?;
                 }
                 match (bytes.get(i), bytes.get(i + 1)) {
@@ -109,6 +91,44 @@ fn check_limits(text: &str, max_depth: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The end of the string whose opening quote is at `i` (just past its
+/// closing quote), and whether it has a `\u` escape: a lone surrogate a
+/// tree reader refuses, so such a string is read as [`check`] reads it.
+/// `None` when it does not end.
+#[inline]
+pub fn string_end(bytes: &[u8], i: usize) -> Option<(usize, bool)> {
+    let mut i = i + 1;
+    let mut unicode_escape = false;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', bytes.get(i..)?)?;
+        if bytes[i] == b'"' {
+            return Some((i + 1, unicode_escape));
+        }
+        // An escape is a backslash and (at least) one more byte.
+        unicode_escape |= bytes.get(i + 1) == Some(&b'u');
+        i += 2;
+    }
+}
+
+/// The end of the number starting at `i`, and whether it may not be
+/// finite (an exponent, or over 20 characters: `1e999`, 400 digits), so
+/// that it is read as [`check`] reads it.
+#[inline]
+pub fn number_end(bytes: &[u8], i: usize) -> (usize, bool) {
+    let start = i;
+    let mut i = i;
+    let mut exponent = false;
+    while let Some(&c) = bytes.get(i) {
+        match c {
+            b'0'..=b'9' | b'+' | b'-' | b'.' => {}
+            b'e' | b'E' => exponent = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    (i, exponent || i - start > 20)
 }
 
 /// What [`check_limits`] does at a byte between strings.

@@ -141,37 +141,22 @@ impl<'a> Reader<'a> {
     fn skip_str(&mut self) -> Option<()> {
         self.eat(b'"')?;
         let start = self.i - 1;
-        let mut unicode_escape = false;
-        loop {
-            self.i += memchr::memchr2(b'"', b'\\', self.b.get(self.i..)?)?;
-            if self.b[self.i] == b'"' {
-                self.i += 1;
-                break;
-            }
-            unicode_escape |= self.b.get(self.i + 1) == Some(&b'u');
-            self.i += 2;
-        }
+        let (end, unicode_escape) = json::string_end(self.b, start)?;
+        self.i = end;
         if unicode_escape {
-            checked(&self.b[start..self.i])?;
+            checked(&self.b[start..end])?;
         }
         Some(())
     }
 
-    /// Skips a number; one with an exponent or over 20 characters (which
-    /// may not be finite) is read as `json::check` reads it.
+    /// Skips a number; one that may not be finite is read as `json::check`
+    /// reads it.
     fn skip_number(&mut self) -> Option<()> {
         let start = self.i;
-        let mut exponent = false;
-        while let Some(&c) = self.b.get(self.i) {
-            match c {
-                b'0'..=b'9' | b'+' | b'-' | b'.' => {}
-                b'e' | b'E' => exponent = true,
-                _ => break,
-            }
-            self.i += 1;
-        }
-        if exponent || self.i - start > 20 {
-            checked(&self.b[start..self.i])?;
+        let (end, unbounded) = json::number_end(self.b, start);
+        self.i = end;
+        if unbounded {
+            checked(&self.b[start..end])?;
         }
         Some(())
     }
