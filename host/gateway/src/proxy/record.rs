@@ -47,19 +47,9 @@ impl Tokens {
     }
 }
 
-/// The token fields of each choice of a complete response body (JSON
-/// text), as the proxy reads them (`forward::complete`): walked by
-/// `token_scan`, or where that does not answer, through serde. `None` when
-/// the body does not have the expected shape; [`tokens_of`] then reads
-/// what it can.
-#[cfg(test)]
-pub fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
-    super::token_scan::scan(body).or_else(|| tokens_by_serde(body))
-}
-
 /// The token fields of each choice of a complete response body through
 /// serde alone (where `token_scan` does not answer). Id lists are read
-/// off their text, never through a JSON tree: this may run on every call.
+/// off their text, never through a JSON tree.
 pub(super) fn tokens_by_serde(body: &[u8]) -> Option<Vec<Tokens>> {
     // Id lists are taken as text and read by `json::u32_list`.
     #[derive(Deserialize)]
@@ -122,7 +112,7 @@ pub(super) fn tokens_by_serde(body: &[u8]) -> Option<Vec<Tokens>> {
     choices.collect()
 }
 
-/// [`tokens_of_bytes`] of a completions answer the caller has read into
+/// The token fields of a completions answer the caller has read into
 /// its wire type already, each choice's prompt being `prompt_ids`: the
 /// rendered path sent those ids, so it skips the engine's echo of them (a
 /// long list, the costliest part of the answer to read), and reads the
@@ -268,6 +258,13 @@ pub fn logprobs(api: ApiKind, v: Option<&Value>) -> Vec<f32> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The token fields of a whole answer as the proxy reads them
+    /// (`forward::complete`): walked by `token_scan`, or through serde
+    /// where the walk does not answer.
+    fn tokens_of_bytes(body: &[u8]) -> Option<Vec<Tokens>> {
+        super::super::token_scan::scan(body).or_else(|| tokens_by_serde(body))
+    }
 
     fn chat_one() -> Value {
         json!({"choices": [{"index": 0, "token_ids": [1]}]})
