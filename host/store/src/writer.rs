@@ -30,13 +30,15 @@ use super::rows::now_ms;
 use super::schema::Durability;
 use super::writes;
 
-/// Most jobs folded into one transaction; bounds the latency one commit adds.
-const MAX_BATCH: usize = 1024;
+/// Most jobs folded into one transaction; bounds the latency one commit adds
+/// for a write that is waited on (a full batch of call records, ~4 MiB,
+/// is ~12 ms of the writer's time on the bench host).
+const MAX_BATCH: usize = 4096;
 
 /// Most logged bytes folded into one transaction: a transaction is copied
 /// into the database only once it has committed, so this bounds the WAL
-/// (its limit is 1 MiB at the least) while a backlog is ingested.
-const MAX_BATCH_BYTES: usize = 1 << 20;
+/// (its limit is 4 MiB at the least) while a backlog is ingested.
+const MAX_BATCH_BYTES: usize = 4 << 20;
 
 /// A job that comes this long after the one before is sparse: committed on
 /// its caller's thread if it finds the writer idle. Denser jobs are group
@@ -59,9 +61,10 @@ const CLEAR_AT: u64 = 1 << 20;
 /// index page a commit writes (one per rollout with new events) over more
 /// calls: at 64 connections 2 ms -> 10 ms took the writer's CPU per call
 /// from ~21 to ~15 µs on one host, 10 -> 30 ms from 8.4-10.7 to 7.4-8.5 µs
-/// on another (benches/gateway.rs). Past ~30 ms at that rate a batch is
-/// cut at [`MAX_BATCH_BYTES`] first.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(30);
+/// on another, and 30 -> 120 ms (with batches of 4 MiB, not 1) from
+/// 7.8-8.2 to 5.8-6.3 µs on it (benches/gateway.rs, ~17k calls/s). Past
+/// that a batch is cut at [`MAX_BATCH_BYTES`] or [`MAX_BATCH`] first.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(120);
 
 /// How long the writer waits before it retries logged events whose
 /// ingestion failed to commit.
