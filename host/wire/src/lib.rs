@@ -22,7 +22,6 @@
 pub mod anthropic;
 pub mod api;
 pub mod error;
-pub mod ids;
 pub mod json;
 pub mod metrics;
 pub mod openai;
