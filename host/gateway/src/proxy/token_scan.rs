@@ -81,6 +81,75 @@ pub fn scan(body: &[u8]) -> Option<Vec<Tokens>> {
     Some(tokens.collect())
 }
 
+/// `body` (an engine's answer) with each echo of the prompt (a
+/// `prompt_token_ids` list of integers, at the top or on a choice) cut to
+/// `[]`, for serde to read the rest: the rendered path sent those ids and
+/// reads past them, which serde_json does at ~120 instructions an id.
+/// `None` when nothing was cut or the walk does not answer (as [`scan`]);
+/// the caller then reads `body` whole. What serde reads either way is the
+/// same but for the contents of lists it skips.
+pub fn without_prompt_echo(body: &[u8]) -> Option<Vec<u8>> {
+    let mut r = Reader {
+        b: body,
+        i: 0,
+        depth: 0,
+    };
+    let mut cuts: Vec<std::ops::Range<usize>> = Vec::new();
+    r.object(|r, key| match key {
+        b"prompt_token_ids" => r.echo(&mut cuts),
+        b"choices" => r.array(|r| {
+            r.object(|r, key| match key {
+                b"prompt_token_ids" => r.echo(&mut cuts),
+                _ => r.skip(),
+            })
+        }),
+        _ => r.skip(),
+    })?;
+    if r.peek().is_some() || cuts.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len());
+    let mut at = 0;
+    for cut in cuts {
+        out.extend_from_slice(&body[at..cut.start]);
+        out.extend_from_slice(b"[]");
+        at = cut.end;
+    }
+    out.extend_from_slice(&body[at..]);
+    Some(out)
+}
+
+/// How long the compact list of non-negative integers (`[1,22,333]`, as
+/// engines write one) at the start of `bytes` is, through its `]`; `None`
+/// for anything else (whitespace included), which serde reads instead.
+/// Only checked, not read: one pass without branches (~4 instructions an
+/// id; a loop that reads the ids costs ~70).
+fn int_list_len(bytes: &[u8]) -> Option<usize> {
+    let rest = bytes.strip_prefix(b"[")?;
+    let close = memchr::memchr(b']', rest)?;
+    compact_ints(&rest[..close]).then_some(close + 2)
+}
+
+/// `s` is integers without sign, fraction or leading zero, each followed
+/// by a comma but the last (or `s` is empty): valid JSON between `[]`.
+fn compact_ints(s: &[u8]) -> bool {
+    let digit = |b: u8| b.wrapping_sub(b'0') < 10;
+    let (Some(&first), Some(&last)) = (s.first(), s.last()) else {
+        return true;
+    };
+    let leading_zero = first == b'0' && s.get(1).copied().is_some_and(digit);
+    // Each window checks its middle byte, an empty item after it and a
+    // leading zero at it; the ends are checked apart. `&` rather than
+    // `&&`: no branches, so the compiler can vectorise it.
+    let middle = s.windows(3).fold(true, |ok, w| {
+        let comma = w[1] == b',';
+        ok & (digit(w[1]) | comma)
+            & !(comma & (w[2] == b','))
+            & !((w[0] == b',') & (w[1] == b'0') & digit(w[2]))
+    });
+    digit(first) && digit(last) && !leading_zero && middle
+}
+
 /// Sets a field seen for the first time (serde refuses a repeated one).
 fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     if slot.is_some() {
@@ -259,6 +328,19 @@ impl<'a> Reader<'a> {
         }
         self.i += 1;
         self.depth -= 1;
+        Some(())
+    }
+
+    /// An echo of the prompt: a compact integer list is noted in `cuts`
+    /// and passed; anything else is skipped, for serde to read.
+    fn echo(&mut self, cuts: &mut Vec<std::ops::Range<usize>>) -> Option<()> {
+        self.peek()?;
+        let start = self.i;
+        let Some(len) = int_list_len(&self.b[start..]) else {
+            return self.skip();
+        };
+        self.i += len;
+        cuts.push(start..self.i);
         Some(())
     }
 
@@ -457,6 +539,70 @@ mod tests {
             r#"{"weight_version": 3, "other": {"a": [{"b": "]}"}]}, "choices": [{"x": true}]}"#,
         ] {
             assert!(agrees(body), "{body}");
+        }
+    }
+
+    /// The echo is cut where it is a compact integer list and what serde
+    /// then reads of the answer is what it reads of the whole.
+    #[test]
+    fn a_cut_echo_reads_as_the_whole_answer() {
+        use agl_wire::openai::Completion;
+        use serde::de::IgnoredAny;
+        let read = |b: &[u8]| serde_json::from_slice::<Completion<IgnoredAny>>(b).ok();
+        let cut = [
+            r#"{"choices": [{"text": "]", "prompt_token_ids": [1,22,333], "token_ids": [4]}]}"#,
+            r#"{"prompt_token_ids":[0,10,4294967296],"choices":[{"text":"a\"b"}]}"#,
+            r#"{"choices":[{"prompt_token_ids":[7]},{"prompt_token_ids":[],"index":1}]}"#,
+            r#"{"choices":[{"prompt_token_ids":[7],"prompt_token_ids":[8]}]}"#,
+        ];
+        for body in cut {
+            let short = without_prompt_echo(body.as_bytes()).expect(body);
+            assert!(short.len() < body.len() || body.contains("[]"), "{body}");
+            assert_eq!(read(&short), read(body.as_bytes()), "{body}");
+        }
+        let whole = [
+            r#"{"choices": [{"prompt_token_ids": null}]}"#,
+            r#"{"choices": [{"prompt_token_ids": [1, 2]}]}"#,
+            r#"{"choices": [{"text": "\"prompt_token_ids\":[1]"}]}"#,
+            r#"{"ch\u006fices": [{"prompt_token_ids": [1]}]}"#,
+            r#"{"choices": [{"prompt_token_ids": [1]}]} x"#,
+            r#"[1]"#,
+        ];
+        for body in whole {
+            assert_eq!(without_prompt_echo(body.as_bytes()), None, "{body}");
+        }
+    }
+
+    /// A list passes uncut-for-serde only when serde_json reads it as a
+    /// list of integers; anything else is left for serde to read (or
+    /// refuse).
+    #[test]
+    fn only_compact_integer_lists_are_passed() {
+        let passed = [
+            "[]",
+            "[0]",
+            "[1,22,333]",
+            "[0,0,10]",
+            "[18446744073709551616]",
+            "[9,0]",
+        ];
+        for list in passed {
+            assert_eq!(
+                int_list_len(format!("{list},1]").as_bytes()),
+                Some(list.len()),
+                "{list}"
+            );
+            assert!(
+                serde_json::from_str::<Vec<serde_json::Number>>(list).is_ok(),
+                "{list}"
+            );
+        }
+        let left = [
+            "[01]", "[00]", "[1,02]", "[1,,2]", "[,1]", "[1,]", "[,]", "[ 1]", "[1 ,2]", "[1, 2]",
+            "[-1]", "[1.0]", "[1e3]", r#"["1"]"#, "[null]", "[[1]]", "[1", "1", "",
+        ];
+        for list in left {
+            assert_eq!(int_list_len(list.as_bytes()), None, "{list}");
         }
     }
 }

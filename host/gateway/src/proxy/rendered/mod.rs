@@ -408,8 +408,11 @@ impl RenderedCall {
     /// the reply of each choice parsed from its text, and the token fields
     /// its record keeps: the body is read once for all three.
     pub fn answer(&self, completion: &[u8], id_prefix: &str) -> Answer {
+        // The engine's echo of the prompt is most of the answer: cut
+        // before serde reads the rest.
+        let cut = super::token_scan::without_prompt_echo(completion);
         let completion: Completion<IgnoredAny> =
-            serde_json::from_slice(completion).unwrap_or_default();
+            serde_json::from_slice(cut.as_deref().unwrap_or(completion)).unwrap_or_default();
         let tokens = tokens_of_completion(&completion, &self.prompt_ids);
         let (body, replies) = self.answer_body(completion, id_prefix);
         Answer {
