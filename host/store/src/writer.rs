@@ -36,8 +36,9 @@ use super::writes;
 const MAX_BATCH: usize = 4096;
 
 /// Most logged bytes folded into one transaction: a transaction is copied
-/// into the database only once it has committed, so this bounds the WAL
-/// (its limit is 4 MiB at the least) while a backlog is ingested.
+/// into the database only once it has committed, so this bounds how far
+/// the WAL grows past its limit (`[store] wal_limit_mib`, 64 MiB unless
+/// set) while a backlog is ingested.
 const MAX_BATCH_BYTES: usize = 4 << 20;
 
 /// A job that comes this long after the one before is sparse: committed on
