@@ -10,7 +10,8 @@
 //!   the export reads, and the `reward` event a harness posts.
 //! - [`urls`]: the proxy and events URLs handed to agents, and engine base
 //!   URLs in one normal form.
-//! - [`ids`]: token-id lists as JSON text, written and read in one loop.
+//! - [`ids`]: token-id lists written as JSON text without serde's
+//!   per-element calls.
 //! - [`json`]: [`json::JsonText`], JSON kept as text, and the nesting and
 //!   number limits every stored document is checked against.
 //! - [`error`]: the `{"error": {"message", "type"}}` body.
@@ -22,6 +23,7 @@
 pub mod anthropic;
 pub mod api;
 pub mod error;
+pub mod ids;
 pub mod json;
 pub mod metrics;
 pub mod openai;

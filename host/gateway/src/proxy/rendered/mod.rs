@@ -323,7 +323,7 @@ impl RenderedCall {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
         };
         // The (long) id list written straight to text, without a JSON tree.
-        body.insert("prompt".into(), written(&self.prompt_ids));
+        body.insert("prompt".into(), agl_wire::ids::json(&self.prompt_ids));
         body.insert("logprobs".into(), raw(json!(self.top_logprobs.max(1))));
         if let Some((_, structured)) = &self.constraint {
             body.insert("structured_outputs".into(), raw(structured.clone()));
@@ -396,7 +396,7 @@ impl RenderedCall {
             object: openai::CHAT_COMPLETION.to_string(),
             created: completion.created,
             model: completion.model,
-            prompt_token_ids: Some(self.prompt_ids.clone()),
+            prompt_token_ids: Some(agl_wire::ids::json(&self.prompt_ids)),
             choices,
             usage: completion.usage,
             weight_version: None,
@@ -461,11 +461,9 @@ impl RenderedCall {
     }
 }
 
-/// What the gateway wrote (an answer, a prompt's ids), as JSON text:
-/// serialised straight into the record's form, with no parse to check what
-/// agl itself wrote (a typed body always serialises; `null` stands in
-/// should one not). For a prompt of ~7k ids that check had cost more than
-/// the writing (~90 instructions an id against ~75; callgrind).
+/// What the gateway wrote (an answer), as JSON text: serialised straight
+/// into the record's form, with no parse to check what agl itself wrote
+/// (a typed body always serialises; `null` stands in should one not).
 fn written(body: &impl serde::Serialize) -> Box<RawValue> {
     serde_json::value::to_raw_value(body).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
