@@ -5,8 +5,9 @@
 //! the chain token-exactly), in one run, on loopback.
 //!
 //! `cargo bench -p agl-gateway --bench rendering [-- --turns N --runs R
-//! --only engine|gateway]`
+//! --only engine|gateway --per-turn]`
 //!
+//! `--per-turn` also prints each turn's p50 (engine, then gateway).
 //! `--only` runs one mode and prints no ratio: for counting one mode's
 //! instructions under `valgrind --tool=callgrind`, where wall-clock noise
 //! does not reach.
@@ -156,6 +157,7 @@ fn main() {
             .unwrap_or(default)
     };
     let (turns, runs) = (arg("--turns", 30), arg("--runs", 5));
+    let per_turn = args.iter().any(|a| a == "--per-turn");
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -202,6 +204,21 @@ fn main() {
                 let lat = rollout(base, store, &format!("r{r}"), turns).await;
                 last[m].push(*lat.last().expect("a call"));
                 all[m].extend(lat);
+            }
+        }
+        if per_turn {
+            // Which turns the difference is at: a fixed cost per call shows
+            // on the short early prompts, a cost per token on the late ones.
+            let names: Vec<&str> = modes.iter().map(|m| m.as_str()).collect();
+            println!("p50 per turn (ms): {}", names.join(", "));
+            for t in 0..turns {
+                let mut line = format!("turn {t:<5}");
+                for lat in all.iter().filter(|l| !l.is_empty()) {
+                    let mut at: Vec<f64> = (0..runs).map(|r| lat[r * turns + t]).collect();
+                    at.sort_by(f64::total_cmp);
+                    line += &format!(" {:>8.2}", percentile(&at, 0.5));
+                }
+                println!("{line}");
             }
         }
         let mut p50s = Vec::new();

@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use agl_wire::json::{self, walk::Walker};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -15,7 +16,7 @@ use super::api::VllmError;
 use super::script::Endpoint;
 
 /// The top-level fields of a JSON object body.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct Body {
     /// Every field but a token-id list read into `ids`.
     pub fields: Value,
@@ -32,15 +33,55 @@ impl Body {
             Endpoint::Completions => Some("prompt"),
             Endpoint::Generate => Some("input_ids"),
         };
-        let mut de = serde_json::Deserializer::from_slice(bytes);
-        let read = de
-            .deserialize_map(Fields { ids_key })
-            .and_then(|body| de.end().map(|()| body));
-        read.map_err(|_| match serde_json::from_slice::<Value>(bytes) {
-            Ok(_) => VllmError::bad_request("request body must be a JSON object"),
-            Err(e) => VllmError::bad_request(format!("invalid JSON: {e}")),
-        })
+        match ids_key.and_then(|key| walked(bytes, key)) {
+            Some(body) => Ok(body),
+            None => by_serde(bytes, ids_key),
+        }
     }
+}
+
+/// The body as serde_json reads it, a flat list of `u32`s under `ids_key`
+/// read into ids; the errors are vLLM's.
+fn by_serde(bytes: &[u8], ids_key: Option<&'static str>) -> Result<Body, VllmError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let read = de
+        .deserialize_map(Fields { ids_key })
+        .and_then(|body| de.end().map(|()| body));
+    read.map_err(|_| match serde_json::from_slice::<Value>(bytes) {
+        Ok(_) => VllmError::bad_request("request body must be a JSON object"),
+        Err(e) => VllmError::bad_request(format!("invalid JSON: {e}")),
+    })
+}
+
+/// The body read by a walk over its text: a plain list of ids under
+/// `ids_key` off its bytes (~10 instructions an id, where through serde
+/// each id is ~240: callgrind, the rendering bench's ~7k-id prompts), every
+/// other field through serde. `None` for what the walk does not read (an
+/// escaped key, a deeper body, a value serde refuses): [`Body::parse`]'s
+/// serde path decides those, as it reads them.
+fn walked(bytes: &[u8], ids_key: &str) -> Option<Body> {
+    let mut r = Walker::new(bytes, json::MAX_DEPTH);
+    let mut fields = Map::new();
+    let mut ids = None;
+    r.object(|r, key| {
+        let key = std::str::from_utf8(key).ok()?;
+        // A later duplicate key wins, as in a JSON tree.
+        if key == ids_key {
+            if let Some(list) = r.read(json::u32_list_prefix) {
+                fields.remove(key);
+                ids = Some(list);
+                return Some(());
+            }
+            ids = None;
+        }
+        let value = serde_json::from_slice(r.value()?).ok()?;
+        fields.insert(key.to_string(), value);
+        Some(())
+    })?;
+    r.at_end().then(|| Body {
+        fields: Value::Object(fields),
+        ids,
+    })
 }
 
 struct Fields {
@@ -213,6 +254,42 @@ mod tests {
         .expect("body");
         assert_eq!(body.fields.get("input_ids"), None);
         assert_eq!(body.ids, Some(vec![7]));
+    }
+
+    #[test]
+    fn the_walk_reads_what_serde_reads_or_leaves_it_to_serde() {
+        let bodies = [
+            r#"{"model":"m","prompt":[1,22,333],"max_tokens":3,"stop":["\n"]}"#,
+            r#" { "prompt" : [ 1 , 2 ] , "n" : null , "x" : {"a": [true, false, 1.5]} } "#,
+            r#"{"prompt": [1, -2], "seed": 7}"#,
+            r#"{"prompt": "text", "prompt": [3]}"#,
+            r#"{"prompt": [3], "prompt": [[1]]}"#,
+            r#"{"pro\u006dpt": [1]}"#,
+            r#"{"prompt": [1], "s": "\ud800"}"#,
+            r#"{"prompt": [1], "big": 1e999}"#,
+            r#"{"prompt": [01]}"#,
+            r#"{"prompt": [1]} x"#,
+            r#"{"prompt": [1],}"#,
+            r#"{"prompt": []}"#,
+            "[1, 2]",
+            "",
+        ];
+        let mut walked_some = 0;
+        for body in bodies {
+            let serde = by_serde(body.as_bytes(), Some("prompt"));
+            match walked(body.as_bytes(), "prompt") {
+                Some(walk) => {
+                    walked_some += 1;
+                    assert_eq!(serde.as_ref().ok(), Some(&walk), "{body}");
+                }
+                None => {
+                    let parsed = Body::parse(Endpoint::Completions, body.as_bytes());
+                    assert_eq!(parsed.ok(), serde.ok(), "{body}");
+                }
+            }
+        }
+        // The plain bodies are the walk's, not all left to serde.
+        assert!(walked_some >= 5, "{walked_some}");
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Tokenizer {
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
         let encoding = self
             .inner
-            .encode(text, add_special_tokens)
+            .encode_fast(text, add_special_tokens)
             .map_err(|e| TokenizerError::Tokenize(e.to_string()))?;
         Ok(encoding.get_ids().to_vec())
     }

@@ -427,5 +427,7 @@ pub fn u32_list_prefix(bytes: &[u8]) -> Option<(Vec<u32>, usize)> {
     }
 }
 
+pub mod walk;
+
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@
 //! a second time for them; outside them it is `None`, and the caller's own
 //! check gives the error.
 
-use agl_wire::json;
+use agl_wire::json::{self, walk::Walker};
 use serde_json::Value;
 
 use super::record::{Tokens, version_text};
@@ -40,28 +40,24 @@ pub const MAX_DEPTH: usize = json::MAX_DEPTH - 1;
 /// The token fields of each choice of `body` (JSON text), or `None`; `Some`
 /// also means `body` is within the limits (nested at most [`MAX_DEPTH`]).
 pub fn scan(body: &[u8]) -> Option<Vec<Tokens>> {
-    let mut r = Reader {
-        b: body,
-        i: 0,
-        depth: 0,
-    };
+    let mut r = Walker::new(body, MAX_DEPTH);
     let mut prompt = None;
     let mut choices: Option<Vec<Choice>> = None;
     let mut version = None;
     r.object(|r, key| match key {
-        b"prompt_token_ids" => once(&mut prompt, r.ids()?),
+        b"prompt_token_ids" => once(&mut prompt, ids(r)?),
         b"weight_version" => once(&mut version, r.serde::<Option<Value>>()?),
         b"choices" => {
             let mut all = Vec::new();
             r.array(|r| {
-                all.push(r.choice()?);
+                all.push(choice(r)?);
                 Some(())
             })?;
             once(&mut choices, all)
         }
         _ => r.skip(),
     })?;
-    if r.peek().is_some() {
+    if !r.at_end() {
         return None;
     }
     let choices = choices.filter(|c| !c.is_empty())?;
@@ -91,23 +87,19 @@ pub fn scan(body: &[u8]) -> Option<Vec<Tokens>> {
 /// the caller then reads `body` whole. What serde reads either way is the
 /// same but for the contents of lists it skips.
 pub fn without_prompt_echo(body: &[u8]) -> Option<Vec<u8>> {
-    let mut r = Reader {
-        b: body,
-        i: 0,
-        depth: 0,
-    };
+    let mut r = Walker::new(body, MAX_DEPTH);
     let mut cuts: Vec<std::ops::Range<usize>> = Vec::new();
     r.object(|r, key| match key {
-        b"prompt_token_ids" => r.echo(&mut cuts),
+        b"prompt_token_ids" => echo(r, &mut cuts),
         b"choices" => r.array(|r| {
             r.object(|r, key| match key {
-                b"prompt_token_ids" => r.echo(&mut cuts),
+                b"prompt_token_ids" => echo(r, &mut cuts),
                 _ => r.skip(),
             })
         }),
         _ => r.skip(),
     })?;
-    if r.peek().is_some() || cuts.is_empty() {
+    if !r.at_end() || cuts.is_empty() {
         return None;
     }
     let mut out = Vec::with_capacity(body.len());
@@ -161,256 +153,78 @@ fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     Some(())
 }
 
-/// `text` (one value) within the limits, as `json::check` reads it.
-fn checked(text: &[u8]) -> Option<()> {
-    let text = std::str::from_utf8(text).ok()?;
-    json::check(text, 1).ok()
+/// An echo of the prompt: a compact integer list is noted in `cuts`
+/// and passed; anything else is skipped, for serde to read.
+fn echo(r: &mut Walker, cuts: &mut Vec<std::ops::Range<usize>>) -> Option<()> {
+    let start = r.position();
+    match r.read(|rest| int_list_len(rest).map(|len| (len, len))) {
+        Some(len) => cuts.push(start..start + len),
+        None => r.skip()?,
+    }
+    Some(())
 }
 
-/// A position in JSON text, and how many arrays and objects it is in.
-struct Reader<'a> {
-    b: &'a [u8],
-    i: usize,
-    depth: usize,
+/// A list of token ids, or `null`.
+fn ids(r: &mut Walker) -> Option<Option<Vec<u32>>> {
+    if r.null() {
+        return Some(None);
+    }
+    r.read(json::u32_list_prefix).map(Some)
 }
 
-impl<'a> Reader<'a> {
-    /// The next byte after whitespace, not taken.
-    fn peek(&mut self) -> Option<u8> {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
-            self.i += 1;
+fn choice(r: &mut Walker) -> Option<Choice> {
+    let mut c = Choice::default();
+    r.object(|r, key| match key {
+        b"prompt_token_ids" => once(&mut c.prompt_ids, ids(r)?),
+        b"token_ids" => once(&mut c.token_ids, ids(r)?),
+        b"token_weight_versions" => once(&mut c.versions, r.serde()?),
+        b"logprobs" => once(&mut c.logprobs, logprobs(r)?),
+        b"finish_reason" => once(&mut c.finish_reason, r.serde()?),
+        _ => r.skip(),
+    })?;
+    Some(c)
+}
+
+/// A choice's `logprobs` (`null`, chat's `content` entries, or
+/// completions' `token_logprobs`) as the record keeps them.
+fn logprobs(r: &mut Walker) -> Option<Option<Vec<f32>>> {
+    if r.null() {
+        return Some(None);
+    }
+    let mut content: Option<Option<Vec<f32>>> = None;
+    let mut plain: Option<Option<Vec<Option<f64>>>> = None;
+    r.object(|r, key| match key {
+        b"content" => {
+            let entries = if r.null() {
+                None
+            } else {
+                let mut all = Vec::new();
+                r.array(|r| {
+                    all.push(entry(r)? as f32);
+                    Some(())
+                })?;
+                Some(all)
+            };
+            once(&mut content, entries)
         }
-        self.b.get(self.i).copied()
-    }
+        b"token_logprobs" => once(&mut plain, r.serde()?),
+        _ => r.skip(),
+    })?;
+    Some(Some(match (content.flatten(), plain.flatten()) {
+        (Some(c), _) => c,
+        (None, Some(t)) => t.into_iter().map(|x| x.unwrap_or(0.0) as f32).collect(),
+        (None, None) => Vec::new(),
+    }))
+}
 
-    fn eat(&mut self, c: u8) -> Option<()> {
-        (self.peek()? == c).then(|| self.i += 1)
-    }
-
-    fn null(&mut self) -> bool {
-        self.peek();
-        let null = self.b.get(self.i..).is_some_and(|r| r.starts_with(b"null"));
-        if null {
-            self.i += 4;
-        }
-        null
-    }
-
-    /// A string without escapes, between its quotes.
-    fn plain_str(&mut self) -> Option<&'a [u8]> {
-        self.eat(b'"')?;
-        let start = self.i;
-        let end = start + memchr::memchr2(b'"', b'\\', self.b.get(start..)?)?;
-        (self.b[end] == b'"').then(|| {
-            self.i = end + 1;
-            &self.b[start..end]
-        })
-    }
-
-    /// Skips a string; one with a `\u` escape (a lone surrogate is refused
-    /// by tree readers) is read as `json::check` reads it.
-    fn skip_str(&mut self) -> Option<()> {
-        self.eat(b'"')?;
-        let start = self.i - 1;
-        let (end, unicode_escape) = json::string_end(self.b, start)?;
-        self.i = end;
-        if unicode_escape {
-            checked(&self.b[start..end])?;
-        }
-        Some(())
-    }
-
-    /// Skips a number; one that may not be finite is read as `json::check`
-    /// reads it.
-    fn skip_number(&mut self) -> Option<()> {
-        let start = self.i;
-        let (end, unbounded) = json::number_end(self.b, start);
-        self.i = end;
-        if unbounded {
-            checked(&self.b[start..end])?;
-        }
-        Some(())
-    }
-
-    /// Skips one value and gives its text.
-    fn value(&mut self) -> Option<&'a [u8]> {
-        let start = {
-            self.peek()?;
-            self.i
-        };
-        match self.b[start] {
-            b'"' => self.skip_str()?,
-            b'-' | b'0'..=b'9' => self.skip_number()?,
-            b'{' | b'[' => {
-                let mut depth = 0usize;
-                loop {
-                    match *self.b.get(self.i)? {
-                        b'"' => {
-                            self.skip_str()?;
-                            continue;
-                        }
-                        b'-' | b'0'..=b'9' => {
-                            self.skip_number()?;
-                            continue;
-                        }
-                        b'{' | b'[' => {
-                            depth += 1;
-                            if self.depth + depth > MAX_DEPTH {
-                                return None;
-                            }
-                        }
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.i += 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                    self.i += 1;
-                }
-            }
-            _ => {
-                while let Some(&c) = self.b.get(self.i) {
-                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
-                        break;
-                    }
-                    self.i += 1;
-                }
-            }
-        }
-        (self.i > start).then(|| &self.b[start..self.i])
-    }
-
-    fn skip(&mut self) -> Option<()> {
-        self.value().map(drop)
-    }
-
-    /// One value as serde_json reads it into `T` (the rare fields).
-    fn serde<T: serde::de::DeserializeOwned>(&mut self) -> Option<T> {
-        serde_json::from_slice(self.value()?).ok()
-    }
-
-    /// `field(key)` for each key of an object, in order.
-    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
-        self.items(b'{', b'}', |r| {
-            let key = r.plain_str()?;
-            r.eat(b':')?;
-            field(r, key)
-        })
-    }
-
-    /// `item()` for each element of an array.
-    fn array(&mut self, item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.items(b'[', b']', item)
-    }
-
-    /// `item()` for each comma-separated item between `open` and `close`.
-    fn items(
-        &mut self,
-        open: u8,
-        close: u8,
-        mut item: impl FnMut(&mut Self) -> Option<()>,
-    ) -> Option<()> {
-        self.eat(open)?;
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return None;
-        }
-        if self.peek()? != close {
-            loop {
-                item(self)?;
-                match self.peek()? {
-                    b',' => self.i += 1,
-                    c if c == close => break,
-                    _ => return None,
-                }
-            }
-        }
-        self.i += 1;
-        self.depth -= 1;
-        Some(())
-    }
-
-    /// An echo of the prompt: a compact integer list is noted in `cuts`
-    /// and passed; anything else is skipped, for serde to read.
-    fn echo(&mut self, cuts: &mut Vec<std::ops::Range<usize>>) -> Option<()> {
-        self.peek()?;
-        let start = self.i;
-        let Some(len) = int_list_len(&self.b[start..]) else {
-            return self.skip();
-        };
-        self.i += len;
-        cuts.push(start..self.i);
-        Some(())
-    }
-
-    /// A list of token ids, or `null`.
-    fn ids(&mut self) -> Option<Option<Vec<u32>>> {
-        if self.null() {
-            return Some(None);
-        }
-        self.peek()?;
-        let (ids, len) = json::u32_list_prefix(&self.b[self.i..])?;
-        self.i += len;
-        Some(Some(ids))
-    }
-
-    fn choice(&mut self) -> Option<Choice> {
-        let mut c = Choice::default();
-        self.object(|r, key| match key {
-            b"prompt_token_ids" => once(&mut c.prompt_ids, r.ids()?),
-            b"token_ids" => once(&mut c.token_ids, r.ids()?),
-            b"token_weight_versions" => once(&mut c.versions, r.serde()?),
-            b"logprobs" => once(&mut c.logprobs, r.logprobs()?),
-            b"finish_reason" => once(&mut c.finish_reason, r.serde()?),
-            _ => r.skip(),
-        })?;
-        Some(c)
-    }
-
-    /// A choice's `logprobs` (`null`, chat's `content` entries, or
-    /// completions' `token_logprobs`) as the record keeps them.
-    fn logprobs(&mut self) -> Option<Option<Vec<f32>>> {
-        if self.null() {
-            return Some(None);
-        }
-        let mut content: Option<Option<Vec<f32>>> = None;
-        let mut plain: Option<Option<Vec<Option<f64>>>> = None;
-        self.object(|r, key| match key {
-            b"content" => {
-                let entries = if r.null() {
-                    None
-                } else {
-                    let mut all = Vec::new();
-                    r.array(|r| {
-                        all.push(r.entry()? as f32);
-                        Some(())
-                    })?;
-                    Some(all)
-                };
-                once(&mut content, entries)
-            }
-            b"token_logprobs" => once(&mut plain, r.serde()?),
-            _ => r.skip(),
-        })?;
-        Some(Some(match (content.flatten(), plain.flatten()) {
-            (Some(c), _) => c,
-            (None, Some(t)) => t.into_iter().map(|x| x.unwrap_or(0.0) as f32).collect(),
-            (None, None) => Vec::new(),
-        }))
-    }
-
-    /// One chat logprobs entry: its `logprob`, which it must have.
-    fn entry(&mut self) -> Option<f64> {
-        let mut logprob = None;
-        self.object(|r, key| match key {
-            b"logprob" => once(&mut logprob, r.serde::<f64>()?),
-            _ => r.skip(),
-        })?;
-        logprob
-    }
+/// One chat logprobs entry: its `logprob`, which it must have.
+fn entry(r: &mut Walker) -> Option<f64> {
+    let mut logprob = None;
+    r.object(|r, key| match key {
+        b"logprob" => once(&mut logprob, r.serde::<f64>()?),
+        _ => r.skip(),
+    })?;
+    logprob
 }
 
 #[cfg(test)]
