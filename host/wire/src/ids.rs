@@ -4,9 +4,10 @@
 //! that is ~70 instructions an id, here ~14 for ids below 1000 and a few
 //! more per further three digits (callgrind, the rendering bench).
 //!
-//! Fields holding ids serialise through [`serialize`] (or
-//! [`serialize_some`]) with `#[serde(serialize_with)]`; they read back as
-//! any `Vec<u32>` does.
+//! Fields holding ids serialise through [`serialize`] with
+//! `#[serde(serialize_with)]` (the `model_request` record's); they read
+//! back as any `Vec<u32>` does. Only for types written as JSON: the raw
+//! value it writes is serde_json's.
 
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -24,14 +25,6 @@ pub fn json(ids: &[u32]) -> Box<RawValue> {
 /// `#[serde(serialize_with)]` for a `Vec<u32>` of token ids.
 pub fn serialize<S: Serializer>(ids: &[u32], s: S) -> Result<S::Ok, S::Error> {
     json(ids).serialize(s)
-}
-
-/// `#[serde(serialize_with)]` for an `Option<Vec<u32>>` of token ids.
-pub fn serialize_some<S: Serializer>(ids: &Option<Vec<u32>>, s: S) -> Result<S::Ok, S::Error> {
-    match ids {
-        Some(ids) => serialize(ids, s),
-        None => s.serialize_none(),
-    }
 }
 
 /// Bytes written per id at most by one step of [`write`]'s loop (a
@@ -191,18 +184,15 @@ mod tests {
         struct Fields {
             #[serde(serialize_with = "serialize")]
             all: Vec<u32>,
-            #[serde(serialize_with = "serialize_some")]
-            some: Option<Vec<u32>>,
-            #[serde(serialize_with = "serialize_some")]
-            none: Option<Vec<u32>>,
+            #[serde(serialize_with = "serialize")]
+            empty: Vec<u32>,
         }
         let fields = Fields {
             all: vec![5, 1000],
-            some: Some(vec![]),
-            none: None,
+            empty: vec![],
         };
         let text = serde_json::to_string(&fields).expect("json");
-        assert_eq!(text, r#"{"all":[5,1000],"some":[],"none":null}"#);
+        assert_eq!(text, r#"{"all":[5,1000],"empty":[]}"#);
         // Into a tree too, as the raw value's parse.
         let tree = serde_json::to_value(&fields).expect("value");
         assert_eq!(tree["all"], serde_json::json!([5, 1000]));

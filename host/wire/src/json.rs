@@ -348,6 +348,31 @@ impl fmt::Display for JsonText {
     }
 }
 
+/// `object` (JSON text of an object) with `key: value` written as its
+/// first field, without parsing either: how a long value already written
+/// (a prompt's token ids) joins a body serialised without it. `None` when
+/// `object` is no object. The caller keeps `key` out of `object` (JSON
+/// readers differ on duplicate keys).
+pub fn with_first_field(object: &RawValue, key: &str, value: &RawValue) -> Option<Box<RawValue>> {
+    let rest = object.get().trim_start().strip_prefix('{')?;
+    let key = serde_json::to_string(key).ok()?;
+    let mut out = String::with_capacity(object.get().len() + key.len() + value.get().len() + 2);
+    out.push('{');
+    out.push_str(&key);
+    out.push(':');
+    out.push_str(value.get());
+    if !rest.trim_start().starts_with('}') {
+        out.push(',');
+    }
+    out.push_str(rest);
+    // SAFETY: `object` is one JSON object (a `RawValue` holds one value,
+    // and it opens with `{`), `key` a JSON string as serde_json writes it,
+    // `value` one JSON value: a field put before the object's others (with
+    // a comma when it has any) leaves one well-formed object, with no
+    // whitespace around it.
+    Some(unsafe { RawValue::from_string_unchecked(out) })
+}
+
 /// A JSON list of token ids (`[1, 2, 3]`), as serde_json reads it into a
 /// `Vec<u32>`. A list of plain integers (what engines write) is read off
 /// its bytes in one pass with its length counted first, instead of element

@@ -36,31 +36,23 @@ impl Usage {
     }
 }
 
-/// `chat.completion`: a whole chat answer. `P` is what `prompt_token_ids`
-/// is written from: the ids, or their JSON text already written
-/// ([`crate::ids::json`], the gateway's rendered answers). Every field
-/// has its own default (not the struct's), so `P` needs none.
+/// `chat.completion`: a whole chat answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ChatCompletion<P = Vec<u32>> {
-    #[serde(default)]
+#[serde(default)]
+pub struct ChatCompletion {
     pub id: String,
-    #[serde(default)]
     pub object: String,
-    #[serde(default)]
     pub created: u64,
-    #[serde(default)]
     pub model: String,
     /// vLLM's `return_token_ids`: the prompt as the engine tokenized it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<u32>>)]
-    pub prompt_token_ids: Option<P>,
-    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
     pub choices: Vec<ChatChoice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// The weight version that served the call, as the engine names it
     /// (agl's engine a number, SGLang a string).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub weight_version: Option<Value>,
 }
 

@@ -37,9 +37,9 @@ pub struct ModelRequest<Req = JsonText> {
     /// The response body (assembled if streamed).
     #[serde(default)]
     pub response: JsonText,
-    #[serde(default)]
+    #[serde(default, serialize_with = "crate::ids::serialize")]
     pub prompt_ids: Vec<u32>,
-    #[serde(default)]
+    #[serde(default, serialize_with = "crate::ids::serialize")]
     pub response_ids: Vec<u32>,
     #[serde(default)]
     pub response_logprobs: Vec<f32>,

@@ -21,7 +21,6 @@ use super::record::Tokens;
 use super::upstream::EngineResponse;
 use super::{error_response, record, record_body, stream, token_scan};
 use crate::ApiError;
-use agl_wire::json;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::JsonText;
 
@@ -128,16 +127,13 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     // The engine's body is kept as its own JSON text; only the token
     // fields are read out of it, by a walk that also checks the limits
     // (`token_scan`), so serde is left only its syntax. What the gateway
-    // wrote is JSON already, and only its depth is checked (a reply's
-    // parsed tool input nests as the model wrote it).
+    // wrote is JSON already, checked as it was written.
     let scanned = match known_tokens {
         None if status.is_success() => token_scan::scan(&bytes),
         _ => None,
     };
     let raw = match written {
-        Some(raw) => json::check_raw(&raw, json::MAX_DEPTH - 1)
-            .ok()
-            .map(|()| raw),
+        Some(raw) => Some(raw),
         None => std::str::from_utf8(&bytes).ok().and_then(|text| {
             if scanned.is_some() {
                 RawValue::from_string(text.to_owned()).ok()

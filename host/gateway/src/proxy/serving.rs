@@ -33,8 +33,10 @@ pub enum Serving {
 pub struct Whole {
     /// What the harness gets.
     pub client: Bytes,
-    /// `client` as JSON text, when the gateway wrote it (rendered): the
-    /// record takes it without parsing it back.
+    /// `client` as JSON text, when the gateway wrote it (rendered) within
+    /// the limits a record's JSON is held to: the record takes it without
+    /// parsing or checking it again. (Beyond them, `client` is read as an
+    /// engine's own body is, and refused.)
     pub written: Option<Box<RawValue>>,
     /// The token fields of each choice, when the gateway read them already
     /// (rendered); else they are read from `client`, the engine's own body.
@@ -150,7 +152,7 @@ impl Serving {
                 let answer = r.answer(&r.completion_bytes(bytes), rollout_id);
                 Whole {
                     client: Bytes::copy_from_slice(answer.body.get().as_bytes()),
-                    written: Some(answer.body),
+                    written: answer.within_limits.then_some(answer.body),
                     tokens: Some(answer.tokens),
                     replies: answer.replies,
                 }

@@ -19,6 +19,7 @@ mod policy;
 mod process;
 mod proxy;
 mod rendered;
+mod rendered_limits;
 mod rendered_sampling;
 mod responses_sdk;
 #[allow(dead_code)] // each module uses a subset

@@ -211,3 +211,34 @@ fn parsing_a_json_text_checks_it() {
     assert!(JsonText::new(nested(3), 2).is_err());
     assert!(JsonText::new(nested(2), 2).is_ok());
 }
+
+#[test]
+fn a_first_field_joins_an_object_as_serde_reads_it() {
+    let value = RawValue::from_string("[1,22,333]".into()).expect("raw");
+    for (object, want) in [
+        (
+            r#"{"a":1,"b":[true]}"#,
+            serde_json::json!({"k": [1, 22, 333], "a": 1, "b": [true]}),
+        ),
+        ("{}", serde_json::json!({"k": [1, 22, 333]})),
+        ("{ }", serde_json::json!({"k": [1, 22, 333]})),
+        (
+            r#"{ "a" : {"x": "}"} }"#,
+            serde_json::json!({"k": [1, 22, 333], "a": {"x": "}"}}),
+        ),
+    ] {
+        let object = RawValue::from_string(object.into()).expect("raw");
+        let joined = with_first_field(&object, "k", &value).expect("an object");
+        assert!(joined.get().starts_with(r#"{"k":[1,22,333]"#), "{joined}");
+        let read: Value = serde_json::from_str(joined.get()).expect("valid JSON");
+        assert_eq!(read, want);
+    }
+    // A key that needs escaping is written escaped.
+    let object = RawValue::from_string("{}".into()).expect("raw");
+    let joined = with_first_field(&object, "q\"", &value).expect("an object");
+    assert_eq!(joined.get(), r#"{"q\"":[1,22,333]}"#);
+    for other in ["[1]", "\"{\"", "null", "7"] {
+        let other = RawValue::from_string(other.into()).expect("raw");
+        assert!(with_first_field(&other, "k", &value).is_none(), "{other}");
+    }
+}

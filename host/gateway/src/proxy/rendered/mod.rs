@@ -27,6 +27,7 @@ use agl_conversation::{
     AssistantTurn, Chains, Conversation, Family, Renderer, Served, anthropic, openai_chat,
     responses,
 };
+use agl_wire::json;
 use agl_wire::openai::{self, ChatChoice, ChatCompletion, Completion, CompletionChoice};
 use agl_wire::rollout::ApiKind;
 
@@ -105,6 +106,11 @@ impl ChainIndex {
 pub struct Answer {
     /// What the harness gets, in its API's shape.
     pub body: Box<RawValue>,
+    /// Whether `body` is within the limits a record's JSON is held to
+    /// (`json::check_raw` at `MAX_DEPTH - 1`: a reply's parsed tool input
+    /// nests as the model wrote it); checked before the prompt's ids joined
+    /// it, which nest no deeper.
+    pub within_limits: bool,
     /// Each choice's reply, parsed.
     pub replies: Vec<AssistantTurn>,
     /// The token fields of each choice, for the record.
@@ -115,6 +121,9 @@ pub struct Answer {
 pub struct RenderedCall {
     pub conversation: Conversation,
     pub prompt_ids: Vec<u32>,
+    /// `prompt_ids` as JSON text, written once for the engine's request
+    /// and the answer's `prompt_token_ids`.
+    prompt_json: Box<RawValue>,
     /// The call (store seq) this one continues; `None` = a new chain.
     pub continues: Option<u64>,
     /// The API the harness called (Chat Completions or Messages).
@@ -232,6 +241,7 @@ impl RenderedCall {
             family: renderer.family().under(choice),
             forced,
             conversation,
+            prompt_json: agl_wire::ids::json(&prompt.ids),
             prompt_ids: prompt.ids,
             continues: prompt.continues,
             front,
@@ -323,7 +333,7 @@ impl RenderedCall {
             RawValue::from_string(v.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned())
         };
         // The (long) id list written straight to text, without a JSON tree.
-        body.insert("prompt".into(), agl_wire::ids::json(&self.prompt_ids));
+        body.insert("prompt".into(), self.prompt_json.clone());
         body.insert("logprobs".into(), raw(json!(self.top_logprobs.max(1))));
         if let Some((_, structured)) = &self.constraint {
             body.insert("structured_outputs".into(), raw(structured.clone()));
@@ -357,7 +367,8 @@ impl RenderedCall {
     /// The engine's completions body answered as Chat Completions, with
     /// vLLM's token fields so the record reads the same as a passthrough,
     /// and each choice's reply parsed from its text. Read and written
-    /// without a JSON tree for the (long) id lists.
+    /// without a JSON tree for the (long) id lists: the prompt's ids join
+    /// the body as the text they were written as.
     fn chat_body(
         &self,
         completion: Completion<IgnoredAny>,
@@ -396,12 +407,18 @@ impl RenderedCall {
             object: openai::CHAT_COMPLETION.to_string(),
             created: completion.created,
             model: completion.model,
-            prompt_token_ids: Some(agl_wire::ids::json(&self.prompt_ids)),
+            prompt_token_ids: None,
             choices,
             usage: completion.usage,
             weight_version: None,
         };
         (written(&body), turns)
+    }
+
+    /// `body` (an answer in the Chat Completions shape, without
+    /// `prompt_token_ids`) with the prompt's ids as its first field.
+    fn with_prompt_ids(&self, body: Box<RawValue>) -> Box<RawValue> {
+        json::with_first_field(&body, "prompt_token_ids", &self.prompt_json).unwrap_or(body)
     }
 
     /// The engine's completions body answered in the called API's shape,
@@ -415,8 +432,14 @@ impl RenderedCall {
             serde_json::from_slice(cut.as_deref().unwrap_or(completion)).unwrap_or_default();
         let tokens = tokens_of_completion(&completion, &self.prompt_ids);
         let (body, replies) = self.answer_body(completion, id_prefix);
+        let within_limits = json::check_raw(&body, json::MAX_DEPTH - 1).is_ok();
+        let body = match self.front {
+            ApiKind::ChatCompletions => self.with_prompt_ids(body),
+            _ => body,
+        };
         Answer {
             body,
+            within_limits,
             replies,
             tokens,
         }
