@@ -20,7 +20,7 @@ include!(concat!(env!("OUT_DIR"), "/sdk_files.rs"));
 const SDK_DEPS: [(&str, &str); 3] = [
     ("wit-bindgen", "0.63.0"),
     ("serde", "1"),
-    ("serde_json", "1"),
+    ("serde_json", "1.0.154"),
 ];
 
 /// Writes the embedded SDKs under `cache` (default `~/.cache/agl/sdk`) if
