@@ -25,6 +25,9 @@ const SAMPLES: usize = 8;
 const LEN: usize = 256;
 const PROMPT: usize = 64;
 const REPEATS: usize = 5;
+/// agl's steps and PyTorch's alternate this many times (`REPEATS` steps
+/// each), so a burst of load on this shared machine falls on both.
+const ROUNDS: usize = 3;
 
 /// xorshift64*: reproducible data without a rand dependency.
 struct Rng(u64);
@@ -212,38 +215,43 @@ fn step_and_packing() -> anyhow::Result<()> {
     // agl: forward + backward of the whole batch as one micro-batch.
     let lengths: Vec<usize> = batch.samples.iter().map(|s| s.len()).collect();
     let packing = Packing::from_groups(&lengths, vec![(0..SAMPLES).collect()]);
-    let mut times = Vec::new();
-    let mut loss = 0.0;
-    for i in 0..=REPEATS {
-        // Zeroing the gradients is timed, as step_torch.py's zero_grad is.
-        let start = Instant::now();
-        zero_grads(&model);
-        loss = accumulate_gradients(&model, &batch, &packing, &cfg)?.loss;
-        if i > 0 {
-            times.push(start.elapsed().as_secs_f64() * 1000.0);
-        }
-    }
-    times.sort_by(f64::total_cmp);
-    let agl_ms = times[times.len() / 2];
-
     let venv = std::env::var("AGL_VENV").unwrap_or_else(|_| ".venv".into());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/step_torch.py");
-    let out = Command::new(format!("{venv}/bin/python"))
-        .args([script, &dir.path().to_string_lossy()])
-        .arg(tch::get_num_threads().to_string())
-        .arg(REPEATS.to_string())
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "step_torch.py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let torch: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let torch_ms = torch["ms"].as_f64().unwrap_or(f64::NAN);
-    let torch_loss = torch["loss"].as_f64().unwrap_or(f64::NAN);
+    let (mut times, mut torch_times) = (Vec::new(), Vec::new());
+    let (mut loss, mut torch_loss) = (0.0, f64::NAN);
+    for _ in 0..ROUNDS {
+        for i in 0..=REPEATS {
+            // Zeroing the gradients is timed, as step_torch.py's zero_grad is.
+            let start = Instant::now();
+            zero_grads(&model);
+            loss = accumulate_gradients(&model, &batch, &packing, &cfg)?.loss;
+            if i > 0 {
+                times.push(start.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        let out = Command::new(format!("{venv}/bin/python"))
+            .args([script, &dir.path().to_string_lossy()])
+            .arg(tch::get_num_threads().to_string())
+            .arg(REPEATS.to_string())
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "step_torch.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let torch: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let round = torch["times"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        torch_times.extend(round.iter().filter_map(serde_json::Value::as_f64));
+        torch_loss = torch["loss"].as_f64().unwrap_or(f64::NAN);
+    }
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let (agl_ms, torch_ms) = (median(times), median(torch_times));
 
     println!(
-        "training step: {SAMPLES} x {LEN} tokens, llama hidden 256 x 4 layers, vocab 4096, f32 CPU, {} threads, median of {REPEATS}",
+        "training step: {SAMPLES} x {LEN} tokens, llama hidden 256 x 4 layers, vocab 4096, f32 CPU, {} threads, median of {ROUNDS} x {REPEATS} steps each, alternating",
         tch::get_num_threads()
     );
     println!("| impl          | ms/step | loss        |");

@@ -6,7 +6,7 @@ DIR holds the model (config.json + model.safetensors, saved by agl) and
 batch.json (tokens, weights and advantages on the [B, T-1] logprob grid,
 engine logprobs, temperature, clip and TIS settings). Runs the same
 forward + backward as agl (on-policy: old = detached new logprobs; PPO clip,
-TIS weight, fixed token weights) and prints JSON: median milliseconds and
+TIS weight, fixed token weights) and prints JSON: each step's milliseconds and
 the loss.
 """
 
@@ -49,8 +49,7 @@ def main():
         start = time.perf_counter()
         loss = step()
         times.append((time.perf_counter() - start) * 1000)
-    times.sort()
-    print(json.dumps({"ms": times[len(times) // 2], "loss": loss}))
+    print(json.dumps({"times": times, "loss": loss}))
 
 
 if __name__ == "__main__":
