@@ -34,7 +34,7 @@ impl<'a> Walker<'a> {
     }
 
     /// The next byte after whitespace, not taken; `None` at the end.
-    pub fn peek(&mut self) -> Option<u8> {
+    fn peek(&mut self) -> Option<u8> {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
             self.i += 1;
         }
