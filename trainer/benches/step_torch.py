@@ -1,13 +1,17 @@
 """The agl training step in PyTorch eager, for trainer/benches/step.rs.
 
-Usage: python step_torch.py DIR THREADS REPEATS
+Usage: python step_torch.py DIR THREADS
 
 DIR holds the model (config.json + model.safetensors, saved by agl) and
 batch.json (tokens, weights and advantages on the [B, T-1] logprob grid,
 engine logprobs, temperature, clip and TIS settings). Runs the same
 forward + backward as agl (on-policy: old = detached new logprobs; PPO clip,
-TIS weight, fixed token weights) and prints JSON: each step's milliseconds and
-the loss.
+TIS weight, fixed token weights).
+
+Steps on request, so the bench can put each of agl's steps beside one of
+these on a shared machine: after a warm-up step it prints `{"ready": true}`,
+then for each line `step` on stdin runs one step and prints one JSON line,
+its milliseconds and the loss; it ends at the end of stdin.
 """
 
 import json
@@ -20,7 +24,7 @@ from transformers import AutoModelForCausalLM
 
 
 def main():
-    folder, threads, repeats = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    folder, threads = Path(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model.train()
@@ -43,13 +47,15 @@ def main():
         loss.backward()
         return loss.item()
 
-    loss = step()  # warm-up
-    times = []
-    for _ in range(repeats):
+    step()  # warm-up
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "step":
+            raise SystemExit(f"step_torch.py: unknown request {line!r}")
         start = time.perf_counter()
         loss = step()
-        times.append((time.perf_counter() - start) * 1000)
-    print(json.dumps({"times": times, "loss": loss}))
+        ms = (time.perf_counter() - start) * 1000
+        print(json.dumps({"ms": ms, "loss": loss}), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 //! "gateway"`: the gateway renders with the policy template and continues
 //! the chain token-exactly), in one run, on loopback.
 //!
-//! `cargo bench -p agl-gateway --bench rendering [-- --turns N --runs R
+//! `cargo bench -p agl-gateway --bench rendering [-- --turns N --runs R (20)
 //! --only engine|gateway --per-turn]`
 //!
 //! `--per-turn` also prints each turn's p50 (engine, then gateway).
@@ -156,7 +156,7 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
-    let (turns, runs) = (arg("--turns", 30), arg("--runs", 5));
+    let (turns, runs) = (arg("--turns", 30), arg("--runs", 20));
     let per_turn = args.iter().any(|a| a == "--per-turn");
     let only = args
         .iter()
