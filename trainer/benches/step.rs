@@ -20,6 +20,7 @@ use agl_trainer::rl::{
     SimConfig, SimResult, StepConfig, UpdateBatch, accumulate_gradients, build_update, pack,
     pack_ffd, pack_in_order, simulate,
 };
+use anyhow::Context;
 use serde_json::json;
 use tch::{Device, Kind};
 
@@ -148,14 +149,16 @@ impl TorchSteps {
         let venv = std::env::var("AGL_VENV").unwrap_or_else(|_| ".venv".into());
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/step_torch.py");
         let stderr = dir.join("step_torch.stderr");
-        let mut child = Command::new(format!("{venv}/bin/python"))
+        let python = format!("{venv}/bin/python");
+        let mut child = Command::new(&python)
             .arg(script)
             .arg(dir)
             .arg(tch::get_num_threads().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr)?)
-            .spawn()?;
+            .spawn()
+            .with_context(|| format!("starting {python} (AGL_VENV: torch, transformers)"))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             anyhow::bail!("step_torch.py's pipes were not opened");
         };
