@@ -242,6 +242,91 @@ fn read_bandwidth(bytes: usize) -> (f64, f64) {
     (torch, prefetched)
 }
 
+/// The decode step's matmuls alone, as an f32 step of `m` sequences runs
+/// them (per layer q/k/v in one parallel loop, o, gate/up in one, down;
+/// then the LM head) on weights of SmolLM2's shapes, on a pool of `threads`
+/// as the engine's: the best of 7 passes, in bytes of weights read per
+/// second. Against the bound it is the kernel's share; the decode steps'
+/// own rate against it is what the rest of the step (norms, RoPE,
+/// attention, the hand-offs between them) costs.
+fn matmul_bandwidth(m: usize, threads: usize) -> f64 {
+    let c = smollm2_config();
+    let dim = |k: &str| c[k].as_u64().unwrap() as usize;
+    let (h, inter, layers) = (
+        dim("hidden_size"),
+        dim("intermediate_size"),
+        dim("num_hidden_layers"),
+    );
+    let (qd, kvd) = (
+        dim("num_attention_heads") * dim("head_dim"),
+        dim("num_key_value_heads") * dim("head_dim"),
+    );
+    let vocab = dim("vocab_size");
+    // One layer's weights in order: q, k, v, o, gate, up, down.
+    let sizes = [
+        qd * h,
+        kvd * h,
+        kvd * h,
+        h * qd,
+        inter * h,
+        inter * h,
+        h * inter,
+    ];
+    let per_layer: usize = sizes.iter().sum();
+    let weights = vec![0.01f32; layers * per_layer + vocab * h];
+    let x = vec![0.5f32; m * inter.max(qd).max(h)];
+    let mut y = vec![0f32; m * vocab];
+    let (mut q, mut k, mut v) = (vec![0f32; m * qd], vec![0f32; m * kvd], vec![0f32; m * kvd]);
+    let (mut gate, mut up) = (vec![0f32; m * inter], vec![0f32; m * inter]);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let mut pass = || {
+        for layer in weights[..layers * per_layer].chunks_exact(per_layer) {
+            let mut at = 0;
+            let mut next = |n: usize| {
+                at += n;
+                &layer[at - n..at]
+            };
+            let (wq, wk, wv, wo) = (
+                next(sizes[0]),
+                next(sizes[1]),
+                next(sizes[2]),
+                next(sizes[3]),
+            );
+            let (wg, wu, wd) = (next(sizes[4]), next(sizes[5]), next(sizes[6]));
+            let normed = &x[..m * h];
+            agl_trainer::model::decode_rows_many(
+                normed,
+                &mut [(wq, &mut q, qd), (wk, &mut k, kvd), (wv, &mut v, kvd)],
+                m,
+                h,
+            );
+            agl_trainer::model::decode_rows(&x[..m * qd], wo, &mut y[..m * h], m, h, qd);
+            agl_trainer::model::decode_rows_many(
+                normed,
+                &mut [(wg, &mut gate, inter), (wu, &mut up, inter)],
+                m,
+                h,
+            );
+            agl_trainer::model::decode_rows(&x[..m * inter], wd, &mut y[..m * h], m, h, inter);
+        }
+        let head = &weights[layers * per_layer..];
+        agl_trainer::model::decode_rows(&x[..m * h], head, &mut y, m, vocab, h);
+    };
+    pool.install(|| {
+        pass(); // fault the pages in
+        (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                pass();
+                (weights.len() * 4) as f64 / t.elapsed().as_secs_f64()
+            })
+            .fold(0.0, f64::max)
+    })
+}
+
 /// A sum in 16 lanes, each 64-byte line prefetched 4 KiB ahead.
 fn prefetched_sum(chunk: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
@@ -304,6 +389,11 @@ fn cpu_bench(dir: &Path) {
     let bf16_row = cpu_engine(dir, Kind::BFloat16, &prompt);
     let (torch_read, prefetched_read) = read_bandwidth(f32_row.bytes);
     let bandwidth = torch_read.max(prefetched_read);
+    let threads_n = usize::try_from(threads).unwrap_or(1).max(1);
+    let (matmul_1, matmul_8) = (
+        matmul_bandwidth(1, threads_n),
+        matmul_bandwidth(8, threads_n),
+    );
     println!(
         "SmolLM2-135M-Instruct, CPU, {threads} threads, {NEW_TOKENS} new tokens, greedy, prompt {} tokens; best of 3 runs",
         prompt.len()
@@ -314,6 +404,13 @@ fn cpu_bench(dir: &Path) {
         torch_read / 1e9,
         prefetched_read / 1e9,
         bandwidth / 1e9
+    );
+    println!(
+        "the decode step's matmuls alone (every weight matrix once, as a step runs them), best of 7: 1 row {:.2} GB/s ({:.0}% of the bound), 8 rows {:.2} GB/s; the f32 batch-1 decode steps read {:.2} GB/s",
+        matmul_1 / 1e9,
+        100.0 * matmul_1 / bandwidth,
+        matmul_8 / 1e9,
+        f32_row.single.decode * f32_row.bytes as f64 / 1e9
     );
     println!(
         "{:<26} {:>11} {:>11} {:>11} {:>13} {:>9} {:>8}",

@@ -12,8 +12,8 @@
 //!   load feeds several FMAs, the weight rows prefetched ahead, the output
 //!   rows split over the current rayon pool's threads (the engine's loop
 //!   runs on a pool of its own). On a 49152 x 576 matrix: 47-50 GB/s for
-//!   one row, 37-44 for two, 38-39 for four, 29 for eight (before the
-//!   blocking and prefetch: 40, 34, 21-25 and 16).
+//!   one row, 37-44 for two, 38-39 for four, 29 for eight (4 rows a block
+//!   then; before the blocking and prefetch: 40, 34, 21-25 and 16).
 //! - AVX2 with FMA (`avx2`), on CPUs without AVX-512: the same kernel on
 //!   8-lane vectors, fewer weight rows per block (16 registers). On an
 //!   AVX2-only EPYC (2 cores), the engine's f32 decode went from 27.6 to
@@ -355,9 +355,12 @@ mod $name {
     };
 }
 
-// 32 zmm registers: 4 rows up to four inputs and for eight (32
-// accumulators), 2 for five to seven (measured fastest). One input in
-// blocks of 4 rows too: 47-50 GB/s on the AVX-512 machines it was measured on.
+// 32 zmm registers: 4 rows up to four inputs, 2 for five to eight (`R * M`
+// accumulators, `R` weight vectors and the input must fit: 4 rows for
+// eight, first measured fastest, spill, and on a 2-vCPU Xeon a SmolLM2
+// step's matrices read at 11.7-11.9 GB/s for eight inputs with 4 rows, 14.9
+// with 3, 18.5 with 2; batch 8 115-130 -> 156 tok/s). One input in blocks
+// of 4 rows too: 47-50 GB/s on the AVX-512 machines it was measured on.
 #[cfg(target_arch = "x86_64")]
 kernel!(
     avx512,
@@ -369,7 +372,7 @@ kernel!(
     _mm512_loadu_ps,
     _mm512_fmadd_ps,
     _mm512_reduce_add_ps,
-    [4, 4, 4, 4, 2, 2, 2, 4],
+    [4, 4, 4, 4, 2, 2, 2, 2],
     false
 );
 

@@ -40,6 +40,9 @@ use rope::Rope;
 pub use adapter::AdapterLoad;
 pub use cache::{KvCache, SlotId};
 pub use config::{ModelConfig, ModelType, RopeScaling};
+/// The f32 CPU decode step's matmul, for the engine bench to time apart
+/// from the rest of the step.
+pub use decode_matmul::{rows as decode_rows, rows_many as decode_rows_many};
 pub use lean::{Lean, LeanForward};
 pub use logprobs::{PickedLogprobs, at_temperature, token_logprobs};
 pub use lora::{LoraConfig, read_adapter};
