@@ -4,7 +4,9 @@
 //! `cargo bench -p agl-trainer --bench engine` with `AGL_VENV` set: f32 and
 //! bf16 on CPU (same thread count as transformers) at 1 and 8 concurrent
 //! requests, against the memory-bandwidth bound measured in the same run (a
-//! batch-1 step reads every weight once, so `bandwidth / weight bytes` is
+//! buffer the weights' size read as many times as a run has decode steps,
+//! before each batch-1 run, so both are timed over alike windows of the
+//! shared machine; a batch-1 step reads every weight once, so `bandwidth / weight bytes` is
 //! the most tokens/s it can give; held against the decode steps alone,
 //! first token to last, where the "1 req" column also counts the prompt's
 //! prefill, as transformers' `generate` is timed), with issue 35's limits; the model
@@ -209,37 +211,57 @@ fn weight_bytes(model: &Model) -> usize {
         .sum()
 }
 
-/// The machine's streaming-read bandwidth in bytes/s over an f32 buffer of
-/// `bytes`, the same thread count the engine uses: the best of 7 reads by
-/// each of two readers, libtorch's vectorised multi-threaded `sum()` and a
-/// rayon read that prefetches ahead as agl's decode kernel does (which reads
-/// faster than the plain sum here), best as the tokens/s are a best of 3.
-fn read_bandwidth(bytes: usize) -> (f64, f64) {
-    let buffer = Tensor::ones([(bytes / 4) as i64], (Kind::Float, Device::Cpu));
-    let _ = buffer.sum(Kind::Float).double_value(&[]); // fault the pages in
-    let best = |read: &dyn Fn()| {
-        (0..7)
-            .map(|_| {
-                let t = Instant::now();
-                read();
-                bytes as f64 / t.elapsed().as_secs_f64()
-            })
-            .fold(0.0, f64::max)
-    };
-    let torch = best(&|| {
-        let _ = buffer.sum(Kind::Float).double_value(&[]);
-    });
-    let floats = Vec::<f32>::try_from(&buffer).unwrap();
-    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
-    let prefetched = best(&|| {
-        let total: f32 = pool.install(|| floats.par_chunks(1 << 16).map(prefetched_sum).sum());
-        std::hint::black_box(total);
-    });
-    (torch, prefetched)
+/// The machine's streaming-read bandwidth over an f32 buffer the weights'
+/// size, on the engine's thread count, by two readers: libtorch's
+/// vectorised multi-threaded `sum()` and a rayon read that prefetches ahead
+/// as agl's decode kernel does.
+struct Bound {
+    buffer: Tensor,
+    floats: Vec<f32>,
+    pool: rayon::ThreadPool,
+    bytes: usize,
+}
+
+impl Bound {
+    fn new(bytes: usize) -> Self {
+        let buffer = Tensor::ones([(bytes / 4) as i64], (Kind::Float, Device::Cpu));
+        let _ = buffer.sum(Kind::Float).double_value(&[]); // fault the pages in
+        let floats = Vec::<f32>::try_from(&buffer).unwrap();
+        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        Self {
+            buffer,
+            floats,
+            pool,
+            bytes,
+        }
+    }
+
+    /// Bytes/s of each reader over `passes` reads in a row: a decode run's
+    /// steps read the weights that many times, so the bound and the decode
+    /// are timed over windows alike (a single short read can land in a
+    /// quiet moment of a shared machine that a whole run does not).
+    fn run(&self, passes: usize) -> (f64, f64) {
+        let rate = |read: &dyn Fn()| {
+            let t = Instant::now();
+            (0..passes).for_each(|_| read());
+            (passes * self.bytes) as f64 / t.elapsed().as_secs_f64()
+        };
+        let torch = rate(&|| {
+            let _ = self.buffer.sum(Kind::Float).double_value(&[]);
+        });
+        let floats = &self.floats;
+        let prefetched = rate(&|| {
+            let total: f32 = self
+                .pool
+                .install(|| floats.par_chunks(1 << 16).map(prefetched_sum).sum());
+            std::hint::black_box(total);
+        });
+        (torch, prefetched)
+    }
 }
 
 /// The decode step's matmuls alone, as an f32 step of `m` sequences runs
@@ -344,9 +366,15 @@ fn prefetched_sum(chunk: &[f32]) -> f32 {
     acc.iter().sum()
 }
 
-/// Best of three runs of `n` concurrent requests (the machine is shared).
-fn best_of(engine: &EngineHandle, prompt: &[u32], n: usize) -> Rate {
-    let runs: Vec<Rate> = (0..3).map(|_| run(engine, prompt, n)).collect();
+/// Best of three runs of `n` concurrent requests (the machine is shared),
+/// `before` run before each.
+fn best_of(engine: &EngineHandle, prompt: &[u32], n: usize, mut before: impl FnMut()) -> Rate {
+    let runs: Vec<Rate> = (0..3)
+        .map(|_| {
+            before();
+            run(engine, prompt, n)
+        })
+        .collect();
     let best = |f: fn(&Rate) -> f64| runs.iter().map(f).fold(0.0, f64::max);
     Rate {
         total: best(|r| r.total),
@@ -358,17 +386,35 @@ struct CpuRow {
     single: Rate,
     batch8: Rate,
     bytes: usize,
+    /// Peak RSS after loading and the 8-request runs, in MB.
+    rss: f64,
+    /// With `bound`: each reader's best rate over runs of the buffer read
+    /// as often as a run has decode steps, one before each batch-1 run.
+    bound: Option<(f64, f64)>,
 }
 
-fn cpu_engine(dir: &Path, kind: Kind, prompt: &[u32]) -> CpuRow {
+fn cpu_engine(dir: &Path, kind: Kind, prompt: &[u32], bound: bool) -> CpuRow {
     let model = Model::load(dir, kind, Device::Cpu).expect("load model");
     let bytes = weight_bytes(&model);
     let engine = spawn(model, 8);
     run(&engine, prompt, 1); // warm-up
+    let batch8 = best_of(&engine, prompt, 8, || ());
+    // Before the bound's buffers exist: the engine's own peak.
+    let rss = peak_rss_mb();
+    let reader = bound.then(|| Bound::new(bytes));
+    let mut best = (0.0f64, 0.0f64);
+    let single = best_of(&engine, prompt, 1, || {
+        if let Some(reader) = &reader {
+            let (torch, prefetched) = reader.run(NEW_TOKENS - 1);
+            best = (best.0.max(torch), best.1.max(prefetched));
+        }
+    });
     CpuRow {
-        single: best_of(&engine, prompt, 1),
-        batch8: best_of(&engine, prompt, 8),
+        single,
+        batch8,
         bytes,
+        rss,
+        bound: reader.map(|_| best),
     }
 }
 
@@ -384,10 +430,10 @@ fn cpu_bench(dir: &Path) {
         .as_ref()
         .map_or_else(synthetic_prompt, |h| ids(&h["prompt_ids"]));
     // f32 first, so the peak RSS is the f32 engine's alone.
-    let f32_row = cpu_engine(dir, Kind::Float, &prompt);
-    let rss = peak_rss_mb();
-    let bf16_row = cpu_engine(dir, Kind::BFloat16, &prompt);
-    let (torch_read, prefetched_read) = read_bandwidth(f32_row.bytes);
+    let f32_row = cpu_engine(dir, Kind::Float, &prompt, true);
+    let rss = f32_row.rss;
+    let (torch_read, prefetched_read) = f32_row.bound.unwrap_or((f64::NAN, f64::NAN));
+    let bf16_row = cpu_engine(dir, Kind::BFloat16, &prompt, false);
     let bandwidth = torch_read.max(prefetched_read);
     let threads_n = usize::try_from(threads).unwrap_or(1).max(1);
     let (matmul_1, matmul_8) = (
@@ -399,8 +445,9 @@ fn cpu_bench(dir: &Path) {
         prompt.len()
     );
     println!(
-        "streaming read of a {:.0} MB f32 buffer (the weights' size), best of 7: libtorch sum {:.2} GB/s, prefetching read {:.2} GB/s; the bound takes {:.2}",
+        "streaming read of a {:.0} MB f32 buffer (the weights' size), {} passes a run as a run's decode steps, best of 3 runs, one before each f32 batch-1 run: libtorch sum {:.2} GB/s, prefetching read {:.2} GB/s; the bound takes {:.2}",
         f32_row.bytes as f64 / 1e6,
+        NEW_TOKENS - 1,
         torch_read / 1e9,
         prefetched_read / 1e9,
         bandwidth / 1e9
