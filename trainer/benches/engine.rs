@@ -6,8 +6,8 @@
 //! requests, against the memory-bandwidth bound measured in the same run (a
 //! buffer the weights' size read as many times as a run has decode steps,
 //! before each batch-1 run, so both are timed over alike windows of the
-//! shared machine; a batch-1 step reads every weight once, so `bandwidth / weight bytes` is
-//! the most tokens/s it can give; held against the decode steps alone,
+//! shared machine; a batch-1 step reads every weight once, so `bandwidth /
+//! weight bytes` is the most tokens/s it can give; held against the decode steps alone,
 //! first token to last, where the "1 req" column also counts the prompt's
 //! prefill, as transformers' `generate` is timed), with issue 35's limits; the model
 //! folder is `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct`
@@ -227,15 +227,10 @@ impl Bound {
         let buffer = Tensor::ones([(bytes / 4) as i64], (Kind::Float, Device::Cpu));
         let _ = buffer.sum(Kind::Float).double_value(&[]); // fault the pages in
         let floats = Vec::<f32>::try_from(&buffer).unwrap();
-        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
         Self {
             buffer,
             floats,
-            pool,
+            pool: engine_pool(),
             bytes,
         }
     }
@@ -266,12 +261,12 @@ impl Bound {
 
 /// The decode step's matmuls alone, as an f32 step of `m` sequences runs
 /// them (per layer q/k/v in one parallel loop, o, gate/up in one, down;
-/// then the LM head) on weights of SmolLM2's shapes, on a pool of `threads`
-/// as the engine's: the best of 7 passes, in bytes of weights read per
+/// then the LM head) on weights of SmolLM2's shapes, on a pool like the
+/// engine's: the best of 7 passes, in bytes of weights read per
 /// second. Against the bound it is the kernel's share; the decode steps'
 /// own rate against it is what the rest of the step (norms, RoPE,
 /// attention, the hand-offs between them) costs.
-fn matmul_bandwidth(m: usize, threads: usize) -> f64 {
+fn matmul_bandwidth(m: usize) -> f64 {
     let c = smollm2_config();
     let dim = |k: &str| c[k].as_u64().unwrap() as usize;
     let (h, inter, layers) = (
@@ -300,10 +295,7 @@ fn matmul_bandwidth(m: usize, threads: usize) -> f64 {
     let mut y = vec![0f32; m * vocab];
     let (mut q, mut k, mut v) = (vec![0f32; m * qd], vec![0f32; m * kvd], vec![0f32; m * kvd]);
     let (mut gate, mut up) = (vec![0f32; m * inter], vec![0f32; m * inter]);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap();
+    let pool = engine_pool();
     let mut pass = || {
         for layer in weights[..layers * per_layer].chunks_exact(per_layer) {
             let mut at = 0;
@@ -338,7 +330,7 @@ fn matmul_bandwidth(m: usize, threads: usize) -> f64 {
         agl_trainer::model::decode_rows(&x[..m * h], head, &mut y, m, vocab, h);
     };
     pool.install(|| {
-        pass(); // fault the pages in
+        pass(); // warm-up
         (0..7)
             .map(|_| {
                 let t = Instant::now();
@@ -347,6 +339,15 @@ fn matmul_bandwidth(m: usize, threads: usize) -> f64 {
             })
             .fold(0.0, f64::max)
     })
+}
+
+/// A rayon pool of libtorch's thread count, as the engine's loop runs on.
+fn engine_pool() -> rayon::ThreadPool {
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 /// A sum in 16 lanes, each 64-byte line prefetched 4 KiB ahead.
@@ -435,11 +436,7 @@ fn cpu_bench(dir: &Path) {
     let (torch_read, prefetched_read) = f32_row.bound.unwrap_or((f64::NAN, f64::NAN));
     let bf16_row = cpu_engine(dir, Kind::BFloat16, &prompt, false);
     let bandwidth = torch_read.max(prefetched_read);
-    let threads_n = usize::try_from(threads).unwrap_or(1).max(1);
-    let (matmul_1, matmul_8) = (
-        matmul_bandwidth(1, threads_n),
-        matmul_bandwidth(8, threads_n),
-    );
+    let (matmul_1, matmul_8) = (matmul_bandwidth(1), matmul_bandwidth(8));
     println!(
         "SmolLM2-135M-Instruct, CPU, {threads} threads, {NEW_TOKENS} new tokens, greedy, prompt {} tokens; best of 3 runs",
         prompt.len()

@@ -359,7 +359,7 @@ mod $name {
 // accumulators, `R` weight vectors and the input must fit: 4 rows for
 // eight, first measured fastest, spill, and on a 2-vCPU Xeon a SmolLM2
 // step's matrices read at 11.7-11.9 GB/s for eight inputs with 4 rows, 14.9
-// with 3, 18.5 with 2; batch 8 115-130 -> 156 tok/s). One input in blocks
+// with 3, 18.5 with 2; batch 8 115-125 -> 144-177 tok/s). One input in blocks
 // of 4 rows too: 47-50 GB/s on the AVX-512 machines it was measured on.
 #[cfg(target_arch = "x86_64")]
 kernel!(
