@@ -230,7 +230,10 @@ impl Bound {
         Self {
             buffer,
             floats,
-            pool: engine_pool(),
+            pool: rayon::ThreadPoolBuilder::new()
+                .num_threads(usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1))
+                .build()
+                .unwrap(),
             bytes,
         }
     }
@@ -261,8 +264,8 @@ impl Bound {
 
 /// The decode step's matmuls alone, as an f32 step of `m` sequences runs
 /// them (per layer q/k/v in one parallel loop, o, gate/up in one, down;
-/// then the LM head) on weights of SmolLM2's shapes, on a pool like the
-/// engine's: the best of 7 passes, in bytes of weights read per
+/// then the LM head) on weights of SmolLM2's shapes, on the calling thread's
+/// team as the engine's: the best of 7 passes, in bytes of weights read per
 /// second. Against the bound it is the kernel's share; the decode steps'
 /// own rate against it is what the rest of the step (norms, RoPE,
 /// attention, the hand-offs between them) costs.
@@ -295,7 +298,6 @@ fn matmul_bandwidth(m: usize) -> f64 {
     let mut y = vec![0f32; m * vocab];
     let (mut q, mut k, mut v) = (vec![0f32; m * qd], vec![0f32; m * kvd], vec![0f32; m * kvd]);
     let (mut gate, mut up) = (vec![0f32; m * inter], vec![0f32; m * inter]);
-    let pool = engine_pool();
     let mut pass = || {
         for layer in weights[..layers * per_layer].chunks_exact(per_layer) {
             let mut at = 0;
@@ -329,25 +331,14 @@ fn matmul_bandwidth(m: usize) -> f64 {
         let head = &weights[layers * per_layer..];
         agl_trainer::model::decode_rows(&x[..m * h], head, &mut y, m, vocab, h);
     };
-    pool.install(|| {
-        pass(); // warm-up
-        (0..7)
-            .map(|_| {
-                let t = Instant::now();
-                pass();
-                (weights.len() * 4) as f64 / t.elapsed().as_secs_f64()
-            })
-            .fold(0.0, f64::max)
-    })
-}
-
-/// A rayon pool of libtorch's thread count, as the engine's loop runs on.
-fn engine_pool() -> rayon::ThreadPool {
-    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap()
+    pass(); // warm-up
+    (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            pass();
+            (weights.len() * 4) as f64 / t.elapsed().as_secs_f64()
+        })
+        .fold(0.0, f64::max)
 }
 
 /// A sum in 16 lanes, each 64-byte line prefetched 4 KiB ahead.

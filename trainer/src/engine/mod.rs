@@ -209,21 +209,11 @@ impl EngineHandle {
             max_len: config.max_len,
             vocab: model.config().vocab_size as usize,
         };
-        // The loop runs on a rayon pool of its own (libtorch's intra-op
-        // thread count), so the decode kernels' parallel loops
-        // (`model::decode_matmul`) run a share on the loop's thread while
-        // the pool's other threads steal the rest. Called from outside a
-        // pool, each of a step's ~200 matmuls blocked the loop and woke a
-        // sleeping thread (a batch-1 step on 2 cores: 34 -> 46 tok/s).
-        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("agl-engine-{i}"))
-            .build()
-            .map_err(|e| EngineError::Invalid(format!("cannot start the engine's threads: {e}")))?;
+        // The decode step's parallel loops run on this thread and a team of
+        // helpers it makes on its first step (`model::team`).
         std::thread::Builder::new()
             .name("agl-engine".into())
-            .spawn(move || pool.install(move || scheduler::run(model, config, rx, version)))
+            .spawn(move || scheduler::run(model, config, rx, version))
             .map_err(|e| EngineError::Invalid(format!("cannot start the engine thread: {e}")))?;
         Ok(handle)
     }

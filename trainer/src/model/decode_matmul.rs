@@ -10,10 +10,10 @@
 //!   every input row held in registers (the inputs packed so that their
 //!   16-lane blocks lie together), 2-4 weight rows at a time so each input
 //!   load feeds several FMAs, the weight rows prefetched ahead, the output
-//!   rows split over the current rayon pool's threads (the engine's loop
-//!   runs on a pool of its own). On a 49152 x 576 matrix: 47-50 GB/s for
-//!   one row, 37-44 for two, 38-39 for four, 29 for eight (4 rows a block
-//!   then; before the blocking and prefetch: 40, 34, 21-25 and 16).
+//!   rows split over the calling thread's team (`model::team`). On a
+//!   49152 x 576 matrix: 47-50 GB/s for one row, 37-44 for two, 38-39 for
+//!   four, 29 for eight (4 rows a block then; before the blocking and
+//!   prefetch: 40, 34, 21-25 and 16).
 //! - AVX2 with FMA (`avx2`), on CPUs without AVX-512: the same kernel on
 //!   8-lane vectors, fewer weight rows per block (16 registers). On an
 //!   AVX2-only EPYC (2 cores), the engine's f32 decode went from 27.6 to
@@ -160,8 +160,6 @@ mod $name {
     #[allow(unused_imports)]
     use std::arch::x86_64::*;
 
-    use rayon::prelude::*;
-
     const LANES: usize = $lanes;
     /// Floats ahead of the current chunk a weight row is prefetched (4 KiB):
     /// the hardware prefetcher alone left one input at ~40 GB/s; 1 KiB
@@ -172,9 +170,9 @@ mod $name {
     const ONE_BY_ONE: bool = $one_by_one;
     /// Output rows per task, at least: fewer cost more in hand-offs.
     const MIN_BLOCK: usize = 64;
-    /// Tasks per thread: a pool thread woken late (tens of microseconds
-    /// here) takes what is left instead of a fixed half the caller then
-    /// waits for.
+    /// Tasks per thread: a thread that starts late (descheduled on a
+    /// shared host) takes what is left instead of a fixed share the others
+    /// then wait for.
     const TASKS_PER_THREAD: usize = 8;
 
     pub fn usable(k: usize) -> bool {
@@ -228,11 +226,11 @@ mod $name {
             .collect();
         // The outputs of all parts laid end to end, split evenly.
         let total: usize = parts.iter().map(|p| p.n).sum();
-        let tasks = (TASKS_PER_THREAD * rayon::current_num_threads())
+        let tasks = (TASKS_PER_THREAD * crate::model::team::threads())
             .min(total.div_ceil(MIN_BLOCK))
             .max(1);
         let block = total.div_ceil(tasks);
-        (0..tasks).into_par_iter().for_each(|t| {
+        crate::model::team::for_each(tasks, |t| {
             let (lo, hi) = (t * block, ((t + 1) * block).min(total));
             let mut start = 0;
             for ops in &parts {

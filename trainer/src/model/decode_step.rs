@@ -14,12 +14,12 @@
 //! LoRA adapter, shapes the kernels do not take) returns `None` and the
 //! caller takes the libtorch path.
 
-use rayon::prelude::*;
 use tch::{Device, Kind, Tensor};
 
 use super::Model;
 use super::decode_matmul::{self, f32s, f32s_mut};
 use super::layers::{Linear, RmsNorm};
+use super::team;
 
 /// One sequence's new token: its cache slot and position (the tokens it
 /// already holds).
@@ -223,16 +223,13 @@ impl<'a> LayerWeights<'a> {
                 cache.values[at..][..d].copy_from_slice(&b.v[r * kvd + g * d..][..d]);
             }
         }
-        // Every (row, query head) apart: over the pool's threads.
+        // Every (row, query head) apart: over the team's threads.
         let (cache, q) = (&cache, &b.q);
-        b.attn
-            .par_chunks_mut(d)
-            .enumerate()
-            .for_each_init(Vec::new, |scores, (i, out)| {
-                let (r, hq) = (i / s.heads, i % s.heads);
-                let q = &q[r * qd + hq * d..][..d];
-                attend(s, cache, &rows[r], hq, q, out, scores);
-            });
+        team::for_each_chunk_mut(&mut b.attn, d, |i, out| {
+            let (r, hq) = (i / s.heads, i % s.heads);
+            let q = &q[r * qd + hq * d..][..d];
+            attend(s, cache, &rows[r], hq, q, out);
+        });
         decode_matmul::rows(&b.attn, self.o, &mut b.out, m, h, qd);
         add(x, &b.out);
         rms_norm(x, self.post_norm.0, self.post_norm.1, &mut b.normed, h);
@@ -331,15 +328,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// Query head `hq` (`q`, `d` floats) over its kv head's keys `0..=row.pos`
 /// of the row's slot: softmax(q k / sqrt(d)) v into `out`.
-fn attend(
-    s: &Shape,
-    cache: &Cache,
-    row: &Row,
-    hq: usize,
-    q: &[f32],
-    out: &mut [f32],
-    scores: &mut Vec<f32>,
-) {
+fn attend(s: &Shape, cache: &Cache, row: &Row, hq: usize, q: &[f32], out: &mut [f32]) {
     let d = s.d;
     let scale = 1.0 / (d as f32).sqrt();
     let g = hq / (s.heads / s.kv_heads);
@@ -347,8 +336,7 @@ fn attend(
     let base = cache.at(s, row.slot, g, 0);
     let keys = &cache.keys[base..][..len * d];
     let values = &cache.values[base..][..len * d];
-    scores.clear();
-    scores.extend(keys.chunks_exact(d).map(|k| dot(q, k) * scale));
+    let mut scores: Vec<f32> = keys.chunks_exact(d).map(|k| dot(q, k) * scale).collect();
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
     for p in scores.iter_mut() {

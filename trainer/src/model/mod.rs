@@ -25,6 +25,7 @@ mod lora;
 mod onednn_linear;
 mod rope;
 mod shim;
+mod team;
 mod weight_file;
 mod weights;
 
