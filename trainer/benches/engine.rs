@@ -7,10 +7,10 @@
 //! buffer the weights' size read as many times as a run has decode steps,
 //! before each batch-1 run, so both are timed over alike windows of the
 //! shared machine; a batch-1 step reads every weight once, so `bandwidth /
-//! weight bytes` is the most tokens/s it can give; held against the decode steps alone,
-//! first token to last, where the "1 req" column also counts the prompt's
-//! prefill, as transformers' `generate` is timed), with issue 35's limits; the model
-//! folder is `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct`
+//! weight bytes` is the most tokens/s it can give; held against the decode
+//! steps alone, first token to last, where the "1 req" column also counts
+//! the prompt's prefill, as transformers' `generate` is timed), with issue
+//! 35's limits; the model folder is `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct`
 //! (built by `host/agl/tests/e2e/engine_server.rs`'s `smollm2_dir`).
 //!
 //! `AGL_DEVICE=cuda`: f32 and bf16 on the GPU at 1, 8 and 32 concurrent

@@ -114,7 +114,7 @@ pub fn rows_many(x: &[f32], outs: &mut [(&[f32], &mut [f32], usize)], m: usize, 
 
 /// `y [1, n] = x [1, k] W^T` with the `gemm` crate.
 fn one_row_gemm(x: &[f32], w: &[f32], y: &mut [f32], n: usize, k: usize) {
-    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1);
+    let threads = super::team::threads();
     // SAFETY: the slices hold exactly the elements the sizes and strides
     // below reach. Strides are in elements: `y` and `x` are row vectors;
     // `w` row-major `[n, k]` is the right-hand side `[k, n]` with row
