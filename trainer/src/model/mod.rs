@@ -78,13 +78,14 @@ pub enum ModelError {
 /// What the decoder layers of a full (uncached) forward share.
 struct BodyInputs {
     tables: rope::RopeTables,
-    /// A sliding window's `[1, 1, T, T]` visibility; none: causal.
-    window: Option<Tensor>,
+    /// A sliding window's `[1, 1, T, T]` or packed rows' `[B, 1, T, T]`
+    /// visibility; none: causal.
+    visibility: Option<Tensor>,
 }
 
 impl BodyInputs {
     fn visibility(&self) -> Visibility<'_> {
-        match &self.window {
+        match &self.visibility {
             Some(m) => Visibility::Mask(m),
             None => Visibility::Causal,
         }
@@ -180,11 +181,13 @@ impl Model {
     }
 
     /// Training/scoring forward with autograd. `tokens` `[B, T]` i64;
-    /// `attention_mask` `[B, T]` (1 = real token, 0 = padding) with padding
-    /// on the right only, so every row starts with a real token. Positions
-    /// are `0..T` for every row. Returns logits `[B, T, V]` in the model
-    /// dtype; `logits[b, t]` predicts `tokens[b, t + 1]`. Logits at padded
-    /// positions are finite but meaningless.
+    /// `attention_mask` `[B, T]` i64: 0 = padding, on the right only (every
+    /// row starts with a real token); 1 = a real token, positions `0..T`.
+    /// A row may hold several sequences end to end (packing): numbered 1,
+    /// 2, ... in order, each starts at position 0 and sees only its own
+    /// tokens. Returns logits `[B, T, V]` in the model dtype; `logits[b, t]`
+    /// predicts `tokens[b, t + 1]` (across a sequence's end, meaningless).
+    /// Logits at padded positions are finite but meaningless.
     pub fn forward(
         &self,
         tokens: &Tensor,
@@ -248,20 +251,12 @@ impl Model {
         self.check_token_ids(tokens)?;
         let device = self.device();
         let pos = Tensor::arange(t, (Kind::Int64, device));
-        if let Some(am) = attention_mask {
-            if am.size() != [b, t] {
-                return Err(ModelError::Input(format!(
-                    "attention_mask {:?} != tokens {:?}",
-                    am.size(),
-                    [b, t]
-                )));
-            }
-            let am = am.to_device(device).to_kind(Kind::Bool);
-            if !bool::try_from(am.select(1, 0).all())? {
-                return Err(ModelError::Input(
-                    "attention_mask: padding must be on the right".into(),
-                ));
-            }
+        let segments = match attention_mask {
+            Some(am) => check_segments(&am.to_device(device), [b, t])?,
+            None => None,
+        };
+        if let Some(seg) = segments {
+            return Ok(self.packed_inputs(&seg, &pos));
         }
         // Padding is on the right, so causality alone keeps every real
         // query away from padded keys; padded queries' outputs are
@@ -272,8 +267,36 @@ impl Model {
         });
         Ok(BodyInputs {
             tables: self.rope.tables(&pos.unsqueeze(0), self.kind),
-            window,
+            visibility: window,
         })
+    }
+
+    /// Rows of packed sequences (`seg` `[B, T]`, ids as [`Model::forward`]
+    /// takes them): positions restart at each sequence's first token, and
+    /// a query sees the keys of its own sequence only (causal, windowed).
+    /// The padding at a row's end is a sequence of its own, so each of its
+    /// queries sees at least itself (no empty softmax).
+    fn packed_inputs(&self, seg: &Tensor, pos: &Tensor) -> BodyInputs {
+        let (b, t) = (seg.size()[0], seg.size()[1]);
+        let changes = seg.narrow(1, 1, t - 1).ne_tensor(&seg.narrow(1, 0, t - 1));
+        let row_start = Tensor::ones([b, 1], (Kind::Bool, seg.device()));
+        let first = Tensor::cat(&[&row_start, &changes], 1);
+        // Each token's sequence start: the last first-token index so far.
+        let starts = pos
+            .expand([b, t], false)
+            .where_self(&first, &pos.zeros_like())
+            .cummax(1)
+            .0;
+        let positions = pos - starts;
+        let same = seg.unsqueeze(2).eq_tensor(&seg.unsqueeze(1));
+        let visible = self
+            .visible(&positions.unsqueeze(2), &positions.unsqueeze(1))
+            .logical_and(&same)
+            .unsqueeze(1);
+        BodyInputs {
+            tables: self.rope.tables(&positions, self.kind),
+            visibility: Some(visible),
+        }
     }
 
     /// Whether a query at position `q` may see a key at position `k`
@@ -302,4 +325,42 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// Checks an attention mask of shape `shape` ([`Model::forward`]'s rules)
+/// and returns it as i64 segment ids when some row holds more than one
+/// sequence; `None` when plain 1/0 (causality alone then suffices).
+fn check_segments(am: &Tensor, shape: [i64; 2]) -> Result<Option<Tensor>, ModelError> {
+    if am.size() != shape {
+        return Err(ModelError::Input(format!(
+            "attention_mask {:?} != tokens {:?}",
+            am.size(),
+            shape
+        )));
+    }
+    let seg = am.to_kind(Kind::Int64);
+    if !bool::try_from(seg.select(1, 0).gt(0).all())? {
+        return Err(ModelError::Input(
+            "attention_mask: padding must be on the right".into(),
+        ));
+    }
+    if i64::try_from(seg.min())? < 0 {
+        return Err(ModelError::Input(
+            "attention_mask: sequence ids must be >= 0".into(),
+        ));
+    }
+    let t = shape[1];
+    if t > 1 {
+        // Each next token: padding, or the same sequence, or a later one.
+        let (prev, next) = (seg.narrow(1, 0, t - 1), seg.narrow(1, 1, t - 1));
+        let ordered = next
+            .eq(0)
+            .logical_or(&prev.gt(0).logical_and(&next.ge_tensor(&prev)));
+        if !bool::try_from(ordered.all())? {
+            return Err(ModelError::Input(
+                "attention_mask: padding must be on the right, sequences numbered in order".into(),
+            ));
+        }
+    }
+    Ok((i64::try_from(seg.max())? > 1).then_some(seg))
 }

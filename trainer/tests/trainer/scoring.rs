@@ -123,3 +123,91 @@ fn right_padding_does_not_change_real_positions() {
     let diff = max_abs_diff(&batched.get(0).narrow(0, 0, 5), &alone.get(0));
     assert!(diff < 1e-5, "{diff}");
 }
+
+/// Sequences packed end to end in rows (attention-mask ids 1, 2, ...) get
+/// the logits and the gradient they get alone: positions restart and no
+/// query sees another sequence's keys, with or without a sliding window.
+#[test]
+fn packed_rows_score_each_sequence_as_alone() {
+    for extra in [
+        json!({}),
+        json!({ "model_type": "mistral", "sliding_window": 3 }),
+    ] {
+        let model = random_model(tiny_config(extra.clone()), Kind::Float, 15);
+        let seqs: Vec<Tensor> = [5, 4, 6, 2]
+            .iter()
+            .map(|&n| random_tokens(1, n, 300))
+            .collect();
+        // Row 0: sequences 0 and 1 (9 tokens); row 1: 2 and 3 (8) + 1 pad.
+        let pad = Tensor::zeros([1, 1], (Kind::Int64, tch::Device::Cpu));
+        let tokens = Tensor::cat(
+            &[
+                Tensor::cat(&[&seqs[0], &seqs[1]], 1),
+                Tensor::cat(&[&seqs[2], &seqs[3], &pad], 1),
+            ],
+            0,
+        );
+        let ids: Vec<i64> = [[1, 1, 1, 1, 1, 2, 2, 2, 2], [1, 1, 1, 1, 1, 1, 2, 2, 0]]
+            .concat()
+            .to_vec();
+        let mask = Tensor::from_slice(&ids).view([2, 9]);
+        let at = [(0usize, 0i64), (0, 5), (1, 0), (1, 6)];
+        let params: Vec<Tensor> = model
+            .trainable_parameters()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        let grads = |loss: Tensor| -> Vec<Tensor> {
+            for p in &params {
+                let mut g = p.grad();
+                if g.defined() {
+                    let _ = g.zero_();
+                }
+            }
+            loss.backward();
+            params.iter().map(|p| p.grad().copy()).collect()
+        };
+        let packed = model.forward(&tokens, Some(&mask)).unwrap();
+        let mut loss = Tensor::zeros([], (Kind::Float, tch::Device::Cpu));
+        for (s, &(row, start)) in at.iter().enumerate() {
+            let n = seqs[s].size()[1];
+            let lp = token_logprobs(
+                &packed.get(row as i64).narrow(0, start, n).unsqueeze(0),
+                &seqs[s],
+                0.9,
+            );
+            loss += lp.sum(Kind::Float);
+        }
+        let packed_grads = grads(loss);
+        let mut loss = Tensor::zeros([], (Kind::Float, tch::Device::Cpu));
+        for (s, &(row, start)) in at.iter().enumerate() {
+            let n = seqs[s].size()[1];
+            let alone = model.forward(&seqs[s], None).unwrap();
+            let diff = max_abs_diff(&packed.get(row as i64).narrow(0, start, n), &alone.get(0));
+            assert!(diff < 1e-5, "{extra} sequence {s}: {diff}");
+            loss += token_logprobs(&alone, &seqs[s], 0.9).sum(Kind::Float);
+        }
+        let alone_grads = grads(loss);
+        for (a, b) in packed_grads.iter().zip(&alone_grads) {
+            assert!(max_abs_diff(a, b) < 1e-5, "{extra}");
+        }
+        assert!(
+            alone_grads
+                .iter()
+                .any(|g| g.abs().max().double_value(&[]) > 1e-4)
+        );
+    }
+}
+
+#[test]
+fn a_packed_mask_out_of_order_is_refused() {
+    let model = random_model(tiny_config(json!({})), Kind::Float, 16);
+    let tokens = random_tokens(1, 4, 300);
+    for ids in [[1i64, 2, 1, 1], [1, 0, 2, 2], [0, 1, 1, 1], [1, 2, -1, 0]] {
+        let mask = Tensor::from_slice(&ids).view([1, 4]);
+        let err = model.forward(&tokens, Some(&mask)).unwrap_err();
+        assert!(err.to_string().contains("attention_mask"), "{ids:?}: {err}");
+    }
+    let ok = Tensor::from_slice(&[1i64, 1, 3, 0]).view([1, 4]);
+    assert!(model.forward(&tokens, Some(&ok)).is_ok());
+}
