@@ -74,7 +74,7 @@ pub fn train_step_data_parallel(
         .map(|(_, t)| t)
         .collect();
     zero_grads(&params);
-    let packing = pack_with_signal(batch, cfg);
+    let packing = pack_with_signal(model, batch, cfg);
     let share = rank_share(&packing, group.rank(), group.world_size());
     let mut sums = run_sums(model, batch, &share, cfg, true)?;
     materialise_grads(&params);

@@ -3,7 +3,7 @@
 //!
 //! Pipeline: [`batch::build_update`] (exclude system failures and unrewarded
 //! rollouts, group, cap whole groups, advantages, fixed token weights) ->
-//! [`step::train_step`] (FFD micro-batches, forward/backward with gradient
+//! [`step::train_step`] (packed micro-batches, forward/backward with gradient
 //! accumulation, grad-norm clip, [`adamw::AdamW`] with LR schedule).
 //!
 //! The contract, with group g, rollout i (reward `r_i`, samples `S_i`),
@@ -22,6 +22,7 @@ pub mod adamw;
 pub mod advantage;
 pub mod batch;
 pub mod data_parallel;
+mod layout;
 pub mod loss;
 pub mod pack;
 pub mod schedule;
@@ -36,7 +37,7 @@ pub use batch::{
 };
 pub use data_parallel::{check_same_weights, train_step_data_parallel, weights_hash};
 pub use loss::{Correction, LossConfig};
-pub use pack::{MicroBatch, Packing, pack, pack_ffd, pack_in_order};
+pub use pack::{MicroBatch, Packing, PassCost, pack, pack_ffd, pack_in_order};
 pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
 pub use schedule_sim::{CallDrain, SimConfig, SimResult, simulate};
 pub use step::{

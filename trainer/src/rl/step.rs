@@ -23,10 +23,11 @@ use tch::{Device, Kind, Tensor};
 use super::RlError;
 use super::adamw::{AdamW, AdamWConfig, AdamWError};
 use super::batch::{TrainSample, UpdateBatch};
+use super::layout::{Grid, Layout, response_cells};
 use super::loss::{LossConfig, LossOutput, Mismatch, TokenInputs, token_loss};
-use super::pack::{MicroBatch, Packing, pack};
+use super::pack::{Packing, PassCost, pack};
 use crate::autocast::with_bf16_autocast;
-use crate::model::{Lean, Model, at_temperature};
+use crate::model::{Lean, Model, ModelConfig, at_temperature};
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepConfig {
@@ -291,7 +292,7 @@ pub fn train_step(
     cfg: &StepConfig,
 ) -> Result<StepStats, RlError> {
     optimizer.adamw.zero_grad();
-    let packing = pack_with_signal(batch, cfg);
+    let packing = pack_with_signal(model, batch, cfg);
     let mut stats = accumulate_gradients(model, batch, &packing, cfg)?;
     stats.samples = batch.samples.len();
     stats.skipped_samples = batch.samples.len() - packing.samples();
@@ -325,7 +326,7 @@ pub fn evaluate(
     batch: &UpdateBatch,
     cfg: &StepConfig,
 ) -> Result<StepStats, RlError> {
-    let packing = pack(&lengths(batch), cfg.token_budget, cfg.micro_batch_overhead);
+    let packing = pack(&lengths(batch), cfg.token_budget, pass_cost(model, cfg));
     tch::no_grad(|| run(model, batch, &packing, cfg, false))
 }
 
@@ -355,13 +356,14 @@ fn score_logprobs(
     cfg: &StepConfig,
     set: impl Fn(&mut TrainSample, Vec<f32>),
 ) -> Result<(), RlError> {
-    let packing = pack(&lengths(batch), cfg.token_budget, cfg.micro_batch_overhead);
+    let packing = pack(&lengths(batch), cfg.token_budget, pass_cost(model, cfg));
     let _reuse = crate::memory::reuse_freed_blocks();
     tch::no_grad(|| {
         for mb in &packing.micro_batches {
-            let (tokens, mask) = padded_tokens(batch, mb, model.device());
+            let layout = Layout::new(batch, mb, model.device());
+            let (tokens, mask) = (&layout.tokens, &layout.mask);
             // The head only on the response tokens (see `logprobs_at`).
-            let at = response_cells(batch, mb, model.device());
+            let at = layout.to_forward(&response_cells(batch, &layout.samples, model.device()));
             let lp = if cfg.lean.logprob_chunk > 0 {
                 // Without a graph, checkpointing saves nothing: only the
                 // chunked head matters.
@@ -370,17 +372,17 @@ fn score_logprobs(
                     ..cfg.lean
                 };
                 with_bf16_autocast(autocast(model, cfg), || {
-                    model.lean_forward(&tokens, Some(&mask), cfg.temperature, lean, &at, None)
+                    model.lean_forward(tokens, Some(mask), cfg.temperature, lean, &at, None)
                 })?
                 .logprobs
             } else {
                 with_bf16_autocast(autocast(model, cfg), || {
-                    model.logprobs_at(&tokens, Some(&mask), cfg.temperature, &at)
+                    model.logprobs_at(tokens, Some(mask), cfg.temperature, &at)
                 })?
                 .logprobs
             };
-            let lp = lp.to_device(Device::Cpu);
-            for (row, &i) in mb.indices.iter().enumerate() {
+            let lp = layout.to_samples(&lp).to_device(Device::Cpu);
+            for (row, &i) in layout.samples.iter().enumerate() {
                 let s = &mut batch.samples[i];
                 let n = s.len() - s.prompt_len;
                 let start = (s.prompt_len - 1) as i64;
@@ -398,7 +400,7 @@ fn score_logprobs(
 /// reference logprobs and `kl_coef != 0`) its forward and backward add
 /// nothing to the gradient: it is left out, and the update is the same.
 /// GRPO groups whose rollouts all scored alike are such samples.
-pub(crate) fn pack_with_signal(batch: &UpdateBatch, cfg: &StepConfig) -> Packing {
+pub(crate) fn pack_with_signal(model: &Model, batch: &UpdateBatch, cfg: &StepConfig) -> Packing {
     let kl = cfg.loss.kl_coef != 0.0;
     let chosen: Vec<usize> = (0..batch.samples.len())
         .filter(|&i| {
@@ -407,13 +409,36 @@ pub(crate) fn pack_with_signal(batch: &UpdateBatch, cfg: &StepConfig) -> Packing
         })
         .collect();
     let lens: Vec<usize> = chosen.iter().map(|&i| batch.samples[i].len()).collect();
-    let mut packing = pack(&lens, cfg.token_budget, cfg.micro_batch_overhead);
-    for mb in &mut packing.micro_batches {
-        for i in &mut mb.indices {
-            *i = chosen[*i];
-        }
+    let mut packing = pack(&lens, cfg.token_budget, pass_cost(model, cfg));
+    for i in packing
+        .micro_batches
+        .iter_mut()
+        .flat_map(|mb| &mut mb.rows)
+        .flatten()
+    {
+        *i = chosen[*i];
     }
     packing
+}
+
+/// What a micro-batch's pass costs `model` under `cfg`, in slots.
+pub fn pass_cost(model: &Model, cfg: &StepConfig) -> PassCost {
+    PassCost {
+        overhead: cfg.micro_batch_overhead,
+        attention_span: attention_span(model.config()),
+    }
+}
+
+/// The row length at which a token's attention (`2 * heads * head_dim`
+/// multiply-adds a key, scores and values) costs what its projections and
+/// MLP do: ~3,000 for SmolLM2-135M, so packing short samples into a row
+/// costs little and long ones stay apart.
+pub fn attention_span(c: &ModelConfig) -> usize {
+    let (h, d) = (c.hidden_size, c.head_dim);
+    let (q, kv) = (c.num_attention_heads * d, c.num_key_value_heads * d);
+    let per_token = 2 * h * q + 2 * h * kv + 3 * h * c.intermediate_size;
+    let per_key = 2 * q;
+    (per_token / per_key.max(1)).max(1) as usize
 }
 
 /// Whether `model`'s forward runs under bf16 autocast (`bf16_autocast`,
@@ -424,108 +449,6 @@ fn autocast(model: &Model, cfg: &StepConfig) -> bool {
 
 pub fn lengths(batch: &UpdateBatch) -> Vec<usize> {
     batch.samples.iter().map(|s| s.len()).collect()
-}
-
-/// `[rows, max_len]` right-padded tokens (pad id 0) and attention mask.
-fn padded_tokens(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> (Tensor, Tensor) {
-    let (rows, len) = (mb.indices.len(), mb.max_len);
-    let mut tokens = vec![0i64; rows * len];
-    let mut mask = vec![0i64; rows * len];
-    for (r, &i) in mb.indices.iter().enumerate() {
-        let s = &batch.samples[i].tokens;
-        tokens[r * len..r * len + s.len()].copy_from_slice(s);
-        mask[r * len..r * len + s.len()].fill(1);
-    }
-    let shape = [rows as i64, len as i64];
-    (
-        Tensor::from_slice(&tokens).view(shape).to_device(device),
-        Tensor::from_slice(&mask).view(shape).to_device(device),
-    )
-}
-
-/// 1 on the cells of the `[rows, max_len - 1]` logprob grid that predict
-/// a response token (see [`Grid`]), else 0.
-fn response_cells(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> Tensor {
-    let (rows, cols) = (mb.indices.len(), mb.max_len - 1);
-    let mut cells = vec![0f32; rows * cols];
-    for (r, &i) in mb.indices.iter().enumerate() {
-        let s = &batch.samples[i];
-        cells[r * cols + s.prompt_len - 1..r * cols + s.len() - 1].fill(1.0);
-    }
-    Tensor::from_slice(&cells)
-        .view([rows as i64, cols as i64])
-        .to_device(device)
-}
-
-/// Per-token inputs laid out on the `[rows, max_len - 1]` logprob grid:
-/// response token `k` of a sample with prompt length `p` is column `p + k - 1`.
-struct Grid {
-    weight: Tensor,
-    advantage: Tensor,
-    trainable: Tensor,
-    old: Tensor,
-    has_old: Tensor,
-    engine: Tensor,
-    reference: Tensor,
-    has_ref: Tensor,
-}
-
-fn grid(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> Grid {
-    let (rows, cols) = (mb.indices.len(), mb.max_len - 1);
-    let mut g: [Vec<f32>; 8] = std::array::from_fn(|_| vec![0f32; rows * cols]);
-    let [
-        weight,
-        adv,
-        trainable,
-        old,
-        has_old,
-        engine,
-        reference,
-        has_ref,
-    ] = &mut g;
-    for (r, &i) in mb.indices.iter().enumerate() {
-        let s = &batch.samples[i];
-        let base = r * cols + s.prompt_len - 1;
-        for (k, &w) in s.weights.iter().enumerate() {
-            let c = base + k;
-            weight[c] = w;
-            adv[c] = s.advantage;
-            trainable[c] = if w > 0.0 { 1.0 } else { 0.0 };
-            engine[c] = s.engine_logprobs[k];
-            if let Some(o) = &s.old_logprobs {
-                old[c] = o[k];
-                has_old[c] = 1.0;
-            }
-            if let Some(rl) = &s.ref_logprobs {
-                reference[c] = rl[k];
-                has_ref[c] = 1.0;
-            }
-        }
-    }
-    let [
-        weight,
-        advantage,
-        trainable,
-        old,
-        has_old,
-        engine,
-        reference,
-        has_ref,
-    ] = g.map(|v| {
-        Tensor::from_slice(&v)
-            .view([rows as i64, cols as i64])
-            .to_device(device)
-    });
-    Grid {
-        weight,
-        advantage,
-        trainable,
-        old,
-        has_old,
-        engine,
-        reference,
-        has_ref,
-    }
 }
 
 fn scalar(t: &Tensor) -> Result<f64, RlError> {
@@ -637,17 +560,18 @@ pub(crate) fn run_sums(
     model.set_lora_training(backward);
     let lean = cfg.lean != Lean::default();
     for mb in &packing.micro_batches {
-        let (tokens, mask) = padded_tokens(batch, mb, device);
-        let g = grid(batch, mb, device);
+        let layout = Layout::new(batch, mb, device);
+        let g = Grid::new(batch, &layout.samples, device);
         if lean {
-            sums.add(&lean_micro_batch(model, &tokens, &mask, &g, cfg, backward)?);
+            sums.add(&lean_micro_batch(model, &layout, &g, cfg, backward)?);
             continue;
         }
         // The head only where the loss has weight (see `logprobs_at`).
+        let at = layout.to_forward(&g.trainable);
         let picked = with_bf16_autocast(autocast(model, cfg), || {
-            model.logprobs_at(&tokens, Some(&mask), cfg.temperature, &g.trainable)
+            model.logprobs_at(&layout.tokens, Some(&layout.mask), cfg.temperature, &at)
         })?;
-        let new = picked.logprobs;
+        let new = layout.to_samples(&picked.logprobs);
         let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
         let out = token_loss(
             &TokenInputs {
@@ -679,25 +603,28 @@ pub(crate) fn run_sums(
 /// loss on the logprobs as a leaf, its gradient handed to the model.
 fn lean_micro_batch(
     model: &Model,
-    tokens: &Tensor,
-    mask: &Tensor,
+    layout: &Layout,
     g: &Grid,
     cfg: &StepConfig,
     backward: bool,
 ) -> Result<StepSums, RlError> {
     let bf16 = autocast(model, cfg);
-    let entropy_at = cfg.entropy.then_some(&g.trainable);
+    let at = layout.to_forward(&g.trainable);
+    let entropy_at = cfg.entropy.then_some(&at);
     let fwd = with_bf16_autocast(bf16, || {
         model.lean_forward(
-            tokens,
-            Some(mask),
+            &layout.tokens,
+            Some(&layout.mask),
             cfg.temperature,
             cfg.lean,
-            &g.trainable,
+            &at,
             entropy_at,
         )
     })?;
-    let new = fwd.logprobs.detach().set_requires_grad(backward);
+    // The leaf on the forward's grid, so its gradient is what
+    // `lean_backward` takes.
+    let leaf = fwd.logprobs.detach().set_requires_grad(backward);
+    let new = layout.to_samples(&leaf);
     let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
     let out = token_loss(
         &TokenInputs {
@@ -714,7 +641,7 @@ fn lean_micro_batch(
     let entropy = fwd.entropy_sum;
     if backward {
         out.loss.backward();
-        let grad = new.grad();
+        let grad = leaf.grad();
         if grad.defined() {
             with_bf16_autocast(bf16, || model.lean_backward(fwd, &grad))?;
         }

@@ -300,15 +300,11 @@ fn malformed_samples_are_rejected() {
 }
 
 fn check_partition(p: &Packing, n: usize, budget: usize) {
-    let mut seen: Vec<usize> = p
-        .micro_batches
-        .iter()
-        .flat_map(|m| m.indices.clone())
-        .collect();
+    let mut seen: Vec<usize> = p.micro_batches.iter().flat_map(|m| m.samples()).collect();
     seen.sort();
     assert_eq!(seen, (0..n).collect::<Vec<_>>());
     for mb in &p.micro_batches {
-        assert!(mb.slots() <= budget || mb.indices.len() == 1, "{mb:?}");
+        assert!(mb.slots() <= budget || mb.rows.len() == 1, "{mb:?}");
     }
 }
 
@@ -337,7 +333,7 @@ fn ffd_packs_under_the_budget_with_less_padding() {
     // Longer than the budget: alone.
     let p = pack_ffd(&[10, 3, 3], 8);
     check_partition(&p, 3, 8);
-    assert_eq!(p.micro_batches[0].indices, [0]);
+    assert_eq!(p.micro_batches[0].rows, [[0]]);
 }
 
 #[test]

@@ -5,10 +5,11 @@
 use crate::common::tiny_config;
 use agl_trainer::model::{Model, token_logprobs};
 use agl_trainer::rl::loss::{TokenInputs, token_loss};
+use agl_trainer::rl::step::pass_cost;
 use agl_trainer::rl::{
-    AdamWConfig, BatchConfig, Correction, Estimator, LossConfig, LrDecay, LrSchedule, Outcome,
-    Packing, RlOptimizer, Sample, ScoredRollout, StepConfig, UpdateBatch, accumulate_gradients,
-    build_update, evaluate, pack, pack_ffd, score_old_logprobs, train_step,
+    AdamWConfig, BatchConfig, Correction, Estimator, LossConfig, LrDecay, LrSchedule, MicroBatch,
+    Outcome, Packing, PassCost, RlOptimizer, Sample, ScoredRollout, StepConfig, UpdateBatch,
+    accumulate_gradients, build_update, evaluate, pack, pack_ffd, score_old_logprobs, train_step,
 };
 use serde_json::json;
 use tch::{Kind, Tensor};
@@ -365,12 +366,39 @@ fn the_gradient_does_not_depend_on_the_packing() {
 fn same_gradient_for_every_packing(model: &Model, batch: &UpdateBatch, c: &StepConfig) {
     let lengths = agl_trainer::rl::step::lengths(batch);
     let n = lengths.len();
+    let dear_attention = PassCost {
+        overhead: 2,
+        attention_span: 1,
+    };
     let packings = [
         Packing::from_groups(&lengths, vec![(0..n).collect()]),
         Packing::from_groups(&lengths, (0..n).map(|i| vec![i]).collect()),
         pack_ffd(&lengths, 48),
         // The trainer's own: a pass worth 2 slots cuts this batch's runs.
-        pack(&lengths, 1 << 20, 2),
+        pack(&lengths, 1 << 20, dear_attention),
+        // Samples end to end in shared rows: pairs in one micro-batch, and
+        // three in a row beside one alone, then the rest.
+        Packing::from_rows(
+            &lengths,
+            vec![
+                (0..n)
+                    .collect::<Vec<_>>()
+                    .chunks(2)
+                    .map(<[usize]>::to_vec)
+                    .collect(),
+            ],
+        ),
+        Packing::from_rows(
+            &lengths,
+            vec![
+                vec![vec![2, 0, 1], vec![3]],
+                (4..n)
+                    .collect::<Vec<_>>()
+                    .chunks(3)
+                    .map(<[usize]>::to_vec)
+                    .collect(),
+            ],
+        ),
     ];
     let mut results = Vec::new();
     for packing in &packings {
@@ -378,12 +406,17 @@ fn same_gradient_for_every_packing(model: &Model, batch: &UpdateBatch, c: &StepC
         let stats = accumulate_gradients(model, batch, packing, c).unwrap();
         results.push((stats, grads(model)));
     }
-    for cut in &packings[2..] {
+    for cut in &packings[2..4] {
         assert!(
             cut.micro_batches.len() > 1 && cut.micro_batches.len() < n,
             "{cut:?}"
         );
     }
+    assert!(
+        packings[4..]
+            .iter()
+            .all(|p| p.micro_batches.iter().all(MicroBatch::is_packed))
+    );
     // The correction is at work (some tokens truncated or masked), not all.
     let corrected = results[0].0.corrected_fraction;
     assert!(corrected > 0.0 && corrected < 1.0, "{corrected}");
@@ -475,7 +508,9 @@ fn tis_truncates_at_the_threshold() {
 fn scored_logprobs_match_a_forward_of_each_sample_alone() {
     use agl_trainer::model::Lean;
     let model = test_model(26);
-    for logprob_chunk in [0, 3] {
+    // A pass dear enough (10k slots) that one pass holds all, the samples
+    // sharing rows.
+    for (logprob_chunk, micro_batch_overhead) in [(0, 0), (3, 0), (0, 10_000), (3, 10_000)] {
         let mut batch = build_update(rollouts(), &BatchConfig::default())
             .unwrap()
             .batch;
@@ -484,8 +519,14 @@ fn scored_logprobs_match_a_forward_of_each_sample_alone() {
                 checkpoint_layers: false,
                 logprob_chunk,
             },
+            micro_batch_overhead,
+            token_budget: 1 << 20,
             ..cfg()
         };
+        let lengths = agl_trainer::rl::step::lengths(&batch);
+        let packing = pack(&lengths, c.token_budget, pass_cost(&model, &c));
+        let packed = packing.micro_batches.iter().any(MicroBatch::is_packed);
+        assert_eq!(packed, micro_batch_overhead > 0, "{packing:?}");
         score_old_logprobs(&model, &mut batch, &c).unwrap();
         for s in &batch.samples {
             let tokens = Tensor::from_slice(&s.tokens).view([1, -1]);
@@ -621,7 +662,15 @@ fn lean_training_gives_the_same_gradient() {
         }
         let batch = prepared(&model);
         let c = cfg();
-        let packing = pack_ffd(&agl_trainer::rl::step::lengths(&batch), c.token_budget);
+        let lengths = agl_trainer::rl::step::lengths(&batch);
+        let packing = pack_ffd(&lengths, c.token_budget);
+        // Samples end to end in shared rows, for the lean path too.
+        let pairs: Vec<Vec<usize>> = (0..lengths.len())
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .map(<[usize]>::to_vec)
+            .collect();
+        let packed = Packing::from_rows(&lengths, vec![pairs]);
         let trainable = || -> Vec<(String, Tensor)> {
             model
                 .trainable_parameters()
@@ -640,7 +689,14 @@ fn lean_training_gives_the_same_gradient() {
         zero();
         let plain = accumulate_gradients(&model, &batch, &packing, &c).unwrap();
         let expected = trainable();
-        for (checkpoint_layers, logprob_chunk) in [(true, 0), (false, 3), (true, 5), (true, 1000)] {
+        for (checkpoint_layers, logprob_chunk, rows) in [
+            (true, 0, &packing),
+            (false, 3, &packing),
+            (true, 5, &packing),
+            (true, 1000, &packing),
+            (true, 0, &packed),
+            (false, 3, &packed),
+        ] {
             zero();
             let lean = StepConfig {
                 lean: Lean {
@@ -649,10 +705,12 @@ fn lean_training_gives_the_same_gradient() {
                 },
                 ..c
             };
-            let stats = accumulate_gradients(&model, &batch, &packing, &lean).unwrap();
+            let stats = accumulate_gradients(&model, &batch, rows, &lean).unwrap();
             let (diff, scale) = max_grad_diff(&expected, &trainable());
-            let case =
-                format!("lora {lora}, checkpoint {checkpoint_layers}, chunk {logprob_chunk}");
+            let case = format!(
+                "lora {lora}, checkpoint {checkpoint_layers}, chunk {logprob_chunk}, packed {}",
+                rows.micro_batches[0].is_packed()
+            );
             assert!(scale > 1e-4, "{case}: a gradient to compare ({scale})");
             assert!(diff <= 1e-5 * scale, "{case}: grad diff {diff} of {scale}");
             assert!((stats.loss - plain.loss).abs() < 1e-6, "{case}: loss");
