@@ -11,6 +11,7 @@ use tch::nn::Path;
 use super::config::ModelConfig;
 use super::layers::{Linear, Mlp, Pass, RmsNorm};
 use super::rope::RopeTables;
+use super::tiles::Tiles;
 
 /// Which keys a query may see.
 #[derive(Clone, Copy)]
@@ -23,6 +24,8 @@ pub enum Visibility<'a> {
     Causal,
     /// `[B, 1, T, L]`, true where a query may see a key.
     Mask(&'a Tensor),
+    /// Rows of packed sequences, each attended alone, causally.
+    Tiles(&'a Tiles),
 }
 
 #[derive(Debug)]
@@ -123,6 +126,7 @@ impl Attention {
             Visibility::All => (None, false),
             Visibility::Causal => (None, true),
             Visibility::Mask(m) => (Some(m), false),
+            Visibility::Tiles(tiles) => return self.o_proj.run(&tiles.attend(q, k, v, gqa), pass),
         };
         let out = Tensor::scaled_dot_product_attention(q, k, v, explicit, 0.0, causal, None, gqa);
         let (b, t) = (q.size()[0], q.size()[2]);

@@ -26,6 +26,7 @@ mod onednn_linear;
 mod rope;
 mod shim;
 mod team;
+mod tiles;
 mod weight_file;
 mod weights;
 
@@ -78,16 +79,18 @@ pub enum ModelError {
 /// What the decoder layers of a full (uncached) forward share.
 struct BodyInputs {
     tables: rope::RopeTables,
-    /// A sliding window's `[1, 1, T, T]` or packed rows' `[B, 1, T, T]`
-    /// visibility; none: causal.
-    visibility: Option<Tensor>,
+    /// A sliding window's `[1, 1, T, T]` visibility; none: causal.
+    window: Option<Tensor>,
+    /// Rows of packed sequences: each attended alone (`tiles.rs`).
+    tiles: Option<tiles::Tiles>,
 }
 
 impl BodyInputs {
     fn visibility(&self) -> Visibility<'_> {
-        match &self.visibility {
-            Some(m) => Visibility::Mask(m),
-            None => Visibility::Causal,
+        match (&self.tiles, &self.window) {
+            (Some(t), _) => Visibility::Tiles(t),
+            (None, Some(m)) => Visibility::Mask(m),
+            (None, None) => Visibility::Causal,
         }
     }
 }
@@ -184,8 +187,8 @@ impl Model {
     /// `attention_mask` `[B, T]` i64: 0 = padding, on the right only (every
     /// row starts with a real token); 1 = a real token, positions `0..T`.
     /// A row may hold several sequences end to end (packing): numbered 1,
-    /// 2, ... in order, each starts at position 0 and sees only its own
-    /// tokens. Returns logits `[B, T, V]` in the model dtype; `logits[b, t]`
+    /// 2, ... in order, each starts at position 0 and is attended alone
+    /// (`tiles.rs`). Returns logits `[B, T, V]` in the model dtype; `logits[b, t]`
     /// predicts `tokens[b, t + 1]` (across a sequence's end, meaningless).
     /// Logits at padded positions are finite but meaningless.
     pub fn forward(
@@ -256,7 +259,20 @@ impl Model {
             None => None,
         };
         if let Some(seg) = segments {
-            return Ok(self.packed_inputs(&seg, &pos));
+            let ids = Vec::<i64>::try_from(seg.to_device(Device::Cpu).reshape([-1]))?;
+            let packed = tiles::Packed::new(&ids, b as usize, t as usize, |pos| {
+                let n = pos.size()[0];
+                self.config.sliding_window.map(|_| {
+                    self.visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
+                        .view([1, 1, n, n])
+                })
+            })
+            .into_device(device);
+            return Ok(BodyInputs {
+                tables: self.rope.tables(&packed.positions, self.kind),
+                window: None,
+                tiles: Some(packed.tiles),
+            });
         }
         // Padding is on the right, so causality alone keeps every real
         // query away from padded keys; padded queries' outputs are
@@ -267,36 +283,9 @@ impl Model {
         });
         Ok(BodyInputs {
             tables: self.rope.tables(&pos.unsqueeze(0), self.kind),
-            visibility: window,
+            window,
+            tiles: None,
         })
-    }
-
-    /// Rows of packed sequences (`seg` `[B, T]`, ids as [`Model::forward`]
-    /// takes them): positions restart at each sequence's first token, and
-    /// a query sees the keys of its own sequence only (causal, windowed).
-    /// The padding at a row's end is a sequence of its own, so each of its
-    /// queries sees at least itself (no empty softmax).
-    fn packed_inputs(&self, seg: &Tensor, pos: &Tensor) -> BodyInputs {
-        let (b, t) = (seg.size()[0], seg.size()[1]);
-        let changes = seg.narrow(1, 1, t - 1).ne_tensor(&seg.narrow(1, 0, t - 1));
-        let row_start = Tensor::ones([b, 1], (Kind::Bool, seg.device()));
-        let first = Tensor::cat(&[&row_start, &changes], 1);
-        // Each token's sequence start: the last first-token index so far.
-        let starts = pos
-            .expand([b, t], false)
-            .where_self(&first, &pos.zeros_like())
-            .cummax(1)
-            .0;
-        let positions = pos - starts;
-        let same = seg.unsqueeze(2).eq_tensor(&seg.unsqueeze(1));
-        let visible = self
-            .visible(&positions.unsqueeze(2), &positions.unsqueeze(1))
-            .logical_and(&same)
-            .unsqueeze(1);
-        BodyInputs {
-            tables: self.rope.tables(&positions, self.kind),
-            visibility: Some(visible),
-        }
     }
 
     /// Whether a query at position `q` may see a key at position `k`

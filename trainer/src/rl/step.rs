@@ -2,10 +2,13 @@
 //!
 //! [`train_step`]: zero the gradients, pack the samples that can move the
 //! weights (`pack`: runs of the longest-first order under `token_budget`,
-//! cut where padding costs more than a pass; zero-advantage samples
-//! without a KL term are left out), run forward + backward per micro-batch (gradients
-//! accumulate; the fixed weights make the sum exactly the batch gradient),
-//! clip the global gradient norm, set the scheduled learning rate, AdamW step.
+//! each one row of its samples end to end, cut where one long sample would
+//! pad the attention of many short ones more than a pass costs,
+//! [`pass_cost`]; zero-advantage samples without a KL term are left out),
+//! run forward + backward per micro-batch
+//! (`layout.rs`; gradients accumulate; the fixed weights make the sum
+//! exactly the batch gradient), clip the global gradient norm, set the
+//! scheduled learning rate, AdamW step.
 //!
 //! `logp_old` (the trainer's logprobs at the start of the update) defaults to
 //! the detached logprobs of the training forward itself: with one optimizer
@@ -34,7 +37,7 @@ pub struct StepConfig {
     pub loss: LossConfig,
     /// The temperature the engine sampled with (logprob convention).
     pub temperature: f64,
-    /// Slots (rows * padded length) per micro-batch.
+    /// Tokens (slots: rows * row length) per micro-batch.
     pub token_budget: usize,
     /// A micro-batch's fixed cost beside its slots, in slots: a pass reads
     /// every weight and launches every kernel however few its rows
@@ -284,7 +287,7 @@ pub struct StepStats {
     pub padding_waste: f64,
 }
 
-/// One update: forward/backward over FFD micro-batches, clip, AdamW step.
+/// One update: forward/backward over packed micro-batches, clip, AdamW step.
 pub fn train_step(
     model: &Model,
     optimizer: &mut RlOptimizer,
@@ -429,10 +432,9 @@ pub fn pass_cost(model: &Model, cfg: &StepConfig) -> PassCost {
     }
 }
 
-/// The row length at which a token's attention (`2 * heads * head_dim`
-/// multiply-adds a key, scores and values) costs what its projections and
-/// MLP do: ~3,000 for SmolLM2-135M, so packing short samples into a row
-/// costs little and long ones stay apart.
+/// The sequence length at which a token's attention (`2 * heads *
+/// head_dim` multiply-adds a key, scores and values) costs what its
+/// projections and MLP do: 3,072 for SmolLM2-135M.
 pub fn attention_span(c: &ModelConfig) -> usize {
     let (h, d) = (c.hidden_size, c.head_dim);
     let (q, kv) = (c.num_attention_heads * d, c.num_key_value_heads * d);
