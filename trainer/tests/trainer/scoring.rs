@@ -1,9 +1,26 @@
 //! The training/scoring path: autograd, padding, and the logprob convention.
 
 use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
-use agl_trainer::model::token_logprobs;
+use agl_trainer::model::{Model, token_logprobs};
 use serde_json::json;
 use tch::{Kind, Tensor};
+
+/// The trainable parameters' gradients of `loss` alone (zeroed first).
+fn gradients(model: &Model, loss: Tensor) -> Vec<Tensor> {
+    let params: Vec<Tensor> = model
+        .trainable_parameters()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    for p in &params {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+    loss.backward();
+    params.iter().map(|p| p.grad().copy()).collect()
+}
 
 #[test]
 fn logprobs_follow_the_documented_convention() {
@@ -40,21 +57,7 @@ fn logprobs_at_chosen_positions_match_the_full_forward() {
     for (b, t) in [(0, 0), (0, 5), (1, 3), (1, 7), (2, 2), (2, 4)] {
         let _ = at.get(b).get(t).fill_(1.0);
     }
-    let grads = |loss: Tensor| -> Vec<Tensor> {
-        let params: Vec<Tensor> = model
-            .trainable_parameters()
-            .into_iter()
-            .map(|(_, p)| p)
-            .collect();
-        for p in &params {
-            let mut g = p.grad();
-            if g.defined() {
-                let _ = g.zero_();
-            }
-        }
-        loss.backward();
-        params.iter().map(|p| p.grad().copy()).collect()
-    };
+    let grads = |loss: Tensor| gradients(&model, loss);
     let full = token_logprobs(&model.forward(&tokens, Some(&mask)).unwrap(), &tokens, 0.8);
     let full_grads = grads((&full * &at).sum(Kind::Float));
     let picked = model.logprobs_at(&tokens, Some(&mask), 0.8, &at).unwrap();
@@ -152,21 +155,7 @@ fn packed_rows_score_each_sequence_as_alone() {
             .to_vec();
         let mask = Tensor::from_slice(&ids).view([2, 9]);
         let at = [(0usize, 0i64), (0, 5), (1, 0), (1, 6)];
-        let params: Vec<Tensor> = model
-            .trainable_parameters()
-            .into_iter()
-            .map(|(_, p)| p)
-            .collect();
-        let grads = |loss: Tensor| -> Vec<Tensor> {
-            for p in &params {
-                let mut g = p.grad();
-                if g.defined() {
-                    let _ = g.zero_();
-                }
-            }
-            loss.backward();
-            params.iter().map(|p| p.grad().copy()).collect()
-        };
+        let grads = |loss: Tensor| gradients(&model, loss);
         let packed = model.forward(&tokens, Some(&mask)).unwrap();
         // A row's padding: meaningless, but finite.
         assert!(bool::try_from(packed.isfinite().all()).unwrap());
