@@ -12,13 +12,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use agl_trainer::dist::{Backend, GroupConfig, ProcessGroup};
-use agl_trainer::model::{Model, ModelConfig};
+use agl_trainer::model::Model;
 use agl_trainer::rl::{
     AdamWConfig, LrDecay, LrSchedule, RlOptimizer, StepConfig, train_step,
     train_step_data_parallel, weights_hash,
 };
-use common::{random_batch, smollm2};
-use serde_json::json;
+use common::{random_batch, smollm2, smollm2_shape};
 use tch::{Device, Kind, Tensor};
 
 const STEPS: usize = 3;
@@ -30,17 +29,6 @@ fn arg(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// SmolLM2-135M's shape.
-fn smollm2_shape() -> ModelConfig {
-    ModelConfig::from_json(json!({
-        "model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
-        "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
-        "num_key_value_heads": 3, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
-        "max_position_embeddings": 8192, "tie_word_embeddings": true,
-    }))
-    .expect("config")
 }
 
 /// The same weights every time: loaded, or drawn once and copied.

@@ -8,6 +8,8 @@
 //! and transformers); `-- --sim-only` prints just the async/sync table.
 //! Prints tables; asserts nothing about speed.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -372,7 +374,7 @@ fn step_and_packing() -> anyhow::Result<()> {
         .collect();
     let cost = PassCost {
         overhead: DEFAULT_MICRO_BATCH_OVERHEAD,
-        attention_span: attention_span(&smollm2_config()),
+        attention_span: attention_span(&common::smollm2_shape()),
     };
     println!(
         "\npadding waste, 512 samples, log-normal lengths (median 1500, sigma 0.8); pack's \
@@ -442,24 +444,6 @@ fn attention_padding(p: &Packing, lengths: &[usize]) -> f64 {
         }
     }
     if all == 0.0 { 0.0 } else { 1.0 - real / all }
-}
-
-/// SmolLM2-135M's shape, for its attention span.
-fn smollm2_config() -> ModelConfig {
-    ModelConfig::from_json(json!({
-        "model_type": "llama",
-        "vocab_size": 49152,
-        "hidden_size": 576,
-        "intermediate_size": 1536,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 100000.0,
-        "max_position_embeddings": 8192,
-        "tie_word_embeddings": true,
-    }))
-    .expect("SmolLM2 config")
 }
 
 const SIM_SEEDS: u64 = 20;

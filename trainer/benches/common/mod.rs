@@ -1,8 +1,24 @@
-//! What the trainer benches share: the fetched SmolLM2 and a random batch.
+//! What the trainer benches share: the fetched SmolLM2, its shape and a
+//! random batch.
+// Each bench compiles this module for itself and uses part of it.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 
+use agl_trainer::model::ModelConfig;
 use agl_trainer::rl::{BatchConfig, Outcome, Sample, ScoredRollout, UpdateBatch, build_update};
+use serde_json::json;
+
+/// SmolLM2-135M's shape.
+pub fn smollm2_shape() -> ModelConfig {
+    ModelConfig::from_json(json!({
+        "model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
+        "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+        "num_key_value_heads": 3, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
+        "max_position_embeddings": 8192, "tie_word_embeddings": true,
+    }))
+    .expect("SmolLM2 config")
+}
 
 /// SmolLM2-135M-Instruct when fetched (`agl model fetch smollm2`).
 pub fn smollm2() -> Option<PathBuf> {

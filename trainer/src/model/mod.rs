@@ -255,19 +255,13 @@ impl Model {
         let device = self.device();
         let pos = Tensor::arange(t, (Kind::Int64, device));
         let segments = match attention_mask {
-            Some(am) => check_segments(&am.to_device(device), [b, t])?,
+            Some(am) => check_segments(am, [b, t])?,
             None => None,
         };
         if let Some(seg) = segments {
             let ids = Vec::<i64>::try_from(seg.to_device(Device::Cpu).reshape([-1]))?;
-            let packed = tiles::Packed::new(&ids, b as usize, t as usize, |pos| {
-                let n = pos.size()[0];
-                self.config.sliding_window.map(|_| {
-                    self.visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
-                        .view([1, 1, n, n])
-                })
-            })
-            .into_device(device);
+            let packed = tiles::Packed::new(&ids, b as usize, t as usize, |pos| self.window(pos))
+                .into_device(device);
             return Ok(BodyInputs {
                 tables: self.rope.tables(&packed.positions, self.kind),
                 window: None,
@@ -277,14 +271,21 @@ impl Model {
         // Padding is on the right, so causality alone keeps every real
         // query away from padded keys; padded queries' outputs are
         // meaningless either way. A sliding window needs the explicit mask.
-        let window = self.config.sliding_window.map(|_| {
-            self.visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
-                .view([1, 1, t, t])
-        });
+        let window = self.window(&pos);
         Ok(BodyInputs {
             tables: self.rope.tables(&pos.unsqueeze(0), self.kind),
             window,
             tiles: None,
+        })
+    }
+
+    /// A sliding window's `[1, 1, n, n]` visibility over positions `pos`
+    /// (`[n]` i64); none without a window (causality alone).
+    fn window(&self, pos: &Tensor) -> Option<Tensor> {
+        let n = pos.size()[0];
+        self.config.sliding_window.map(|_| {
+            self.visible(&pos.unsqueeze(1), &pos.unsqueeze(0))
+                .view([1, 1, n, n])
         })
     }
 

@@ -53,11 +53,14 @@ impl Layout {
         }
         let shape = [rows as i64, len as i64];
         let tensor = |v: Vec<i64>| Tensor::from_slice(&v).view(shape).to_device(device);
+        let samples: Vec<usize> = mb.samples().collect();
         Layout {
             tokens: tensor(tokens),
             mask: tensor(mask),
-            samples: mb.samples().collect(),
-            map: mb.is_packed().then(|| CellMap::new(batch, mb, device)),
+            map: mb
+                .is_packed()
+                .then(|| CellMap::new(batch, mb, &samples, device)),
+            samples,
         }
     }
 
@@ -81,16 +84,10 @@ impl Layout {
 }
 
 impl CellMap {
-    fn new(batch: &UpdateBatch, mb: &MicroBatch, device: Device) -> Self {
+    fn new(batch: &UpdateBatch, mb: &MicroBatch, order: &[usize], device: Device) -> Self {
         let fcols = mb.row_len - 1;
         let forward_cells = mb.rows.len() * fcols;
-        let scols = mb
-            .samples()
-            .map(|i| batch.samples[i].len())
-            .max()
-            .unwrap_or(1)
-            - 1;
-        let samples = mb.samples().count();
+        let (samples, scols) = grid_shape(batch, order);
         let mut to_samples = vec![forward_cells as i64; samples * scols];
         let mut to_forward = vec![(samples * scols) as i64; forward_cells];
         let mut row_of_samples = 0;
@@ -162,24 +159,17 @@ pub(crate) struct Grid {
 impl Grid {
     pub fn new(batch: &UpdateBatch, samples: &[usize], device: Device) -> Self {
         let (rows, cols) = grid_shape(batch, samples);
-        let mut g: [Vec<f32>; 8] = std::array::from_fn(|_| vec![0f32; rows * cols]);
-        let [
-            weight,
-            adv,
-            trainable,
-            old,
-            has_old,
-            engine,
-            reference,
-            has_ref,
-        ] = &mut g;
+        let zeros = || vec![0f32; rows * cols];
+        let (mut weight, mut advantage, mut trainable) = (zeros(), zeros(), zeros());
+        let (mut old, mut has_old, mut engine) = (zeros(), zeros(), zeros());
+        let (mut reference, mut has_ref) = (zeros(), zeros());
         for (r, &i) in samples.iter().enumerate() {
             let s = &batch.samples[i];
             let base = r * cols + s.prompt_len - 1;
             for (k, &w) in s.weights.iter().enumerate() {
                 let c = base + k;
                 weight[c] = w;
-                adv[c] = s.advantage;
+                advantage[c] = s.advantage;
                 trainable[c] = if w > 0.0 { 1.0 } else { 0.0 };
                 engine[c] = s.engine_logprobs[k];
                 if let Some(o) = &s.old_logprobs {
@@ -192,29 +182,20 @@ impl Grid {
                 }
             }
         }
-        let [
-            weight,
-            advantage,
-            trainable,
-            old,
-            has_old,
-            engine,
-            reference,
-            has_ref,
-        ] = g.map(|v| {
+        let tensor = |v: Vec<f32>| {
             Tensor::from_slice(&v)
                 .view([rows as i64, cols as i64])
                 .to_device(device)
-        });
+        };
         Grid {
-            weight,
-            advantage,
-            trainable,
-            old,
-            has_old,
-            engine,
-            reference,
-            has_ref,
+            weight: tensor(weight),
+            advantage: tensor(advantage),
+            trainable: tensor(trainable),
+            old: tensor(old),
+            has_old: tensor(has_old),
+            engine: tensor(engine),
+            reference: tensor(reference),
+            has_ref: tensor(has_ref),
         }
     }
 }

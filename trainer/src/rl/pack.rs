@@ -38,12 +38,7 @@ pub struct MicroBatch {
 impl MicroBatch {
     /// A row per sample, padded to the longest.
     pub fn unpacked(lengths: &[usize], indices: Vec<usize>) -> Self {
-        let longest = indices.iter().map(|&i| lengths[i]).max().unwrap_or(0);
-        MicroBatch {
-            row_len: longest,
-            rows: indices.into_iter().map(|i| vec![i]).collect(),
-            longest,
-        }
+        MicroBatch::of_rows(lengths, indices.into_iter().map(|i| vec![i]).collect())
     }
 
     /// The given rows of samples, each padded to the fullest.
@@ -114,13 +109,13 @@ impl Packing {
     /// Micro-batches of the given index sets (in that order), a sample a
     /// row, e.g. to test that any split gives the same gradient.
     pub fn from_groups(lengths: &[usize], groups: Vec<Vec<usize>>) -> Self {
-        Packing::from_rows(
-            lengths,
-            groups
+        Packing {
+            micro_batches: groups
                 .into_iter()
-                .map(|g| g.into_iter().map(|i| vec![i]).collect())
+                .map(|g| MicroBatch::unpacked(lengths, g))
                 .collect(),
-        )
+            real_tokens: lengths.iter().sum(),
+        }
     }
 
     /// Micro-batches of the given rows of samples (in that order).

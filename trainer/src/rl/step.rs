@@ -564,12 +564,12 @@ pub(crate) fn run_sums(
     for mb in &packing.micro_batches {
         let layout = Layout::new(batch, mb, device);
         let g = Grid::new(batch, &layout.samples, device);
-        if lean {
-            sums.add(&lean_micro_batch(model, &layout, &g, cfg, backward)?);
-            continue;
-        }
         // The head only where the loss has weight (see `logprobs_at`).
         let at = layout.to_forward(&g.trainable);
+        if lean {
+            sums.add(&lean_micro_batch(model, &layout, &at, &g, cfg, backward)?);
+            continue;
+        }
         let picked = with_bf16_autocast(autocast(model, cfg), || {
             model.logprobs_at(&layout.tokens, Some(&layout.mask), cfg.temperature, &at)
         })?;
@@ -606,20 +606,20 @@ pub(crate) fn run_sums(
 fn lean_micro_batch(
     model: &Model,
     layout: &Layout,
+    at: &Tensor,
     g: &Grid,
     cfg: &StepConfig,
     backward: bool,
 ) -> Result<StepSums, RlError> {
     let bf16 = autocast(model, cfg);
-    let at = layout.to_forward(&g.trainable);
-    let entropy_at = cfg.entropy.then_some(&at);
+    let entropy_at = cfg.entropy.then_some(at);
     let fwd = with_bf16_autocast(bf16, || {
         model.lean_forward(
             &layout.tokens,
             Some(&layout.mask),
             cfg.temperature,
             cfg.lean,
-            &at,
+            at,
             entropy_at,
         )
     })?;
