@@ -10,8 +10,10 @@ Writes
                                    the PASS_TO_PASS tests only
   examples/mini-swe/tasks.jsonl    one row per task (schema: tasks.py):
                                    `test_patch` adds the FAIL_TO_PASS tests
-                                   (hidden from the agent), `patch` is the
-                                   gold fix, `environment` an empty venv
+                                   (hidden from the agent: the call the
+                                   issue text shows and HIDDEN inputs it
+                                   does not), `patch` is the gold fix,
+                                   `environment` an empty venv
 
 Run: python3 examples/mini-swe/gen_tasks.py [--root DIR] [--out FILE] [--check]
 (--root default: $MSWE_TASKS_ROOT or ~/.cache/agl/mini-swe/repos; --check
@@ -22,6 +24,7 @@ both.)
 
 import argparse
 import json
+import math
 import random
 import shutil
 import sys
@@ -32,11 +35,15 @@ sys.path.insert(0, str(HERE))
 import tasks  # noqa: E402
 from changes import file_diff  # noqa: E402
 
-SEED, VARIANTS, N_VAL = 4242, 3, 6
+SEED, VARIANTS, N_VAL, HIDDEN = 4242, 3, 6, 3
 
 # name, function source, the buggy line -> fixed line, issue text, and
 # tests: (test name, expression that must be True, fails on the bug?).
-# `{a}`, `{b}`, `{c}` are small integers drawn per variant.
+# `{a}`, `{b}`, `{c}` are small integers drawn per variant. The issue text
+# shows one call (the first FAIL_TO_PASS test's); HIDDEN more FAIL_TO_PASS
+# tests per task (`test_<name>_1`, ...) check inputs it does not show,
+# drawn by the template's hidden_* function below, so a "fix" that only
+# special-cases the shown call still fails.
 TEMPLATES = [
     (
         "arith",
@@ -125,6 +132,85 @@ TEMPLATES = [
 ]
 
 
+# One unseen input per call: an expression that holds with the fix. Drawn
+# again (make_tasks) while it repeats an earlier one or holds on the bug.
+def hidden_arith(r):
+    x, y = r.randint(-99, 99), r.randint(1, 99)
+    return f"add({x}, {y}) == {x + y}"
+
+
+def hidden_bounds(r):
+    lo = r.randint(-50, 10)
+    hi = lo + r.randint(5, 60)
+    x = r.randint(lo + 1, hi - 1)
+    return f"clamp({x}, {lo}, {hi}) == {x}"
+
+
+def hidden_parity(r):
+    n = r.randint(-999, 999)
+    return f"is_even({n}) is {n % 2 == 0}"
+
+
+def hidden_fact(r):
+    n = r.randint(2, 12)
+    return f"factorial({n}) == {math.factorial(n)}"
+
+
+def hidden_words(r):
+    words = [f"{r.choice('abcdefgh')}{r.randint(0, 99)}" for _ in range(r.randint(2, 5))]
+    return f"reverse_words({' '.join(words)!r}) == {' '.join(reversed(words))!r}"
+
+
+def hidden_vowels(r):
+    s = "".join(r.choice("AEIOUaeiouxyzBCD") for _ in range(r.randint(4, 9)))
+    return f"count_vowels({s!r}) == {sum(ch in 'aeiouAEIOU' for ch in s)}"
+
+
+def hidden_stats(r):
+    n = r.randint(2, 5)
+    xs = [r.randint(1, 60) for _ in range(n)]
+    xs[-1] += -sum(xs) % n  # a whole mean: no float rounding to argue about
+    return f"mean({xs}) == {sum(xs) // n}"
+
+
+def hidden_temp(r):
+    c = 5 * r.randint(-20, 40)
+    return f"abs(c_to_f({c}) - {c * 9 // 5 + 32}) < 1e-9"
+
+
+def hidden_text(r):
+    half = "".join(r.choice("abcdefgh") for _ in range(r.randint(2, 4)))
+    s = half + r.choice(["", "x"]) + half[::-1]
+    s = "".join(ch.upper() if r.random() < 0.5 else ch for ch in s)
+    return f"is_palindrome({s!r}) is True"
+
+
+def hidden_lists(r):
+    xs = [r.randint(0, 99) for _ in range(r.randint(3, 7))]
+    n = r.randint(2, len(xs))
+    return f"last({xs}, {n}) == {xs[-n:]}"
+
+
+def hidden_money(r):
+    prices = [r.randint(0, 99) + r.choice([0.25, 0.5, 0.75]) for _ in range(r.randint(1, 3))]
+    return f"total_cents({prices}) == {sum(round(p * 100) for p in prices)}"
+
+
+def hidden_grid(r):
+    x, y = r.randint(-20, 20), r.randint(-20, 20)
+    return f"({x}, {y - 1}) in neighbours({x}, {y})"
+
+
+def holds(code, expr):
+    """Whether `expr` is True with the module source `code` loaded."""
+    ns = {}
+    try:
+        exec(code, ns)
+        return eval(expr, ns) is True
+    except Exception:
+        return False
+
+
 def values(rng):
     a, b, c = rng.randint(2, 9), rng.randint(10, 40), rng.randint(50, 90)
     small = rng.randint(3, 6)
@@ -138,14 +224,14 @@ def values(rng):
     }
 
 
-def test_file(module, tests, v):
+def test_file(module, tests):
     lines = [
         "import unittest\n",
         f"from {module} import *  # noqa: F403\n\n",
         "\nclass TestIssue(unittest.TestCase):\n",
     ]
     for name, expr, _ in tests:
-        lines.append(f"    def test_{name}(self):\n        self.assertTrue({expr.format(**v)})\n\n")
+        lines.append(f"    def test_{name}(self):\n        self.assertTrue({expr})\n\n")
     lines.append("\nif __name__ == '__main__':\n    unittest.main()\n")
     return "".join(lines)
 
@@ -153,10 +239,13 @@ def test_file(module, tests, v):
 def make_tasks(root):
     """Writes the snapshots under `root`; returns the rows."""
     rng = random.Random(SEED)
+    # Every task's shown values first (the issue texts), then the hidden
+    # inputs, all from the one seeded RNG.
+    shown = [values(rng) for _ in range(VARIANTS * len(TEMPLATES))]
     rows = []
     for variant in range(VARIANTS):
         for name, source, (bad, good), issue, tests in TEMPLATES:
-            v = values(rng)
+            v = shown[len(rows)]
             instance_id = f"tiny__{name}-{variant}"
             module = f"{name}{variant}"
             repo = root / instance_id
@@ -165,11 +254,22 @@ def make_tasks(root):
             (repo / "tests").mkdir(parents=True)
             code = f'"""The {name} helpers."""\n\n\n' + source
             assert code.count(bad) == 1, f"{instance_id}: the fix is not unique"
+            fixed = code.replace(bad, good)
+            tests = [(t, expr.format(**v), f2p) for t, expr, f2p in tests]
+            seen = {expr for _, expr, _ in tests}
+            for k in range(1, HIDDEN + 1):
+                expr = globals()[f"hidden_{name}"](rng)
+                while expr in seen or holds(code, expr):
+                    expr = globals()[f"hidden_{name}"](rng)
+                seen.add(expr)
+                tests.insert(k, (f"{tests[0][0]}_{k}", expr, True))
+            for t, expr, f2p in tests:
+                assert holds(fixed, expr) and holds(code, expr) != f2p, f"{instance_id}: test_{t} {expr}"
             (repo / f"{module}.py").write_text(code)
             (repo / "tests" / "__init__.py").write_text("")
             test_path = f"tests/test_{module}.py"
             visible = [t for t in tests if not t[2]]  # the PASS_TO_PASS tests
-            (repo / test_path).write_text(test_file(module, visible, v))
+            (repo / test_path).write_text(test_file(module, visible))
             (repo / "README.md").write_text(f"# {module}\n\nRun the tests: `python -m unittest`.\n")
             ids = [f"tests.test_{module}.TestIssue.test_{t}" for t, _, _ in tests]
             rows.append({
@@ -177,9 +277,9 @@ def make_tasks(root):
                 "repo": f"agl-tiny/{name}",
                 "snapshot": instance_id,
                 "problem_statement": f"Bug in `{module}.py`: " + issue.format(**v),
-                "patch": file_diff(f"{module}.py", code.encode(), code.replace(bad, good).encode()),
-                "test_patch": file_diff(test_path, test_file(module, visible, v).encode(),
-                                        test_file(module, tests, v).encode()),
+                "patch": file_diff(f"{module}.py", code.encode(), fixed.encode()),
+                "test_patch": file_diff(test_path, test_file(module, visible).encode(),
+                                        test_file(module, tests).encode()),
                 "FAIL_TO_PASS": [i for i, (_, _, f) in zip(ids, tests) if f],
                 "PASS_TO_PASS": [i for i, (_, _, f) in zip(ids, tests) if not f],
                 "environment": {},
