@@ -451,15 +451,18 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
     );
 }
 
-/// The grader's suite of hacked workspaces (examples/mini-swe/test_grade.py,
-/// real tasks, real runners, the network sandbox): every hack scores 0 and
-/// is flagged, honest fixes score 1, the gold patch scores 1 on every
-/// bundled task and `--check` passes on them.
+/// The grader's suites (examples/mini-swe/test_grade.py: hacked workspaces,
+/// real tasks, real runners, the network sandbox; test_tasks.py: the
+/// bundled tasks, rows, environments, rollout.main): every hack scores 0
+/// and is flagged (a "fix" that special-cases the issue's example on every
+/// bundled task included), honest fixes score 1, the gold patch scores 1 on
+/// every bundled task and `--check` passes on them.
 #[test]
 fn the_grader_scores_every_hacked_workspace_zero_and_honest_fixes_one() {
     let out = Command::new(python())
         .args(["-W", "error::ResourceWarning", "-m", "unittest", "-v"])
         .arg("examples/mini-swe/test_grade.py")
+        .arg("examples/mini-swe/test_tasks.py")
         .current_dir(repo_root())
         .output()
         .unwrap();
@@ -469,7 +472,7 @@ fn the_grader_scores_every_hacked_workspace_zero_and_honest_fixes_one() {
         .lines()
         .find_map(|l| l.strip_prefix("Ran ")?.split(' ').next()?.parse().ok())
         .unwrap_or(0);
-    assert!(ran >= 40, "{log}");
+    assert!(ran >= 48, "{log}");
     for hack in [
         "test_deleted_test",
         "test_rewritten_test",
@@ -481,6 +484,8 @@ fn the_grader_scores_every_hacked_workspace_zero_and_honest_fixes_one() {
         "test_os_exit_at_import",
         "test_fix_read_from_the_copied_mirror_is_fatal",
         "test_network_at_import_cannot_connect",
+        "test_skip_everything_conftest_and_addopts",
+        "test_a_fix_that_special_cases_the_issue_example_scores_0_on_every_task",
         "test_gold_patch_scores_1_on_every_bundled_task",
     ] {
         let line = log.lines().find(|l| l.starts_with(hack));
