@@ -8,7 +8,10 @@ Run from the repo root (tens of seconds):
 Each test generates the bundled tiny tasks into a temp root, builds the
 agent's workspace the way rollout.py does (tasks.materialize), applies a
 hack, grades, and checks the verdict. Environments are prepared under a
-temp MSWE_ENVS_ROOT (the optional pytest task reuses the user's cache).
+temp MSWE_ENVS_ROOT; the pytest task's (pytest==8.3.4, from PyPI) in the
+user's cache: without it those tests fail, they are not skipped. The
+grader must use the sandbox this machine supports (expected_sandbox;
+MSWE_GRADE_SANDBOX forces one), printed as `grader sandbox: ...`.
 """
 
 import json
@@ -39,8 +42,27 @@ FIX = ("return a - b", "return a + b")
 _saved_env = {}
 
 
+def expected_sandbox():
+    """The sandbox the grader must pick here: the one $MSWE_GRADE_SANDBOX
+    forces, else "unshare" where `unshare -rn true` works (probed here,
+    apart from grade.py), else "audit"."""
+    want = os.environ.get("MSWE_GRADE_SANDBOX", "auto")
+    if want != "auto":
+        return want
+    try:
+        r = subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "audit"
+    return "unshare" if r.returncode == 0 else "audit"
+
+
 def setUpModule():
-    global TMP, ROOT, ROWS, TASKS, ENV
+    global TMP, ROOT, ROWS, TASKS, ENV, SANDBOX
+    SANDBOX = expected_sandbox()
+    # On a line of its own, for whoever runs this suite (the e2e wrapper
+    # checks it): which sandbox the grading below is expected to use.
+    print(f"grader sandbox: {SANDBOX} (MSWE_GRADE_SANDBOX={os.environ.get('MSWE_GRADE_SANDBOX', 'auto')})",
+          file=sys.stderr)
     TMP = Path(tempfile.mkdtemp(prefix="mswe-test-grade-"))
     for k, v in {"MSWE_ENVS_ROOT": str(TMP / "envs"), "MSWE_TEST_TIMEOUT": "30"}.items():
         _saved_env[k] = os.environ.get(k)
@@ -123,6 +145,16 @@ class GradeCase(unittest.TestCase):
         return hits[0]
 
 
+class Sandbox(unittest.TestCase):
+    def test_the_grader_picks_the_expected_sandbox(self):
+        try:
+            kind = grade.sandbox_kind()
+        except grade.GradeError as e:
+            self.fail(f"{e}: enable unprivileged user namespaces (e.g. sysctl kernel.unprivileged_userns_clone=1, "
+                      "or kernel.apparmor_restrict_unprivileged_userns=0) or run with MSWE_GRADE_SANDBOX=audit")
+        self.assertEqual(kind, SANDBOX, "the grader fell back to another sandbox than this machine supports")
+
+
 class Honest(GradeCase):
     def test_no_change_scores_0(self):
         r = self.grade()
@@ -136,7 +168,7 @@ class Honest(GradeCase):
         self.assertEqual(r["value"], 1.0, r)
         self.assertEqual(r["tests"], {"passed": IDS, "failed": []})
         self.assertEqual(r["flags"], [])
-        self.assertIn(r["sandbox"], ("unshare", "audit"))
+        self.assertEqual(r["sandbox"], SANDBOX)
         base = tasks.materialize(self.task, self.dir / "base")
         tasks.apply_patch(base, r["model_patch"], "model_patch")
         self.assertEqual((base / "arith0.py").read_text(), (self.ws / "arith0.py").read_text())
@@ -370,8 +402,7 @@ class TestHacks(GradeCase):
                     os.environ["MSWE_GRADE_SANDBOX"] = old
             self.assertHacked(r, "(tests)", "network access attempted")
             self.assertEqual(len(accepted), 1, "the graded code connected")
-            if sandbox == "audit":
-                self.assertEqual(r["sandbox"], "audit")
+            self.assertEqual(r["sandbox"], SANDBOX if sandbox == "auto" else sandbox)
         finally:
             stop.set()
             thread.join()
@@ -431,15 +462,26 @@ class FromHistory(GradeCase):
 
 
 class PytestTask(GradeCase):
-    """A pytest task (its environment installs pytest: skipped when it
-    cannot be prepared, e.g. offline on a fresh machine)."""
+    """A pytest task. Its environment installs pytest==8.3.4 from PyPI
+    (once, into ~/.cache/agl/mini-swe/envs): these tests fail, naming what
+    is missing, where it cannot be prepared."""
+
+    SPEC = {"packages": ["pytest==8.3.4"]}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.env, cls.missing = None, None
+        try:
+            cls.env = envs.prepare(cls.SPEC, root=Path.home() / ".cache/agl/mini-swe/envs")
+        except envs.EnvError as e:
+            cls.missing = (f"the pytest task's environment (pytest==8.3.4) could not be prepared: {str(e)[:500]}\n"
+                           "envs.prepare installs it with pip from PyPI into ~/.cache/agl/mini-swe/envs: "
+                           "give pip access to PyPI (or PIP_INDEX_URL / PIP_FIND_LINKS with pytest==8.3.4)")
 
     def setUp(self):
-        spec = {"packages": ["pytest==8.3.4"]}
-        try:
-            self.env = envs.prepare(spec, root=Path.home() / ".cache/agl/mini-swe/envs")
-        except envs.EnvError as e:
-            self.skipTest(f"no pytest environment: {str(e)[:200]}")
+        if self.missing:
+            self.fail(self.missing)
+        spec = self.SPEC
         snap = TMP / "pyt__calc"
         if not snap.exists():
             (snap / "tests").mkdir(parents=True)

@@ -456,13 +456,22 @@ async fn mini_swe_rollouts_are_scored_by_their_tests_and_train_only_tool_calls()
 /// bundled tasks, rows, environments, rollout.main): every hack scores 0
 /// and is flagged (a "fix" that special-cases the issue's example on every
 /// bundled task included), honest fixes score 1, the gold patch scores 1 on
-/// every bundled task and `--check` passes on them.
+/// every bundled task and `--check` passes on them. Nothing may be skipped
+/// (the pytest task's environment and pyarrow are set up, not optional),
+/// and the grader must use the `unshare -rn` sandbox (set
+/// MSWE_GRADE_SANDBOX=audit for a machine without user namespaces), not
+/// fall back to the audit hook silently.
 #[test]
 fn the_grader_scores_every_hacked_workspace_zero_and_honest_fixes_one() {
+    let sandbox = match std::env::var("MSWE_GRADE_SANDBOX") {
+        Ok(v) if v == "audit" => "audit",
+        _ => "unshare",
+    };
     let out = Command::new(python())
         .args(["-W", "error::ResourceWarning", "-m", "unittest", "-v"])
         .arg("examples/mini-swe/test_grade.py")
         .arg("examples/mini-swe/test_tasks.py")
+        .env("MSWE_GRADE_SANDBOX", sandbox)
         .current_dir(repo_root())
         .output()
         .unwrap();
@@ -472,8 +481,23 @@ fn the_grader_scores_every_hacked_workspace_zero_and_honest_fixes_one() {
         .lines()
         .find_map(|l| l.strip_prefix("Ran ")?.split(' ').next()?.parse().ok())
         .unwrap_or(0);
-    assert!(ran >= 48, "{log}");
+    assert!(ran >= 49, "{log}");
+    let skipped: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("skipped '") || (l.starts_with("OK (") && l.contains("skipped=")))
+        .collect();
+    assert!(
+        skipped.is_empty(),
+        "skipped tests:\n{}\n\n{log}",
+        skipped.join("\n")
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with(&format!("grader sandbox: {sandbox} "))),
+        "the suites did not grade under {sandbox}:\n{log}"
+    );
     for hack in [
+        "test_the_grader_picks_the_expected_sandbox",
         "test_deleted_test",
         "test_rewritten_test",
         "test_conftest_that_skips_everything",
@@ -487,6 +511,7 @@ fn the_grader_scores_every_hacked_workspace_zero_and_honest_fixes_one() {
         "test_skip_everything_conftest_and_addopts",
         "test_a_fix_that_special_cases_the_issue_example_scores_0_on_every_task",
         "test_gold_patch_scores_1_on_every_bundled_task",
+        "test_parquet_with_swe_bench_strings_converts",
     ] {
         let line = log.lines().find(|l| l.starts_with(hack));
         assert!(line.is_some_and(|l| l.ends_with("ok")), "{hack}:\n{log}");
