@@ -10,6 +10,11 @@ pub mod memory;
 pub mod model;
 pub mod rl;
 
+/// How a unit test that cannot run here is reported skipped.
+#[cfg(test)]
+#[path = "../../tests/support/skip.rs"]
+pub(crate) mod skip;
+
 pub use checkpoint::{
     CheckpointError, CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint,
 };
