@@ -63,6 +63,24 @@ impl Family {
         }
     }
 
+    /// Whether a forced `choice` (`required` or a named tool) can be
+    /// honoured: a family that writes no tool calls (a template without a
+    /// tool-call format, and no `[engine] tool_parser`) can neither force a
+    /// call nor read one back, so the request is refused rather than
+    /// answered as if it were `auto`.
+    pub fn check_forced(&self, choice: &ToolChoice) -> Result<(), crate::ConversationError> {
+        let forced = matches!(choice, ToolChoice::Required | ToolChoice::Function(_));
+        if forced && self.tools == ToolFormat::None {
+            return Err(crate::ConversationError::unsupported(
+                "`tool_choice` forces a tool call, but the policy's chat template writes no \
+                 tool calls, so none can be forced or read back; set `[engine] tool_parser` \
+                 (hermes, qwen3_coder or llama3_json) to the format the model writes, or send \
+                 `tool_choice` auto",
+            ));
+        }
+        Ok(())
+    }
+
     /// The text a forced tool call starts with, written after the
     /// generation prompt so the model can only go on with a call (of the
     /// named tool): as its template writes calls. Empty when nothing is
@@ -437,6 +455,19 @@ mod tests {
         let plain = Family::detect("{{ m.content }}");
         assert_eq!((plain.tools, plain.reasoning), (ToolFormat::None, false));
         assert!(Family::detect("<think>\n{{ r }}\n</think>").reasoning);
+    }
+
+    #[test]
+    fn a_forced_call_needs_a_tool_format() {
+        let plain = Family::detect("{{ m.content }}");
+        for forced in [ToolChoice::Required, ToolChoice::Function("bash".into())] {
+            let err = plain.check_forced(&forced).expect_err("no format to force");
+            assert!(err.to_string().contains("tool_parser"), "{err}");
+            assert!(HERMES.check_forced(&forced).is_ok());
+        }
+        for free in [ToolChoice::Auto, ToolChoice::None] {
+            assert!(plain.check_forced(&free).is_ok());
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod proxy;
 mod rendered;
 mod rendered_limits;
 mod rendered_sampling;
+mod rendered_tool_choice;
 mod responses_sdk;
 #[allow(dead_code)] // each module uses a subset
 mod support;

@@ -192,8 +192,12 @@ impl RenderedCall {
             _ => openai_chat::conversation(&value),
         }
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let chains = index.of(store, rollout_id, attempt).await?;
         let bad = |e: agl_conversation::ConversationError| ApiError::bad_request(e.to_string());
+        renderer
+            .family()
+            .check_forced(&conversation.tool_choice)
+            .map_err(bad)?;
+        let chains = index.of(store, rollout_id, attempt).await?;
         // A continuation renders only the new messages: cheaper than the
         // hand-off to a blocking thread and back, so it runs here.
         let continued = chains
