@@ -9,9 +9,13 @@ forward + backward as agl (on-policy: old = detached new logprobs; PPO clip,
 TIS weight, fixed token weights).
 
 Steps on request, so the bench can put each of agl's steps beside one of
-these on a shared machine: after a warm-up step it prints `{"ready": true}`,
-then for each line `step` on stdin runs one step and prints one JSON line,
-its milliseconds and the loss; it ends at the end of stdin.
+these on a shared machine: after a warm-up step of each kind it prints
+`{"ready": true}`, then for each line `step all` or `step weighed` on stdin
+runs one step and prints one JSON line, its milliseconds and the loss; it
+ends at the end of stdin. `all` runs the LM head and log-softmax on every
+position, as a plain eager step does; `weighed` only on the positions the
+loss weighs (as agl does, and as TRL's `logits_to_keep` would): the same
+loss and gradient.
 """
 
 import json
@@ -34,26 +38,38 @@ def main():
     grid = {k: torch.tensor(b[k], dtype=torch.float32).view(shape) for k in ("weight", "advantage", "engine")}
     lo, hi, tis_max, temp = 1 - b["eps_low"], 1 + b["eps_high"], b["tis_threshold"], b["temperature"]
 
-    def step():
+    weighed = grid["weight"] > 0
+    targets = tokens[:, 1:]
+
+    def step(kind):
         model.zero_grad(set_to_none=False)
-        logits = model(input_ids=tokens).logits
-        new = (logits[:, :-1].float() / temp).log_softmax(-1).gather(2, tokens[:, 1:, None]).squeeze(-1)
+        if kind == "all":
+            logits = model(input_ids=tokens).logits[:, :-1]
+            new = (logits.float() / temp).log_softmax(-1).gather(2, targets[..., None]).squeeze(-1)
+            at = lambda g: g  # noqa: E731
+        else:
+            hidden = model.model(input_ids=tokens).last_hidden_state[:, :-1][weighed]
+            logits = model.lm_head(hidden)
+            new = (logits.float() / temp).log_softmax(-1).gather(1, targets[weighed][:, None]).squeeze(-1)
+            at = lambda g: g[weighed]  # noqa: E731
         old = new.detach()
         ratio = (new - old).exp()
-        adv = grid["advantage"]
+        adv = at(grid["advantage"])
         pg = torch.maximum(-ratio * adv, -ratio.clamp(lo, hi) * adv)
-        tis = (old - grid["engine"]).exp().clamp(max=tis_max)
-        loss = (pg * tis * grid["weight"]).sum()
+        tis = (old - at(grid["engine"])).exp().clamp(max=tis_max)
+        loss = (pg * tis * at(grid["weight"])).sum()
         loss.backward()
         return loss.item()
 
-    step()  # warm-up
+    step("all")  # warm-up
+    step("weighed")
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        if line.strip() != "step":
+        kind = line.split()[1:] if line.startswith("step ") else None
+        if kind not in (["all"], ["weighed"]):
             raise SystemExit(f"step_torch.py: unknown request {line!r}")
         start = time.perf_counter()
-        loss = step()
+        loss = step(kind[0])
         ms = (time.perf_counter() - start) * 1000
         print(json.dumps({"ms": ms, "loss": loss}), flush=True)
 

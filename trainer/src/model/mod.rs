@@ -26,7 +26,7 @@ mod onednn_linear;
 mod rope;
 mod shim;
 mod team;
-mod tiles;
+pub mod tiles;
 mod weight_file;
 mod weights;
 

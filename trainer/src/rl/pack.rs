@@ -6,14 +6,18 @@
 //! micro-batch out as one row of its samples end to end: the model's
 //! attention mask numbers them, and each is attended alone
 //! (`model/tiles.rs`), so the matmuls see no padding at all; only the
-//! attention pads, each sample to the micro-batch's longest. Samples of one
-//! length get a row each (nothing to pad, nothing to take apart). The
+//! attention pads, each sample to the longest of its tile (the model groups
+//! a row's samples by length into tiles, at most 10% of a sample's scores
+//! on padding). Samples of one length get a row each (nothing to pad,
+//! nothing to take apart). The
 //! baselines, first-fit-decreasing ([`pack_ffd`], the fewest micro-batches
 //! the budget allows) and input order ([`pack_in_order`]), pad a sample a
 //! row to the longest.
 //!
 //! What a pass costs, in slots ([`PassCost`]): its slots; the attention's
-//! scores, `samples * longest^2`, one slot's worth per `attention_span`; a
+//! scores, counted as `samples * longest^2` (each sample padded to the
+//! micro-batch's longest: an upper bound since the tiles group lengths),
+//! one slot's worth per `attention_span`; a
 //! fixed cost (reading every weight, launching the kernels). [`pack`] sorts
 //! the samples longest first and cuts that order into the runs of least
 //! cost (exact, by dynamic programming over the cut points): one pass
