@@ -11,6 +11,7 @@ mod cuda;
 mod data_parallel;
 mod engine;
 mod hf_parity;
+mod kl_reference;
 mod kv_cache;
 mod lora_parity;
 mod memory;
