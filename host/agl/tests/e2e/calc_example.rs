@@ -229,16 +229,9 @@ async fn the_calc_example_runs_its_tool_loop_as_one_sample_per_rollout() {
     assert_eq!(last.val_rollouts, 4);
     assert!(last.val_tool_use.is_some() && last.val_calls_per_rollout.is_some());
 
-    // The plot: every panel it draws has data, and the ones this run can
-    // fill are there.
+    // The plot: the panels this run's records fill are there (what a panel
+    // draws from its records is run_report.rs's to check).
     let drawn = panels(&records);
-    for p in &drawn {
-        assert!(
-            p.lines.iter().all(|(_, points, _)| !points.is_empty()),
-            "{}: an empty series",
-            p.title
-        );
-    }
     let titles: Vec<&str> = drawn.iter().map(|p| p.title).collect();
     for want in [
         "reward",

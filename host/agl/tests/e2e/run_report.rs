@@ -212,8 +212,53 @@ fn summary_lines_show_the_step_numbers_in_two_lines() {
     );
 }
 
+/// The panels follow the data: a series with no point is left out of its
+/// panel, a panel without a series is not drawn, and every panel the
+/// README promises is there when its data is.
 #[test]
 fn the_plot_draws_a_panel_per_measured_figure_and_none_empty() {
+    let lines = |records: &[StepRecord]| -> Vec<(&'static str, Vec<&'static str>)> {
+        panels(records)
+            .into_iter()
+            .map(|p| (p.title, p.lines.iter().map(|(name, _, _)| *name).collect()))
+            .collect()
+    };
+    assert_eq!(
+        lines(&records_with_entropy(4)),
+        [
+            ("reward", vec!["train (mean)", "validation"]),
+            ("tool use (share of rollouts)", vec!["train", "validation"]),
+            (
+                "per rollout",
+                vec!["model calls", "samples", "chain breaks"]
+            ),
+            ("gradient norm (before clipping)", vec!["grad norm"]),
+            ("entropy (nats per token)", vec!["entropy"]),
+            // Only the KL is measured in these records: the gap, the
+            // outside and corrected shares (all null) draw no line.
+            ("trainer vs engine", vec!["KL(engine || trainer)"]),
+        ]
+    );
+    let with_gap: Vec<StepRecord> = records_with_entropy(4)
+        .into_iter()
+        .map(|r| StepRecord {
+            mismatch_mean: (!r.is_baseline()).then_some(1e-5),
+            corrected_fraction: (r.step == 3).then_some(0.125),
+            ..r
+        })
+        .collect();
+    let gap = lines(&with_gap).pop().unwrap();
+    assert_eq!(
+        gap,
+        (
+            "trainer vs engine",
+            vec![
+                "KL(engine || trainer)",
+                "mean |logprob gap|",
+                "corrected share"
+            ]
+        )
+    );
     let records = run_records(4);
     let drawn = panels(&records);
     let titles: Vec<&str> = drawn.iter().map(|p| p.title).collect();
@@ -345,25 +390,71 @@ fn decode_png(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
     (w, h, pixels)
 }
 
+/// [`run_records`] with entropy measured: every panel the README promises.
+fn records_with_entropy(steps: u64) -> Vec<StepRecord> {
+    run_records(steps)
+        .into_iter()
+        .map(|r| StepRecord {
+            entropy: (!r.is_baseline()).then_some(0.75),
+            ..r
+        })
+        .collect()
+}
+
+/// The RGB of each color the panels draw with (plotters' constants).
+fn rgb(c: plotters::style::RGBColor) -> [u8; 3] {
+    [c.0, c.1, c.2]
+}
+
+/// `training.png` decodes at the plot's size, and each panel's cell of
+/// the 2-column grid holds its own series' colors on the white background,
+/// while a cell no panel fills stays white.
 #[test]
-fn plot_writes_a_png_with_the_curves() {
+fn plot_draws_each_panel_in_its_own_cell() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("metrics.png");
-    let labels = plot(&run_records(8), &path).unwrap();
-    let (w, h, pixels) = decode_png(&path);
-    assert!(w >= 400 && h >= 300, "{w}x{h}");
-    assert_eq!(pixels.len(), (w * h) as usize);
-    let count = |c: [u8; 3]| pixels.iter().filter(|p| **p == c).count();
-    // The train curve is blue, validation red, loss black, on white.
-    assert!(
-        count([255, 255, 255]) > pixels.len() / 2,
-        "mostly background"
-    );
-    assert!(count([0, 0, 255]) > 100, "train reward curve drawn");
-    assert!(count([255, 0, 0]) > 50, "validation points drawn");
-    assert!(count([0, 0, 0]) > 100, "loss curve drawn");
-    if Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
-        assert_eq!(labels, Labels::Drawn);
+    for (records, n_panels) in [(records_with_entropy(8), 6), (run_records(8), 5)] {
+        let path = dir.path().join(format!("training-{n_panels}.png"));
+        let labels = plot(&records, &path).unwrap();
+        assert_eq!(
+            labels,
+            Labels::Drawn,
+            "no TrueType font here: deploy/setup.sh installs fonts-dejavu-core"
+        );
+        let drawn = panels(&records);
+        assert_eq!(drawn.len(), n_panels);
+        let (w, h, pixels) = decode_png(&path);
+        assert_eq!((w, h), (1200, 1000));
+        let rows = n_panels.div_ceil(2) as u32;
+        let cell = |i: u32| {
+            let (row, col) = (i / 2, i % 2);
+            let (x0, x1) = (col * w / 2, (col + 1) * w / 2);
+            let (y0, y1) = (row * h / rows, (row + 1) * h / rows);
+            (y0..y1)
+                .flat_map(move |y| (x0..x1).map(move |x| (x, y)))
+                .map(|(x, y)| pixels[(y * w + x) as usize])
+                .collect::<Vec<[u8; 3]>>()
+        };
+        for (i, panel) in drawn.iter().enumerate() {
+            let area = cell(i as u32);
+            let ink = area.iter().filter(|p| **p != [255, 255, 255]).count();
+            assert!(
+                ink > area.len() / 100,
+                "{}: {ink} of {} pixels drawn",
+                panel.title,
+                area.len()
+            );
+            for (name, _, color) in &panel.lines {
+                let n = area.iter().filter(|p| **p == rgb(*color)).count();
+                assert!(n > 20, "{}: the {name} series ({n} pixels)", panel.title);
+            }
+        }
+        if n_panels % 2 == 1 {
+            let empty = cell(n_panels as u32);
+            assert!(
+                empty.iter().all(|p| *p == [255, 255, 255]),
+                "no panel, no ink"
+            );
+        }
     }
 
     // Only the baseline so far: still a valid picture.
