@@ -28,8 +28,9 @@
 //!   a format error and drops it: not a linear history, a break per call
 //!   in both modes (kind `other`, detail `format-error-drop`).
 //!
-//! Targets (issue 16): 1.00 samples per rollout on these linear histories
-//! and no retokenize/template breaks on the gateway path.
+//! Targets (issue 16), printed with a verdict each: 1.00 samples per
+//! rollout on the linear histories and no retokenize/template breaks on
+//! the gateway path.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -468,8 +469,45 @@ fn main() {
                     rows.push(count(&host, tok.clone(), mini, render, &exported).await);
                 }
             }
-            None => eprintln!("smollm2 traces skipped: run `agl model fetch smollm2`"),
+            None => println!("smollm2 traces not run: `agl model fetch smollm2` first"),
         }
         print(&rows);
+        verdicts(&rows);
     });
+}
+
+/// The targets against the gateway-rendered rows: one sample per rollout
+/// on the linear histories (every trace but mini-swe's, which drops
+/// replies), no retokenize or template break on any.
+fn verdicts(rows: &[Row]) {
+    let gateway = || rows.iter().filter(|r| r.render == Render::Gateway);
+    let linear: Vec<String> = gateway()
+        .filter(|r| !r.trace.contains("mini-swe"))
+        .map(|r| {
+            let per = r.samples as f64 / r.rollouts.max(1) as f64;
+            format!("{} {per:.2}", r.trace)
+        })
+        .collect();
+    let one = gateway()
+        .filter(|r| !r.trace.contains("mini-swe"))
+        .all(|r| r.samples == r.rollouts);
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    println!(
+        "gateway-rendered linear histories: 1.00 samples per rollout: {} ({})",
+        verdict(one),
+        linear.join(", ")
+    );
+    let broken: usize = gateway()
+        .map(|r| {
+            [BreakKind::Retokenize, BreakKind::Template]
+                .iter()
+                .map(|k| r.breaks.get(k).copied().unwrap_or(0))
+                .sum::<usize>()
+        })
+        .sum();
+    println!(
+        "gateway-rendered: no retokenize or template break on any trace: {} ({broken} in {} traces)",
+        verdict(broken == 0),
+        gateway().count()
+    );
 }

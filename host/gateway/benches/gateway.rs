@@ -1,8 +1,10 @@
 //! What the gateway adds to a model call: the same non-streamed chat
 //! completions posted straight to an upstream ("direct") and through a
 //! rollout's proxy URL ("gateway": auth, rollout checks, body rewrite, the
-//! pinned engine, the `model_request` record committed to a real SQLite
-//! file before the answer), at 1 and 64 connections, in one run, on
+//! pinned engine, the `model_request` record appended to the store's event
+//! log before the answer and ingested into a real SQLite file right after;
+//! fsynced into SQLite first with `--durability power`), at 1 and 64
+//! connections, in one run, on
 //! loopback. Prints the ratios issue 35 holds the gateway to: added p50 at
 //! one connection <= 0.2 ms, throughput at 64 connections >= 30% of direct.
 //!

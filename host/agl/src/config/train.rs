@@ -409,7 +409,7 @@ pub enum EngineKind {
     Embedded,
     /// A vLLM server (0.33, dev mode: `VLLM_SERVER_DEV_MODE=1`, and
     /// `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` for LoRA) at `base_url`; new
-    /// weights through its RL routes (`run/reload.rs`).
+    /// weights through its RL routes (`policy/reload.rs`).
     Vllm,
     /// An SGLang server (0.5.23) at `base_url`; new weights through
     /// `update_weights_from_disk` / `load_lora_adapter`.
