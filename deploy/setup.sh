@@ -19,6 +19,26 @@
 #   CARGO_TARGET_DIR  cargo's build folder (default: target in the repo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+main_only=false
+case "${1:-}" in
+    --main) main_only=true ;;
+    "") ;;
+    *) echo "usage: deploy/setup.sh [--main]" >&2; exit 2 ;;
+esac
+
+log="${AGL_SETUP_LOG:-${TMPDIR:-/tmp}/agl-setup.log}"
+: >"$log"
+# step WHAT COMMAND...: one line for the terminal, the command's output to the log.
+step() {
+    local what="$1"
+    shift
+    echo "setup: $what"
+    if ! "$@" >>"$log" 2>&1; then
+        echo "setup: failed: $what; the last lines of $log:" >&2
+        tail -n 40 "$log" >&2
+        exit 1
+    fi
+}
 
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
 OPENAI_VERSION=3.57.0  # the SDK host/gateway/tests/gateway/openai_sdk.rs drives the proxy with
@@ -61,135 +81,86 @@ CODEX_VERSION=0.169.0
 OPENCODE_VERSION=1.18.33
 VENV=${AGL_VENV:-.venv}
 
+apt_install() {
+    local sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo=sudo
+    $sudo apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# --- what the main job needs -------------------------------------------------
+
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
-    echo "setup: adding the wasm32-wasip2 Rust target"
-    rustup target add wasm32-wasip2
+    step "adding the wasm32-wasip2 Rust target" rustup target add wasm32-wasip2
 fi
 
+make_venv() {
+    python3 -m venv "$VENV" &&
+        "$VENV/bin/pip" install --quiet --upgrade pip &&
+        "$VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" numpy
+}
 if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-    echo "setup: creating $VENV with torch==$TORCH_VERSION (a few GB, once)"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --upgrade pip
-    "$VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" numpy
+    step "creating $VENV with torch==$TORCH_VERSION (a few GB, once)" make_venv
 fi
 
-if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
-    echo "setup: installing openai==$OPENAI_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "openai==$OPENAI_VERSION"
+# training.png's titles and labels (plot.rs takes any TrueType font).
+if [[ -z $(find /usr/share/fonts -name '*.ttf' -print -quit 2>/dev/null) ]]; then
+    step "installing Debian's fonts-dejavu-core (apt)" apt_install fonts-dejavu-core
 fi
 
-if ! "$VENV/bin/python" -c "import anthropic, sys; sys.exit(anthropic.__version__ != '$ANTHROPIC_VERSION')" 2>/dev/null; then
-    echo "setup: installing anthropic==$ANTHROPIC_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "anthropic==$ANTHROPIC_VERSION"
+if $main_only; then
+    # examples/calc/agl.toml's plugins.
+    step "building the plugins trajectory and reported" plugins/build.sh trajectory reported
+    exit 0
 fi
 
-if ! "$VENV/bin/python" -c "
+# --- what the tests need besides ----------------------------------------------
+
+# pinned PKG==VERSION...: installs them unless the venv has each at its version.
+pinned() {
+    if ! "$VENV/bin/python" - "$@" 2>/dev/null <<'PY'
 import sys
 from importlib.metadata import version
-sys.exit([version(p) for p in ('transformers', 'gguf', 'jinja2', 'accelerate')]
-         != ['$TRANSFORMERS_VERSION', '$GGUF_VERSION', '$JINJA2_VERSION', '$ACCELERATE_VERSION'])
-" 2>/dev/null; then
-    echo "setup: installing transformers, gguf, jinja2, accelerate into $VENV"
-    "$VENV/bin/pip" install --quiet "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION" \
-        "jinja2==$JINJA2_VERSION" "accelerate==$ACCELERATE_VERSION"
-fi
+sys.exit(any(version(name) != want for name, want in (a.split("==") for a in sys.argv[1:])))
+PY
+    then
+        step "installing $* into $VENV" "$VENV/bin/pip" install --quiet "$@"
+    fi
+}
 
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit(version('jsonschema') != '$JSONSCHEMA_VERSION')
-" 2>/dev/null; then
-    echo "setup: installing jsonschema==$JSONSCHEMA_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "jsonschema==$JSONSCHEMA_VERSION"
-fi
-
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit(version('pyarrow') != '$PYARROW_VERSION')
-" 2>/dev/null; then
-    echo "setup: installing pyarrow==$PYARROW_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "pyarrow==$PYARROW_VERSION"
-fi
-
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit([version('tensorboard'), version('wandb')] != ['$TENSORBOARD_VERSION', '$WANDB_VERSION'])
-" 2>/dev/null; then
-    echo "setup: installing tensorboard==$TENSORBOARD_VERSION and wandb==$WANDB_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "tensorboard==$TENSORBOARD_VERSION" "wandb==$WANDB_VERSION"
-fi
-
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit(version('componentize-py') != '$COMPONENTIZE_PY_VERSION')
-" 2>/dev/null; then
-    echo "setup: installing componentize-py==$COMPONENTIZE_PY_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"
-fi
-
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit(version('peft') != '$PEFT_VERSION')
-" 2>/dev/null; then
-    echo "setup: installing peft==$PEFT_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "peft==$PEFT_VERSION"
-fi
-
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit([version(p) for p in ('nvidia-cuda-crt', 'nvidia-cuda-cccl', 'kubernetes-validate')]
-         != ['$CUDA_CRT_VERSION', '$CUDA_CCCL_VERSION', '$KUBERNETES_VALIDATE_VERSION'])
-" 2>/dev/null; then
-    echo "setup: installing the CUDA header wheels and kubernetes-validate into $VENV"
-    "$VENV/bin/pip" install --quiet "nvidia-cuda-crt==$CUDA_CRT_VERSION" \
-        "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
-fi
-
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit([version('openapi-spec-validator'), version('schemathesis')]
-         != ['$OPENAPI_SPEC_VALIDATOR_VERSION', '$SCHEMATHESIS_VERSION'])
-" 2>/dev/null; then
-    echo "setup: installing openapi-spec-validator and schemathesis into $VENV"
-    "$VENV/bin/pip" install --quiet "openapi-spec-validator==$OPENAPI_SPEC_VALIDATOR_VERSION" \
-        "schemathesis==$SCHEMATHESIS_VERSION" "jsonschema==$JSONSCHEMA_VERSION"
-fi
-
-if ! "$VENV/bin/python" -c "
-import sys
-from importlib.metadata import version
-sys.exit(version('mini-swe-agent') != '$MINI_SWE_AGENT_VERSION')
-" 2>/dev/null; then
-    echo "setup: installing mini-swe-agent==$MINI_SWE_AGENT_VERSION into $VENV"
-    "$VENV/bin/pip" install --quiet "mini-swe-agent==$MINI_SWE_AGENT_VERSION"
-fi
+pinned "openai==$OPENAI_VERSION"
+pinned "anthropic==$ANTHROPIC_VERSION"
+pinned "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION" "jinja2==$JINJA2_VERSION" \
+    "accelerate==$ACCELERATE_VERSION"
+pinned "jsonschema==$JSONSCHEMA_VERSION"
+pinned "pyarrow==$PYARROW_VERSION"
+pinned "tensorboard==$TENSORBOARD_VERSION" "wandb==$WANDB_VERSION"
+pinned "componentize-py==$COMPONENTIZE_PY_VERSION"
+pinned "peft==$PEFT_VERSION"
+pinned "nvidia-cuda-crt==$CUDA_CRT_VERSION" "nvidia-cuda-cccl==$CUDA_CCCL_VERSION" \
+    "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+pinned "openapi-spec-validator==$OPENAPI_SPEC_VALIDATOR_VERSION" \
+    "schemathesis==$SCHEMATHESIS_VERSION" "jsonschema==$JSONSCHEMA_VERSION"
+pinned "mini-swe-agent==$MINI_SWE_AGENT_VERSION"
 
 NODE_PREFIX="$VENV/node"
+npm_install() {
+    mkdir -p "$NODE_PREFIX" &&
+        (cd "$NODE_PREFIX" && npm install --silent --no-audit --no-fund --no-save \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
+        "opencode-ai@$OPENCODE_VERSION")
+}
 if ! (cd "$NODE_PREFIX" 2>/dev/null && node -e "
 const want = {'@anthropic-ai/claude-code': '$CLAUDE_CODE_VERSION', '@openai/codex': '$CODEX_VERSION', 'opencode-ai': '$OPENCODE_VERSION'};
 for (const [p, v] of Object.entries(want)) {
   if (require('./node_modules/' + p + '/package.json').version !== v) process.exit(1);
 }" 2>/dev/null); then
-    echo "setup: installing claude-code, codex and opencode from npm into $NODE_PREFIX"
-    mkdir -p "$NODE_PREFIX"
-    (cd "$NODE_PREFIX" && npm install --silent --no-audit --no-fund --no-save \
-        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
-        "opencode-ai@$OPENCODE_VERSION")
+    step "installing claude-code, codex and opencode from npm into $NODE_PREFIX" npm_install
 fi
 
 # The rollout viewer's browser test (host/agl/tests/e2e/viewer.rs).
 if ! command -v chromium >/dev/null; then
-    echo "setup: installing Debian's chromium (apt)"
-    sudo=""
-    [[ $(id -u) -eq 0 ]] || sudo=sudo
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium
+    step "installing Debian's chromium (apt)" apt_install chromium
 fi
 
-plugins/build.sh
+step "building the plugins (build/plugins/*.wasm)" plugins/build.sh

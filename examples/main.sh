@@ -29,9 +29,10 @@ for arg in "$@"; do
         args+=("$arg")
     fi
 done
-deploy/setup.sh
+deploy/setup.sh --main
 . deploy/env.sh
-cargo build --release -p agl
+echo "setup: building agl (release; 12-18 min on 2 cores the first time)"
+cargo build --quiet --release -p agl
 agl="${CARGO_TARGET_DIR:-target}/release/agl"
 model=$("$agl" --log warn model fetch smollm2)
 out="agl-runs/$name-$(date +%Y%m%d-%H%M%S)"
