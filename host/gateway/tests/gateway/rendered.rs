@@ -29,7 +29,8 @@ fn tools() -> Value {
     json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}])
 }
 
-async fn chat(url: &str, body: Value) -> reqwest::Response {
+/// Posts `body` to `url` with the admin key (the rendered tests' client).
+pub(crate) async fn chat(url: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new()
         .post(url)
         .bearer_auth(ADMIN)

@@ -10,17 +10,8 @@ use agl_testengine::{Reply, TestEngineConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN, start_local_with};
-
-async fn post(url: &str, body: Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(url)
-        .bearer_auth(ADMIN)
-        .json(&body)
-        .send()
-        .await
-        .expect("send")
-}
+use crate::rendered::chat as post;
+use crate::support::start_local_with;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_call_without_a_tool_format_is_refused_in_every_api() {
