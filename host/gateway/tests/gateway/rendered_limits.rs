@@ -4,13 +4,11 @@
 //! nothing stored as served, where a Chat answer (whose `arguments` is a
 //! string) is within them.
 
-use agl_gateway::GatewayConfig;
-use agl_store::EngineApi;
 use agl_testengine::{Reply, TestEngineConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN, start_local_with};
+use crate::support::{ADMIN, rendering_r1};
 
 fn nested(depth: usize) -> String {
     format!("{}1{}", "{\"a\": ".repeat(depth), "}".repeat(depth))
@@ -27,14 +25,7 @@ async fn a_tool_input_beyond_the_json_limits_is_refused_in_messages_only() {
         nested(110)
     );
     let engine = TestEngineConfig::default().with_script(move |_| Reply::text(call.clone()));
-    let env = start_local_with(
-        engine,
-        GatewayConfig::default(),
-        Some(renderer),
-        EngineApi::Openai,
-    )
-    .await;
-    env.running(&["r1".to_string()]).await;
+    let env = rendering_r1(engine, renderer).await;
     let client = reqwest::Client::new();
 
     let chat = client

@@ -4,14 +4,12 @@
 //! reaches the engine. `auto` and `none` are still served.
 
 use agl_conversation::{Family, Renderer, ToolFormat};
-use agl_gateway::GatewayConfig;
-use agl_store::EngineApi;
 use agl_testengine::{Reply, TestEngineConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::rendered::chat as post;
-use crate::support::start_local_with;
+use crate::support::rendering_r1;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_call_without_a_tool_format_is_refused_in_every_api() {
@@ -25,14 +23,7 @@ async fn a_forced_call_without_a_tool_format_is_refused_in_every_api() {
         .expect("renderer")
         .with_family(plain);
     let engine = TestEngineConfig::default().with_script(|_| Reply::text("Hello."));
-    let env = start_local_with(
-        engine,
-        GatewayConfig::default(),
-        Some(renderer),
-        EngineApi::Openai,
-    )
-    .await;
-    env.running(&["r1".to_string()]).await;
+    let env = rendering_r1(engine, renderer).await;
     let base = format!("{}/proxy/r1/1/train", env.base);
     let chat_tools = json!([{"type": "function",
         "function": {"name": "bash", "parameters": {"type": "object"}}}]);

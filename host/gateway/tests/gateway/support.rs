@@ -39,6 +39,20 @@ pub async fn start_local_with(
     start_local_sized(engine, config, renderer, api, None).await
 }
 
+/// [`start_local_with`] rendering with `renderer` over the OpenAI token-in
+/// API, rollout `r1` running.
+pub async fn rendering_r1(engine: TestEngineConfig, renderer: agl_conversation::Renderer) -> Local {
+    let env = start_local_with(
+        engine,
+        GatewayConfig::default(),
+        Some(renderer),
+        agl_store::EngineApi::Openai,
+    )
+    .await;
+    env.running(&["r1".to_string()]).await;
+    env
+}
+
 /// [`start_local_with`] on a policy whose context is `context_len` tokens.
 pub async fn start_local_sized(
     engine: TestEngineConfig,
