@@ -18,6 +18,7 @@ mod plot;
 mod progress;
 mod record;
 mod scalars;
+mod table;
 mod text;
 
 pub use export::{Export, ExportError, ExportStart};

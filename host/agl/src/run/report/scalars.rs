@@ -1,110 +1,39 @@
 //! A [`StepRecord`] as the flat scalars the exports log per step
-//! (TensorBoard, W&B): every numeric field under a stable tag
-//! (`train/reward`, `val/reward`, `breaks/retokenize`, `time/train_s`, ...),
-//! the step itself being the x axis.
+//! (TensorBoard, W&B): every figure of [`METRICS`] under its tag
+//! (`train/reward`, `val/reward`, `time/train_s`, ...) and each break class
+//! under `breaks/CLASS`, the step itself being the x axis.
 
 use std::collections::BTreeMap;
 
 use super::record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord};
+use super::table::METRICS;
 
-/// The tags of a step, by name. A field that was not computed (`None`,
+/// The tags of a step, by name. A figure that was not computed (`None`,
 /// non-finite) has no tag that step. The baseline (step 0) has only what it
 /// measured: the validation figures, `time/elapsed_s` and the run's shape.
 pub fn scalars(r: &StepRecord) -> BTreeMap<String, f64> {
-    let mut out = Tags::default();
-    out.value("run/total_steps", r.total_steps as f64);
-    out.value("run/weight_version", r.weight_version as f64);
-    out.value("time/elapsed_s", r.elapsed_s);
-    if r.val_reward.is_some() || r.val_rollouts > 0 {
-        out.value("val/rollouts", r.val_rollouts as f64);
-    }
-    out.maybe("val/reward", r.val_reward);
-    out.maybe("val/calls_per_rollout", r.val_calls_per_rollout);
-    out.maybe("val/tool_use", r.val_tool_use);
-    if r.is_baseline() {
-        return out.0;
-    }
-
-    out.value("time/step_s", r.step_s);
-    out.value("time/wait_s", r.wait_s);
-    out.value("time/train_s", r.train_s);
-    out.value("time/drain_s", r.drain_s);
-
-    out.maybe("train/reward", r.reward_mean);
-    out.maybe("train/calls_per_rollout", r.calls_per_rollout);
-    out.maybe("train/tool_use", r.tool_use);
-    for (tag, n) in [
-        ("train/groups", r.groups),
-        ("train/rollouts", r.rollouts),
-        ("train/samples", r.samples),
-        ("train/tokens", r.tokens),
-        ("train/carried_groups", r.carried_groups),
-        ("train/stale_tokens", r.stale_tokens),
-        ("train/excluded_system", r.excluded_system),
-        ("train/excluded_no_reward", r.excluded_no_reward),
-        ("train/plugin_failures", r.plugin_failures),
-        ("train/dropped_stale", r.dropped_stale),
-        ("update/micro_batches", r.micro_batches),
-        ("update/skipped_samples", r.skipped_samples),
-    ] {
-        out.value(tag, n as f64);
-    }
-    out.value("train/mean_staleness", r.mean_staleness);
-    if r.rollouts > 0 {
-        out.value(
-            "train/samples_per_rollout",
-            r.samples as f64 / r.rollouts as f64,
-        );
-    }
-
-    // The three classes always (a chart per class from the first step),
-    // any other class the adapter reported as well.
-    for class in [BREAK_RETOKENIZE, BREAK_TEMPLATE, BREAK_OTHER] {
-        out.value(&format!("breaks/{class}"), r.breaks_of(class) as f64);
-    }
-    for (class, n) in &r.breaks {
-        out.value(&format!("breaks/{class}"), *n as f64);
-    }
-
-    for (tag, v) in [
-        ("update/loss", r.loss),
-        ("update/clip_fraction", r.clip_fraction),
-        ("update/corrected_fraction", r.corrected_fraction),
-        ("update/approx_kl", r.approx_kl),
-        ("update/engine_kl", r.engine_kl),
-        ("update/mismatch_mean", r.mismatch_mean),
-        ("update/mismatch_max", r.mismatch_max),
-        ("update/outside_token_fraction", r.outside_token_fraction),
-        (
-            "update/outside_sequence_fraction",
-            r.outside_sequence_fraction,
-        ),
-        ("update/ref_kl", r.ref_kl),
-        ("update/entropy", r.entropy),
-        ("update/grad_norm", r.grad_norm),
-        ("update/lr", r.lr),
-        ("update/padding_waste", r.padding_waste),
-    ] {
-        out.maybe(tag, v);
-    }
-    out.0
-}
-
-#[derive(Default)]
-struct Tags(BTreeMap<String, f64>);
-
-impl Tags {
-    fn value(&mut self, tag: &str, v: f64) {
+    let mut out = BTreeMap::new();
+    let mut put = |tag: String, v: f64| {
         if v.is_finite() {
-            self.0.insert(tag.to_string(), v);
+            out.insert(tag, v);
+        }
+    };
+    for m in METRICS.iter().filter(|m| m.baseline || !r.is_baseline()) {
+        if let (Some(tag), Some(v)) = (m.tag, (m.value)(r)) {
+            put(tag.to_string(), v);
         }
     }
-
-    fn maybe(&mut self, tag: &str, v: Option<f64>) {
-        if let Some(v) = v {
-            self.value(tag, v);
+    if !r.is_baseline() {
+        // The three classes always (a chart per class from the first
+        // step), any other class the adapter reported as well.
+        for class in [BREAK_RETOKENIZE, BREAK_TEMPLATE, BREAK_OTHER] {
+            put(format!("breaks/{class}"), r.breaks_of(class) as f64);
+        }
+        for (class, n) in &r.breaks {
+            put(format!("breaks/{class}"), *n as f64);
         }
     }
+    out
 }
 
 #[cfg(test)]
