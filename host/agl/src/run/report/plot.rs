@@ -1,5 +1,6 @@
-//! `training.png`: a chart per thing the run measured ([`panels`]): reward,
-//! tool use, turns per rollout, gradient norm, entropy, trainer-vs-engine gap.
+//! `training.png`: a chart per thing the run measured ([`panels`], as
+//! [`super::table`] places the figures): reward, tool use, turns per
+//! rollout, gradient norm, entropy, trainer-vs-engine gap.
 //!
 //! Text needs a TrueType font, which plotters' `ab_glyph` backend takes as
 //! bytes: the first of a few usual system fonts (Debian's `fonts-dejavu-core`
@@ -13,6 +14,7 @@ use std::sync::OnceLock;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
+use super::table::{METRICS, PANELS};
 use super::{ReportError, StepRecord};
 
 const SIZE: (u32, u32) = (1200, 1000);
@@ -108,79 +110,31 @@ fn series(records: &[StepRecord], value: impl Fn(&StepRecord) -> Option<f64>) ->
         .collect()
 }
 
-/// The panels the run's records fill, in drawing order: reward, tool use,
-/// turns per rollout, gradient norm, entropy and the trainer-vs-engine gap.
-/// A series without a point is left out, and a panel without a series (a
-/// harness that reports no tool use, entropy not computed): no empty or
-/// constant-by-construction chart. (The loss is not drawn: with one
-/// optimizer step per batch it is ~0 by construction.)
+/// The panels the run's records fill: [`PANELS`] in order, each with the
+/// series [`METRICS`] puts on it (a training figure without the baseline's
+/// point). A series without a point is left out, and a panel without a
+/// series (a harness that reports no tool use, entropy not computed): no
+/// empty or constant-by-construction chart.
 pub fn panels(records: &[StepRecord]) -> Vec<Panel> {
-    let train = |f: &dyn Fn(&StepRecord) -> Option<f64>| {
-        series(records, |r| f(r).filter(|_| !r.is_baseline()))
-    };
-    let per_rollout = |n: fn(&StepRecord) -> usize| {
-        train(&|r| (r.rollouts > 0).then(|| n(r) as f64 / r.rollouts as f64))
-    };
     let uses_tools = records
         .iter()
         .any(|r| r.tool_use.is_some_and(|t| t > 0.0) || r.val_tool_use.is_some_and(|t| t > 0.0));
-    let all = vec![
-        Panel {
-            title: "reward",
-            lines: vec![
-                ("train (mean)", train(&|r| r.reward_mean), BLUE),
-                ("validation", series(records, |r| r.val_reward), RED),
-            ],
-        },
-        Panel {
-            title: "tool use (share of rollouts)",
-            lines: if uses_tools {
-                vec![
-                    ("train", train(&|r| r.tool_use), BLUE),
-                    ("validation", series(records, |r| r.val_tool_use), RED),
-                ]
-            } else {
-                Vec::new()
-            },
-        },
-        Panel {
-            title: "per rollout",
-            lines: vec![
-                ("model calls", train(&|r| r.calls_per_rollout), BLUE),
-                ("samples", per_rollout(|r| r.samples), GREEN),
-                (
-                    "chain breaks",
-                    per_rollout(|r| r.breaks.values().sum()),
-                    RED,
-                ),
-            ],
-        },
-        Panel {
-            title: "gradient norm (before clipping)",
-            lines: vec![("grad norm", train(&|r| r.grad_norm), BLACK)],
-        },
-        Panel {
-            title: "entropy (nats per token)",
-            lines: vec![("entropy", train(&|r| r.entropy), MAGENTA)],
-        },
-        Panel {
-            title: "trainer vs engine",
-            lines: vec![
-                ("KL(engine || trainer)", train(&|r| r.engine_kl), BLUE),
-                ("mean |logprob gap|", train(&|r| r.mismatch_mean), BLACK),
-                (
-                    "tokens outside bounds",
-                    train(&|r| r.outside_token_fraction),
-                    MAGENTA,
-                ),
-                ("corrected share", train(&|r| r.corrected_fraction), RED),
-            ],
-        },
-    ];
-    all.into_iter()
-        .map(|mut p| {
-            p.lines.retain(|(_, points, _)| !points.is_empty());
-            p
+    PANELS
+        .iter()
+        .filter(|p| uses_tools || !p.tools_only)
+        .map(|p| Panel {
+            title: p.title,
+            lines: METRICS
+                .iter()
+                .filter_map(|m| {
+                    let s = m.series.as_ref().filter(|s| s.panel == p.title)?;
+                    let points = series(records, |r| {
+                        (m.value)(r).filter(|_| m.baseline || !r.is_baseline())
+                    });
+                    Some((s.label, points, s.color))
+                })
+                .filter(|(_, points, _)| !points.is_empty())
+                .collect(),
         })
         .filter(|p| !p.lines.is_empty())
         .collect()

@@ -1,22 +1,32 @@
-//! The step record's figures, one row each, as the exports name them: the
-//! TensorBoard / W&B tag ([`super::scalars`]) and the Prometheus gauge and
-//! counter ([`super::TrainerGauges`]). A figure added to [`StepRecord`] is
-//! exported by adding its row here.
+//! The step record's figures, one row each, as every view names them: the
+//! TensorBoard / W&B tag ([`super::scalars`]), the Prometheus gauge and
+//! counter ([`super::TrainerGauges`]), the column of the second step line
+//! ([`super::summary_lines`]) and the series of `training.png`
+//! ([`super::panels`]). A figure added to [`StepRecord`] reaches them all
+//! by its row here (`metrics.jsonl` is the record itself).
 //!
 //! Chain breaks are not rows: their classes are open-ended (an adapter may
 //! report its own), so each view lists them from `breaks`.
+
+use plotters::style::RGBColor;
+use plotters::style::colors::{BLACK, BLUE, GREEN, MAGENTA, RED};
 
 use super::StepRecord;
 
 /// One figure of a [`StepRecord`].
 pub struct Metric {
-    /// The TensorBoard / W&B tag (`update/grad_norm`); `None` for the step
-    /// itself, the exports' x axis.
+    /// The TensorBoard / W&B tag (`update/grad_norm`); `None` for a figure
+    /// not exported as a scalar (the step itself, the exports' x axis).
     pub tag: Option<&'static str>,
     /// The `/metrics` gauge holding the latest record's value.
     pub gauge: Option<&'static str>,
     /// The `/metrics` counter summing the value over the training steps.
     pub counter: Option<&'static str>,
+    /// Its place in the second step line: label and format.
+    pub column: Option<(&'static str, Format)>,
+    /// Its series in `training.png`: the panel (a title of [`PANELS`]),
+    /// the legend label and the colour.
+    pub series: Option<Series>,
     /// Measured by the baseline record (step 0) too; the other figures are
     /// training statistics, which the baseline does not have.
     pub baseline: bool,
@@ -24,212 +34,243 @@ pub struct Metric {
     pub value: fn(&StepRecord) -> Option<f64>,
 }
 
-const fn row(
-    tag: &'static str,
-    gauge: Option<&'static str>,
-    value: fn(&StepRecord) -> Option<f64>,
-) -> Metric {
-    Metric {
-        tag: Some(tag),
-        gauge,
-        counter: None,
-        baseline: false,
-        value,
-    }
+/// How a step line writes a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// That many decimals: `3.61`.
+    Fixed(usize),
+    /// One significant decimal in scientific notation: `3.2e-5`.
+    Sci,
+    /// A share in percent: `84%`, `0.4%`.
+    Percent,
 }
 
-/// A training count: tagged, its latest value a gauge (`gauge`), its sum
-/// over the run a counter (`counter`).
-const fn count(
-    tag: &'static str,
-    gauge: Option<&'static str>,
-    counter: Option<&'static str>,
-    value: fn(&StepRecord) -> Option<f64>,
-) -> Metric {
-    Metric {
-        counter,
-        ..row(tag, gauge, value)
-    }
+/// A line of the plot.
+pub struct Series {
+    pub panel: &'static str,
+    pub label: &'static str,
+    pub color: RGBColor,
 }
 
-/// A figure the baseline measures as well.
-const fn baseline(
-    tag: Option<&'static str>,
-    gauge: Option<&'static str>,
-    value: fn(&StepRecord) -> Option<f64>,
-) -> Metric {
-    Metric {
-        tag,
-        gauge,
-        counter: None,
-        baseline: true,
-        value,
-    }
+/// A chart of `training.png`.
+pub struct Panel {
+    pub title: &'static str,
+    /// Drawn only once the harness has reported a tool use in this run.
+    pub tools_only: bool,
 }
 
-/// Every exported figure of a step record.
-pub const METRICS: &[Metric] = &[
-    baseline(None, Some("agl_trainer_step"), |r| Some(r.step as f64)),
-    baseline(
-        Some("run/total_steps"),
-        Some("agl_trainer_total_steps"),
-        |r| Some(r.total_steps as f64),
-    ),
-    baseline(
-        Some("run/weight_version"),
-        Some("agl_trainer_weight_version"),
-        |r| Some(r.weight_version as f64),
-    ),
-    baseline(
-        Some("time/elapsed_s"),
-        Some("agl_trainer_elapsed_seconds"),
-        |r| Some(r.elapsed_s),
-    ),
-    baseline(Some("val/rollouts"), None, |r| {
-        (r.val_reward.is_some() || r.val_rollouts > 0).then_some(r.val_rollouts as f64)
-    }),
-    baseline(Some("val/reward"), Some("agl_trainer_val_reward"), |r| {
-        r.val_reward
-    }),
-    baseline(Some("val/calls_per_rollout"), None, |r| {
-        r.val_calls_per_rollout
-    }),
-    baseline(Some("val/tool_use"), None, |r| r.val_tool_use),
-    row("time/step_s", Some("agl_trainer_step_seconds"), |r| {
-        Some(r.step_s)
-    }),
-    row("time/wait_s", Some("agl_trainer_wait_seconds"), |r| {
-        Some(r.wait_s)
-    }),
-    row("time/train_s", Some("agl_trainer_train_seconds"), |r| {
-        Some(r.train_s)
-    }),
-    row("time/drain_s", Some("agl_trainer_drain_seconds"), |r| {
-        Some(r.drain_s)
-    }),
-    row("train/reward", Some("agl_trainer_reward_mean"), |r| {
-        r.reward_mean
-    }),
-    row(
-        "train/calls_per_rollout",
-        Some("agl_trainer_calls_per_rollout"),
-        |r| r.calls_per_rollout,
-    ),
-    row("train/tool_use", Some("agl_trainer_tool_use"), |r| {
-        r.tool_use
-    }),
-    count("train/groups", None, None, |r| Some(r.groups as f64)),
-    count(
-        "train/rollouts",
-        Some("agl_trainer_rollouts"),
-        Some("agl_trainer_rollouts_total"),
-        |r| Some(r.rollouts as f64),
-    ),
-    count(
-        "train/samples",
-        Some("agl_trainer_samples"),
-        Some("agl_trainer_samples_total"),
-        |r| Some(r.samples as f64),
-    ),
-    count(
-        "train/tokens",
-        Some("agl_trainer_tokens"),
-        Some("agl_trainer_tokens_total"),
-        |r| Some(r.tokens as f64),
-    ),
-    count("train/carried_groups", None, None, |r| {
-        Some(r.carried_groups as f64)
-    }),
-    count("train/stale_tokens", None, None, |r| {
-        Some(r.stale_tokens as f64)
-    }),
-    count(
-        "train/excluded_system",
-        None,
-        Some("agl_trainer_excluded_system_total"),
-        |r| Some(r.excluded_system as f64),
-    ),
-    count(
-        "train/excluded_no_reward",
-        None,
-        Some("agl_trainer_excluded_no_reward_total"),
-        |r| Some(r.excluded_no_reward as f64),
-    ),
-    count(
-        "train/plugin_failures",
-        None,
-        Some("agl_trainer_plugin_failures_total"),
-        |r| Some(r.plugin_failures as f64),
-    ),
-    count(
-        "train/dropped_stale",
-        None,
-        Some("agl_trainer_dropped_stale_total"),
-        |r| Some(r.dropped_stale as f64),
-    ),
-    row(
-        "train/mean_staleness",
-        Some("agl_trainer_mean_staleness"),
-        |r| Some(r.mean_staleness),
-    ),
-    row("train/samples_per_rollout", None, |r| {
-        (r.rollouts > 0).then(|| r.samples as f64 / r.rollouts as f64)
-    }),
-    row("update/micro_batches", None, |r| {
-        Some(r.micro_batches as f64)
-    }),
-    row("update/skipped_samples", None, |r| {
-        Some(r.skipped_samples as f64)
-    }),
-    row("update/loss", Some("agl_trainer_loss"), |r| r.loss),
-    row(
-        "update/clip_fraction",
-        Some("agl_trainer_clip_fraction"),
-        |r| r.clip_fraction,
-    ),
-    row(
-        "update/corrected_fraction",
-        Some("agl_trainer_corrected_fraction"),
-        |r| r.corrected_fraction,
-    ),
-    row("update/approx_kl", Some("agl_trainer_approx_kl"), |r| {
-        r.approx_kl
-    }),
-    row("update/engine_kl", Some("agl_trainer_engine_kl"), |r| {
-        r.engine_kl
-    }),
-    row(
-        "update/mismatch_mean",
-        Some("agl_trainer_mismatch_mean"),
-        |r| r.mismatch_mean,
-    ),
-    row(
-        "update/mismatch_max",
-        Some("agl_trainer_mismatch_max"),
-        |r| r.mismatch_max,
-    ),
-    row(
-        "update/outside_token_fraction",
-        Some("agl_trainer_outside_token_fraction"),
-        |r| r.outside_token_fraction,
-    ),
-    row(
-        "update/outside_sequence_fraction",
-        Some("agl_trainer_outside_sequence_fraction"),
-        |r| r.outside_sequence_fraction,
-    ),
-    row("update/ref_kl", None, |r| r.ref_kl),
-    row("update/entropy", Some("agl_trainer_entropy"), |r| r.entropy),
-    row("update/grad_norm", Some("agl_trainer_grad_norm"), |r| {
-        r.grad_norm
-    }),
-    row("update/lr", Some("agl_trainer_lr"), |r| r.lr),
-    row(
-        "update/padding_waste",
-        Some("agl_trainer_padding_waste"),
-        |r| r.padding_waste,
-    ),
+/// The plot's panels in drawing order. (The loss is not drawn: with one
+/// optimizer step per batch it is ~0 by construction.)
+pub const PANELS: &[Panel] = &[
+    panel(REWARD),
+    Panel {
+        tools_only: true,
+        ..panel(TOOL_USE)
+    },
+    panel(PER_ROLLOUT),
+    panel("gradient norm (before clipping)"),
+    panel("entropy (nats per token)"),
+    panel(ENGINE_GAP),
 ];
+const REWARD: &str = "reward";
+const TOOL_USE: &str = "tool use (share of rollouts)";
+const PER_ROLLOUT: &str = "per rollout";
+const ENGINE_GAP: &str = "trainer vs engine";
+
+const fn panel(title: &'static str) -> Panel {
+    Panel {
+        title,
+        tools_only: false,
+    }
+}
+
+impl Metric {
+    /// A training statistic exported under `tag`.
+    const fn tagged(tag: &'static str, value: fn(&StepRecord) -> Option<f64>) -> Metric {
+        Metric {
+            tag: Some(tag),
+            ..Metric::untagged(value)
+        }
+    }
+
+    const fn untagged(value: fn(&StepRecord) -> Option<f64>) -> Metric {
+        Metric {
+            tag: None,
+            gauge: None,
+            counter: None,
+            column: None,
+            series: None,
+            baseline: false,
+            value,
+        }
+    }
+
+    /// Measured by the baseline as well.
+    const fn baseline(self) -> Metric {
+        Metric {
+            baseline: true,
+            ..self
+        }
+    }
+
+    const fn gauge(self, name: &'static str) -> Metric {
+        Metric {
+            gauge: Some(name),
+            ..self
+        }
+    }
+
+    /// A training count summed over the run (`NAME_total`).
+    const fn counter(self, name: &'static str) -> Metric {
+        Metric {
+            counter: Some(name),
+            ..self
+        }
+    }
+
+    const fn column(self, label: &'static str, format: Format) -> Metric {
+        Metric {
+            column: Some((label, format)),
+            ..self
+        }
+    }
+
+    const fn plot(self, panel: &'static str, label: &'static str, color: RGBColor) -> Metric {
+        Metric {
+            series: Some(Series {
+                panel,
+                label,
+                color,
+            }),
+            ..self
+        }
+    }
+}
+
+/// Every figure of a step record.
+pub const METRICS: &[Metric] = &[
+    Metric::untagged(|r| Some(r.step as f64))
+        .baseline()
+        .gauge("agl_trainer_step"),
+    Metric::tagged("run/total_steps", |r| Some(r.total_steps as f64))
+        .baseline()
+        .gauge("agl_trainer_total_steps"),
+    Metric::tagged("run/weight_version", |r| Some(r.weight_version as f64))
+        .baseline()
+        .gauge("agl_trainer_weight_version"),
+    Metric::tagged("time/elapsed_s", |r| Some(r.elapsed_s))
+        .baseline()
+        .gauge("agl_trainer_elapsed_seconds"),
+    Metric::tagged("val/rollouts", |r| {
+        (r.val_reward.is_some() || r.val_rollouts > 0).then_some(r.val_rollouts as f64)
+    })
+    .baseline(),
+    Metric::tagged("val/calls_per_rollout", |r| r.val_calls_per_rollout).baseline(),
+    Metric::tagged("time/step_s", |r| Some(r.step_s)).gauge("agl_trainer_step_seconds"),
+    Metric::tagged("time/wait_s", |r| Some(r.wait_s)).gauge("agl_trainer_wait_seconds"),
+    Metric::tagged("time/train_s", |r| Some(r.train_s)).gauge("agl_trainer_train_seconds"),
+    Metric::tagged("time/drain_s", |r| Some(r.drain_s)).gauge("agl_trainer_drain_seconds"),
+    Metric::tagged("train/reward", |r| r.reward_mean)
+        .gauge("agl_trainer_reward_mean")
+        .plot(REWARD, "train (mean)", BLUE),
+    Metric::tagged("train/calls_per_rollout", |r| r.calls_per_rollout)
+        .gauge("agl_trainer_calls_per_rollout")
+        .plot(PER_ROLLOUT, "model calls", BLUE),
+    Metric::tagged("train/tool_use", |r| r.tool_use)
+        .gauge("agl_trainer_tool_use")
+        .plot(TOOL_USE, "train", BLUE),
+    // After the train rows: a panel lists its series in table order.
+    Metric::tagged("val/reward", |r| r.val_reward)
+        .baseline()
+        .gauge("agl_trainer_val_reward")
+        .plot(REWARD, "validation", RED),
+    Metric::tagged("val/tool_use", |r| r.val_tool_use)
+        .baseline()
+        .plot(TOOL_USE, "validation", RED),
+    Metric::tagged("train/groups", |r| Some(r.groups as f64)),
+    Metric::tagged("train/rollouts", |r| Some(r.rollouts as f64))
+        .gauge("agl_trainer_rollouts")
+        .counter("agl_trainer_rollouts_total"),
+    Metric::tagged("train/samples", |r| Some(r.samples as f64))
+        .gauge("agl_trainer_samples")
+        .counter("agl_trainer_samples_total"),
+    Metric::tagged("train/tokens", |r| Some(r.tokens as f64))
+        .gauge("agl_trainer_tokens")
+        .counter("agl_trainer_tokens_total"),
+    Metric::tagged("train/carried_groups", |r| Some(r.carried_groups as f64)),
+    Metric::tagged("train/stale_tokens", |r| Some(r.stale_tokens as f64)),
+    Metric::tagged("train/excluded_system", |r| Some(r.excluded_system as f64))
+        .counter("agl_trainer_excluded_system_total"),
+    Metric::tagged("train/excluded_no_reward", |r| {
+        Some(r.excluded_no_reward as f64)
+    })
+    .counter("agl_trainer_excluded_no_reward_total"),
+    Metric::tagged("train/plugin_failures", |r| Some(r.plugin_failures as f64))
+        .counter("agl_trainer_plugin_failures_total"),
+    Metric::tagged("train/dropped_stale", |r| Some(r.dropped_stale as f64))
+        .counter("agl_trainer_dropped_stale_total"),
+    Metric::tagged("train/mean_staleness", |r| Some(r.mean_staleness))
+        .gauge("agl_trainer_mean_staleness"),
+    Metric::tagged("train/samples_per_rollout", |r| per_rollout(r, r.samples)).plot(
+        PER_ROLLOUT,
+        "samples",
+        GREEN,
+    ),
+    // Breaks are listed by class in each view; their sum per rollout is
+    // drawn only.
+    Metric::untagged(|r| per_rollout(r, r.breaks.values().sum())).plot(
+        PER_ROLLOUT,
+        "chain breaks",
+        RED,
+    ),
+    Metric::tagged("update/micro_batches", |r| Some(r.micro_batches as f64)),
+    Metric::tagged("update/skipped_samples", |r| Some(r.skipped_samples as f64)),
+    Metric::tagged("update/loss", |r| r.loss).gauge("agl_trainer_loss"),
+    Metric::tagged("update/grad_norm", |r| r.grad_norm)
+        .gauge("agl_trainer_grad_norm")
+        .column("grad", Format::Fixed(2))
+        .plot("gradient norm (before clipping)", "grad norm", BLACK),
+    Metric::tagged("update/entropy", |r| r.entropy)
+        .gauge("agl_trainer_entropy")
+        .column("ent", Format::Fixed(2))
+        .plot("entropy (nats per token)", "entropy", MAGENTA),
+    Metric::tagged("update/engine_kl", |r| r.engine_kl)
+        .gauge("agl_trainer_engine_kl")
+        .column("engine kl", Format::Sci)
+        .plot(ENGINE_GAP, "KL(engine || trainer)", BLUE),
+    Metric::tagged("update/mismatch_mean", |r| r.mismatch_mean)
+        .gauge("agl_trainer_mismatch_mean")
+        .column("gap", Format::Sci)
+        .plot(ENGINE_GAP, "mean |logprob gap|", BLACK),
+    Metric::tagged("update/mismatch_max", |r| r.mismatch_max)
+        .gauge("agl_trainer_mismatch_max")
+        .column("max gap", Format::Sci),
+    Metric::tagged("update/outside_token_fraction", |r| {
+        r.outside_token_fraction
+    })
+    .gauge("agl_trainer_outside_token_fraction")
+    .column("outside", Format::Percent)
+    .plot(ENGINE_GAP, "tokens outside bounds", MAGENTA),
+    Metric::tagged("update/outside_sequence_fraction", |r| {
+        r.outside_sequence_fraction
+    })
+    .gauge("agl_trainer_outside_sequence_fraction")
+    .column("outside seqs", Format::Percent),
+    Metric::tagged("update/corrected_fraction", |r| r.corrected_fraction)
+        .gauge("agl_trainer_corrected_fraction")
+        .column("corrected", Format::Percent)
+        .plot(ENGINE_GAP, "corrected share", RED),
+    Metric::tagged("update/clip_fraction", |r| r.clip_fraction).gauge("agl_trainer_clip_fraction"),
+    Metric::tagged("update/approx_kl", |r| r.approx_kl).gauge("agl_trainer_approx_kl"),
+    Metric::tagged("update/ref_kl", |r| r.ref_kl),
+    Metric::tagged("update/lr", |r| r.lr).gauge("agl_trainer_lr"),
+    Metric::tagged("update/padding_waste", |r| r.padding_waste).gauge("agl_trainer_padding_waste"),
+];
+
+/// `n` per kept rollout; `None` without rollouts.
+fn per_rollout(r: &StepRecord, n: usize) -> Option<f64> {
+    (r.rollouts > 0).then(|| n as f64 / r.rollouts as f64)
+}
 
 #[cfg(test)]
 mod tests {
@@ -243,6 +284,18 @@ mod tests {
             for name in [m.tag, m.gauge, m.counter].into_iter().flatten() {
                 assert!(seen.insert(name), "{name} twice");
             }
+        }
+    }
+
+    #[test]
+    fn each_series_is_drawn_on_a_panel() {
+        for s in METRICS.iter().filter_map(|m| m.series.as_ref()) {
+            assert!(
+                PANELS.iter().any(|p| p.title == s.panel),
+                "{}: no panel {:?}",
+                s.label,
+                s.panel
+            );
         }
     }
 

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::StepRecord;
 use super::record::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE};
+use super::table::{Format, METRICS};
 
 /// Samples per rollout, the figure token-exact continuation drives to 1.00.
 pub fn per_rollout(samples: usize, rollouts: usize) -> String {
@@ -19,9 +20,10 @@ pub fn per_rollout(samples: usize, rollouts: usize) -> String {
 /// `step 3/8 v3 | reward 0.625 | val 0.950 tool 100% | tool 84% | 1.84 calls 1.00 samples
 /// per rollout | breaks retok 0 tmpl 0 other 0 | 32 rollouts 4.3k tok | 38.2s`
 /// `    wait 20.1s train 17.5s drain 0.4s | 24 trained (8 zero-advantage skipped) | grad 3.61
-/// ent 1.52 | engine kl 3.2e-5 gap 1.1e-3/4.0e-2 outside 0%/0% corrected 0% | excl sys 1
-/// noreward 0` (gap: mean/max |log p_engine - log p_trainer|; outside: tokens/sequences
-/// whose ratio leaves the correction's bounds).
+/// ent 1.52 engine kl 3.2e-5 gap 1.1e-3 max gap 4.0e-2 outside 0% outside seqs 0% corrected 0%
+/// | excl sys 1 noreward 0` (gap: mean and max |log p_engine - log p_trainer|; outside:
+/// tokens and sequences whose ratio leaves the correction's bounds). The update's figures
+/// are the rows of [`METRICS`] with a column, in table order.
 /// `val` appears on validation steps only; the tool-use rates once `tools`
 /// (the harness has reported using a tool in this run); plugin failures,
 /// stale drops and carried groups only when non-zero. Step 0 is the one
@@ -84,26 +86,37 @@ pub fn summary_lines(r: &StepRecord, tools: bool) -> String {
     let _ = write!(
         s,
         " | {:.1}s\n    wait {:.1}s train {:.1}s drain {:.1}s | {} trained ({} zero-advantage skipped) \
-         | grad {} ent {} | engine kl {} gap {}/{} outside {}/{} corrected {} \
-         | excl sys {} noreward {}",
+         | {} | excl sys {} noreward {}",
         r.step_s,
         r.wait_s,
         r.train_s,
         r.drain_s,
         r.samples - r.skipped_samples.min(r.samples),
         r.skipped_samples,
-        opt(r.grad_norm, 2),
-        opt(r.entropy, 2),
-        sci(r.engine_kl),
-        sci(r.mismatch_mean),
-        sci(r.mismatch_max),
-        r.outside_token_fraction.map_or("-".into(), percent),
-        r.outside_sequence_fraction.map_or("-".into(), percent),
-        r.corrected_fraction.map_or("-".into(), percent),
+        columns(r),
         r.excluded_system,
         r.excluded_no_reward,
     );
     s
+}
+
+/// The update's figures, each row of [`METRICS`] with a column: `grad 3.61
+/// ent 1.52 engine kl 3.2e-5 ...`, `-` for one not computed.
+fn columns(r: &StepRecord) -> String {
+    let cells: Vec<String> = METRICS
+        .iter()
+        .filter_map(|m| {
+            let (label, format) = m.column?;
+            let v = (m.value)(r).filter(|v| v.is_finite());
+            let shown = match format {
+                Format::Fixed(decimals) => opt(v, decimals),
+                Format::Sci => sci(v),
+                Format::Percent => v.map_or("-".into(), percent),
+            };
+            Some(format!("{label} {shown}"))
+        })
+        .collect();
+    cells.join(" ")
 }
 
 /// `3.2e-5`, `-` when absent.
