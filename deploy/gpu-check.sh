@@ -7,9 +7,9 @@
 # Recipe (on the build machine, CUDA torch in the venv: `pip install
 # torch==2.13.0` from the CUDA index into $AGL_VENV, then deploy/setup.sh):
 #   . deploy/env.sh
-#   cargo test -p agl-trainer --test trainer --release --no-run --message-format=json \
+#   cargo test -p agl-rl --test rl --release --no-run --message-format=json \
 #     | jq -r 'select(.executable != null) .executable' > build/gpu-bins.txt
-#   cargo bench -p agl-trainer --no-run --message-format=json \
+#   cargo bench -p agl-engine -p agl-rl --no-run --message-format=json \
 #     | jq -r 'select(.executable != null) .executable' >> build/gpu-bins.txt
 # then copy the repo (with build/gpu-bins.txt and the listed binaries at the
 # same paths) and $AGL_VENV to the GPU machine, and there:
@@ -31,7 +31,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 nvidia-smi -L
 
-tests=$(grep '/deps/trainer-' "$list" | head -n1)
+tests=$(grep '/deps/rl-' "$list" | head -n1)
 [[ -x "$tests" ]] || { echo "gpu-check: FAIL (test binary $tests missing)"; exit 1; }
 log=$(mktemp)
 "$tests" cuda --ignored --test-threads 1 --nocapture 2>&1 | tee "$log"

@@ -43,12 +43,12 @@ step() {
 TORCH_VERSION=2.13.0  # tch 0.26 is built against exactly this libtorch
 OPENAI_VERSION=3.57.0  # the SDK host/gateway/tests/gateway/openai_sdk.rs drives the proxy with
 ANTHROPIC_VERSION=2.15.0  # the SDK host/gateway/tests/gateway/anthropic_sdk.rs drives it with
-# host/agl/tests/e2e/model_import.rs and trainer/tests/trainer/hf_parity.rs compare against these.
+# host/agl/tests/e2e/model_import.rs and trainer/model/tests/model/hf_parity.rs compare against these.
 TRANSFORMERS_VERSION=5.24.0
 GGUF_VERSION=0.19.0
 JINJA2_VERSION=3.1.6
 ACCELERATE_VERSION=1.15.0  # transformers needs it to load a model from a GGUF
-PEFT_VERSION=0.21.2  # trainer/tests/trainer/lora_parity.rs compares LoRA against it
+PEFT_VERSION=0.21.2  # trainer/rl/tests/rl/lora_parity.rs compares LoRA against it
 # Builds the Python plugins (plugins/python) into components (plugins/build.sh).
 COMPONENTIZE_PY_VERSION=0.25.1
 JSONSCHEMA_VERSION=4.26.0  # validates constrained outputs (host/agl/tests/e2e/engine_choices.rs)

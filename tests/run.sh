@@ -20,7 +20,7 @@ cargo test --workspace --all-targets --no-run
 # type-checked and linted); it runs only where there is a GPU. Metadata
 # only: the dependencies are the test build's, and no second codegen of
 # the trainer for a library nothing here links.
-cargo rustc -p agl-trainer --lib --features nccl -- --emit=metadata
+cargo rustc -p agl-rl --lib --features nccl -- --emit=metadata
 log=$(mktemp)
 # Tests that cannot run here record themselves (tests/support/skip.rs).
 AGL_SKIPS=$(mktemp)

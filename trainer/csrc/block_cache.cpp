@@ -1,5 +1,5 @@
 // libtorch's CPU allocator with a cache of large blocks for the training
-// step (`trainer/src/memory.rs`, `reuse_freed_blocks`).
+// step (`trainer/rl/src/memory.rs`, `reuse_freed_blocks`).
 //
 // libtorch allocates every CPU tensor with `posix_memalign` and frees it
 // when the tensor dies. glibc hands blocks of 32 MiB and more (and, on a

@@ -1,7 +1,7 @@
 //! The trainer/engine mismatch on a real model: SmolLM2-135M-Instruct sampled
 //! by agl's engine in f32 and in bf16, each token's sampling logprob against
 //! the f32 trainer's logprob of the same token (what the loss's correction
-//! sees), in the figures a step reports (`agl_trainer::rl::loss::Mismatch`).
+//! sees), in the figures a step reports (`agl_rl::loss::Mismatch`).
 //!
 //! `cargo bench -p agl --bench mismatch [-- --prompts N --tokens T]`
 //! (needs `agl model fetch smollm2`; the prompts are chat-templated
@@ -15,11 +15,11 @@
 
 use std::path::PathBuf;
 
+use agl_engine::{EngineConfig, EngineEvent, EngineHandle, Request, SamplingParams};
+use agl_model::{Model, token_logprobs};
+use agl_rl::loss::{Mismatch, TokenInputs, token_loss};
+use agl_rl::{Correction, LossConfig};
 use agl_tokenizer::Tokenizer;
-use agl_trainer::engine::{EngineConfig, EngineEvent, EngineHandle, Request, SamplingParams};
-use agl_trainer::model::{Model, token_logprobs};
-use agl_trainer::rl::loss::{Mismatch, TokenInputs, token_loss};
-use agl_trainer::rl::{Correction, LossConfig};
 use tch::{Device, Kind, Tensor};
 
 const QUESTIONS: [&str; 8] = [

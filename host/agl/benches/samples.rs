@@ -268,7 +268,7 @@ async fn embedded(dir: &Path, render: Render, ids: &[String]) -> Embedded {
     if render == Render::Gateway {
         gateway = gateway.with_policy(agl::assembly::renderer(dir).expect("renderer"));
     }
-    let engine = agl_trainer::engine::EngineConfig {
+    let engine = agl_engine::EngineConfig {
         max_seqs: 4,
         max_len: 4096,
         weight_version: 0,

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use agl_conversation::Renderer;
+use agl_engine::EngineConfig;
 use agl_gateway::{Gateway, MetricsSource, SharedPluginAdmin};
 use agl_inference::InferenceServer;
 use agl_store::Store;
 use agl_tokenizer::Tokenizer;
-use agl_trainer::engine::EngineConfig;
 use agl_wire::api::Render;
 
 use crate::config::Config;

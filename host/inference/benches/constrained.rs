@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use agl_engine::EngineConfig;
 use agl_inference::InferenceServer;
-use agl_trainer::engine::EngineConfig;
 use axum::body::Body;
 use serde_json::{Value, json};
 use tower::ServiceExt;

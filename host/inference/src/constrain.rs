@@ -4,13 +4,13 @@
 //! `grammar` in Lark), or a forced tool call (`tool_choice` `required` or a
 //! named function, written as the model family writes calls)
 //! becomes a grammar whose token mask the engine samples under
-//! (`agl_trainer::engine::TokenConstraint`).
+//! (`agl_engine::TokenConstraint`).
 
 use std::sync::{Arc, OnceLock};
 
 use agl_conversation::{Family, ToolChoice, compact_schema};
+use agl_engine::TokenConstraint;
 use agl_tokenizer::Tokenizer;
-use agl_trainer::engine::TokenConstraint;
 use agl_wire::ApiError;
 use llguidance::api::TopLevelGrammar;
 use llguidance::earley::SlicedBiasComputer;

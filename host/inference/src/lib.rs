@@ -1,10 +1,10 @@
 //! agl's OpenAI-compatible inference server over the token-level engine
-//! (`agl_trainer::engine`): `/v1/chat/completions`, `/v1/completions` and
+//! (`agl_engine`): `/v1/chat/completions`, `/v1/completions` and
 //! `/v1/models`, shaped like vLLM (>= 0.10.2) so the gateway records the
 //! same things from it: `return_token_ids` gives the prompt ids (top level
 //! for chat, on the choice for completions) and the choice's `token_ids`;
 //! `logprobs` gives each sampled token's logprob (the engine's convention,
-//! see `agl_trainer::engine`), and `top_logprobs` (chat) / `logprobs: k`
+//! see `agl_engine`), and `top_logprobs` (chat) / `logprobs: k`
 //! (completions) the k <= 20 most likely tokens under the same
 //! distribution. `n` samples that many choices, each its own engine
 //! sequence (seeded `seed + index`), streamed interleaved with their index.
@@ -41,11 +41,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agl_trainer::engine::{
+use agl_engine::{
     EngineConfig, EngineError, EngineEvent, EngineHandle, Finished, Request, StopHook,
     TokenConstraint, TopLogprobs,
 };
-use agl_trainer::model::Model;
+use agl_model::Model;
 use anyhow::Context;
 use axum::Router;
 use axum::body::Bytes;

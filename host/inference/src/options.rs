@@ -1,6 +1,6 @@
 //! The sampling and output options of a chat or completions request body.
 
-use agl_trainer::engine::{MAX_TOP_LOGPROBS, SamplingParams};
+use agl_engine::{MAX_TOP_LOGPROBS, SamplingParams};
 use serde_json::Value;
 
 use agl_wire::ApiError;

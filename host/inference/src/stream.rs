@@ -5,7 +5,7 @@
 
 use std::io;
 
-use agl_trainer::engine::EngineEvent;
+use agl_engine::EngineEvent;
 use agl_wire::openai::Completion;
 use axum::body::{Body, Bytes};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};

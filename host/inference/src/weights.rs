@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tch::Tensor;
 
 use crate::InferenceServer;
-use agl_trainer::engine::InFlight;
+use agl_engine::InFlight;
 use agl_wire::ApiError;
 
 #[derive(Deserialize)]

@@ -1,5 +1,5 @@
 """Reference LoRA numbers from PEFT for the Rust parity test
-(trainer/tests/trainer/lora_parity.rs).
+(trainer/rl/tests/rl/lora_parity.rs).
 
 Usage: python peft_reference.py OUT_DIR
        python peft_reference.py --load BASE ADAPTER TOKENS OUT

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agl_trainer::engine::EngineConfig;
+use agl_engine::EngineConfig;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 

@@ -323,7 +323,7 @@ mod tests {
 
     #[test]
     fn the_correction_and_the_normalisation_reach_the_trainer() {
-        use agl_trainer::rl::{Correction, LossNorm};
+        use agl_rl::{Correction, LossNorm};
         let config = Config::load(None, &[]).unwrap();
         let step = config.train.step(1.0);
         assert_eq!(step.loss.correction, Correction::TokenTis { high: 2.0 });

@@ -5,11 +5,11 @@ use agl_conversation::ToolFormat;
 use agl_wire::api::{EngineApi, Render};
 use std::path::PathBuf;
 
-use agl_trainer::engine::EngineConfig as TchEngineConfig;
-use agl_trainer::model::{Lean, LoraConfig};
+use agl_engine::EngineConfig as TchEngineConfig;
+use agl_model::{Lean, LoraConfig};
 use serde::{Deserialize, Serialize};
 
-use agl_trainer::rl::{
+use agl_rl::{
     AdamWConfig, BatchConfig, Correction, Estimator, LossConfig, LossNorm, LrDecay, LrSchedule,
     ScheduleConfig, StepConfig, UpdateCap,
 };
@@ -41,10 +41,10 @@ pub enum InFlightMode {
 
 impl InFlightMode {
     /// What the engine does with its running sequences.
-    pub fn engine(self) -> agl_trainer::engine::InFlight {
+    pub fn engine(self) -> agl_engine::InFlight {
         match self {
-            InFlightMode::Drain => agl_trainer::engine::InFlight::Abort,
-            InFlightMode::Continue => agl_trainer::engine::InFlight::Continue,
+            InFlightMode::Drain => agl_engine::InFlight::Abort,
+            InFlightMode::Continue => agl_engine::InFlight::Continue,
         }
     }
 
@@ -155,7 +155,7 @@ impl RunConfig {
 }
 
 /// `[train] correction`: how the engine/trainer mismatch is corrected
-/// (`agl_trainer::rl::Correction`).
+/// (`agl_rl::Correction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CorrectionKind {
@@ -167,7 +167,7 @@ pub enum CorrectionKind {
 }
 
 /// `[train] loss_norm`: what weighs the same in the loss
-/// (`agl_trainer::rl::LossNorm`).
+/// (`agl_rl::LossNorm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LossNormKind {
@@ -214,7 +214,7 @@ pub struct TrainConfig {
     pub kl_coef: f64,
     /// Slots (rows x padded length) per micro-batch.
     pub token_budget: usize,
-    /// A micro-batch pass's fixed cost, in slots (`agl_trainer::rl::pack`).
+    /// A micro-batch pass's fixed cost, in slots (`agl_rl::pack`).
     pub micro_batch_overhead: usize,
     /// Update cap: whole groups beyond these are carried to the next step.
     pub max_groups: Option<usize>,
@@ -274,7 +274,7 @@ impl Default for TrainConfig {
             loss_norm: LossNormKind::Rollout,
             kl_coef: 0.0,
             token_budget: 8192,
-            micro_batch_overhead: agl_trainer::rl::step::DEFAULT_MICRO_BATCH_OVERHEAD,
+            micro_batch_overhead: agl_rl::config::DEFAULT_MICRO_BATCH_OVERHEAD,
             max_groups: None,
             max_samples: None,
             max_tokens: None,

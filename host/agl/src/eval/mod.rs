@@ -16,10 +16,10 @@ use anyhow::Context;
 use serde_json::Value;
 
 use agl_client::GatewayClient;
+use agl_engine::InFlight;
 use agl_plugin_host::{Plugin, World};
-use agl_trainer::checkpoint;
-use agl_trainer::engine::InFlight;
-use agl_trainer::rl::Outcome;
+use agl_rl::Outcome;
+use agl_rl::checkpoint;
 use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
 

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use agl_engine::{EngineConfig as TchEngineConfig, InFlight};
 use agl_gateway::Gateway;
 use agl_inference::InferenceServer;
 use agl_store::Store;
-use agl_trainer::engine::{EngineConfig as TchEngineConfig, InFlight};
 use agl_wire::api::{Engine, RegisterEngine, Render};
 use agl_wire::urls;
 

@@ -28,7 +28,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use agl_trainer::engine::InFlight;
+use agl_engine::InFlight;
 
 use crate::config::{EngineKind, PauseMode};
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agl_trainer::rl::{self, Outcome};
+use agl_rl::{self as rl, Outcome};
 
 use crate::link::Link;
 use crate::plugins::{Plugins, describe, score};

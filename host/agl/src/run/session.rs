@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use agl_gateway::Gateway;
+use agl_rl::checkpoint;
 use agl_tokenizer::Tokenizer;
-use agl_trainer::checkpoint;
 
 use super::data::Dataset;
 use super::driver::{Driver, HostState, Parts, Start};
@@ -215,7 +215,7 @@ impl Session<'_> {
                 };
                 // Nothing of this run is in flight yet.
                 policy
-                    .update(&trainer, version, agl_trainer::engine::InFlight::Abort)
+                    .update(&trainer, version, agl_engine::InFlight::Abort)
                     .await?;
                 tracing::info!(step = meta.step, version, path = %path.display(), "resumed");
                 Start {

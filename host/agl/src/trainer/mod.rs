@@ -12,12 +12,12 @@ use anyhow::Context;
 use tch::{Device, Kind, Tensor};
 use tokio::sync::oneshot;
 
-use agl_trainer::checkpoint::{self, CheckpointMeta};
-use agl_trainer::model::{LoraConfig, Model};
-use agl_trainer::rl::data_parallel::gather_optimizer_state;
-use agl_trainer::rl::{
-    AdamWConfig, LrSchedule, RlOptimizer, StepConfig, StepStats, UpdateBatch, score_ref_logprobs,
-    train_step, train_step_data_parallel,
+use agl_model::{LoraConfig, Model};
+use agl_rl::checkpoint::{self, CheckpointMeta};
+use agl_rl::data_parallel::gather_optimizer_state;
+use agl_rl::{
+    AdamWConfig, LrSchedule, OneRank, RlOptimizer, StepConfig, StepStats, UpdateBatch,
+    score_ref_logprobs, train_step,
 };
 
 use ranks::{DataParallel, Dist, RankCommand, RankSpec};
@@ -80,7 +80,7 @@ impl Trainer {
         std::thread::Builder::new()
             .name("agl-trainer".into())
             .spawn(move || {
-                if spec.release_freed_memory && !agl_trainer::memory::release_freed_memory() {
+                if spec.release_freed_memory && !agl_rl::memory::release_freed_memory() {
                     tracing::warn!(
                         "train.release_freed_memory: not on this allocator (glibc only)"
                     );
@@ -221,7 +221,8 @@ fn serve(
                 let out = match scored {
                     Err(e) => Err(e.into()),
                     Ok(()) => match &mut dist {
-                        None => train_step(&model, &mut opt, &batch, &cfg).map_err(Into::into),
+                        None => train_step(&model, &mut opt, &batch, &cfg, &mut OneRank)
+                            .map_err(Into::into),
                         Some(d) => train_ranks(d, &model, &mut opt, batch, cfg),
                     },
                 };
@@ -270,7 +271,7 @@ fn train_ranks(
         let RankCommand::Train(batch, cfg) = &command else {
             unreachable!("built above")
         };
-        train_step_data_parallel(model, opt, batch, cfg, &mut dist.group).map_err(Into::into)
+        train_step(model, opt, batch, cfg, &mut dist.group).map_err(Into::into)
     });
     out.map_err(|e| dist.explain(e))
 }

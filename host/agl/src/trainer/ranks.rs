@@ -20,13 +20,12 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
-use agl_trainer::checkpoint;
-use agl_trainer::dist::{Backend, GroupConfig, ProcessGroup};
-use agl_trainer::model::{LoraConfig, Model};
-use agl_trainer::rl::data_parallel::gather_optimizer_state;
-use agl_trainer::rl::{
-    AdamWConfig, LrSchedule, RlOptimizer, StepConfig, UpdateBatch, train_step_data_parallel,
-    weights_hash,
+use agl_model::{LoraConfig, Model};
+use agl_rl::checkpoint;
+use agl_rl::data_parallel::gather_optimizer_state;
+use agl_rl::dist::{Backend, GroupConfig, ProcessGroup};
+use agl_rl::{
+    AdamWConfig, LrSchedule, RlOptimizer, StepConfig, UpdateBatch, train_step, weights_hash,
 };
 
 /// The group's shape as `[train]` asks for it.
@@ -235,7 +234,7 @@ pub fn run_rank() -> anyhow::Result<()> {
     let spec: RankSpec = postcard::from_bytes(&group.broadcast_bytes(&[], 0)?)
         .context("rank 0's spec (is every rank the same agl build?)")?;
     if spec.release_freed_memory {
-        agl_trainer::memory::release_freed_memory();
+        agl_rl::memory::release_freed_memory();
     }
     let kind = if spec.bf16 {
         Kind::BFloat16
@@ -259,7 +258,7 @@ pub fn run_rank() -> anyhow::Result<()> {
             .with_context(|| format!("rank {}: waiting for rank 0", cfg.rank))?;
         match postcard::from_bytes::<RankCommand>(&bytes)? {
             RankCommand::Train(batch, step) => {
-                train_step_data_parallel(&model, &mut opt, &batch, &step, &mut group)
+                train_step(&model, &mut opt, &batch, &step, &mut group)
                     .with_context(|| format!("rank {}: update", cfg.rank))?;
             }
             RankCommand::GatherState => {

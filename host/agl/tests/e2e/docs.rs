@@ -40,7 +40,7 @@ fn the_readme_names_only_harnesses_with_an_example() {
 /// `#[ignore]`d (`deploy/gpu-check.sh` runs them with `--ignored`).
 #[test]
 fn cuda_tests_are_skipped_not_passed_without_a_gpu() {
-    let path = repo_root().join("trainer/tests/trainer/cuda.rs");
+    let path = repo_root().join("trainer/rl/tests/rl/cuda.rs");
     let text = std::fs::read_to_string(&path).expect("cuda.rs");
     let lines: Vec<&str> = text.lines().collect();
     let tests: Vec<usize> = (0..lines.len())

@@ -62,7 +62,7 @@ async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smollm2_serves_choices_alternatives_and_valid_constrained_output() {
     let dir = crate::engine_server::smollm2_dir();
-    let config = agl_trainer::engine::EngineConfig {
+    let config = agl_engine::EngineConfig {
         max_seqs: 4,
         max_len: 1024,
         weight_version: 0,
@@ -312,8 +312,8 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
 /// the same numbers; unmasked ones would be lower.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constrained_logprobs_are_recorded_under_the_mask() {
+    use agl_engine::TokenConstraint;
     use agl_inference::Api;
-    use agl_trainer::engine::TokenConstraint;
     use tch::Tensor;
 
     let env = start().await;

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agl::policy::embed;
+use agl_engine::{EngineConfig, InFlight};
 use agl_gateway::Gateway;
 use agl_gateway::GatewayConfig;
 use agl_inference::InferenceServer;
+use agl_model::{Model, ModelConfig, token_logprobs};
 use agl_store::{Mode, NewRollout, Render, Store};
 use agl_tokenizer::Tokenizer;
-use agl_trainer::engine::{EngineConfig, InFlight};
-use agl_trainer::model::{Model, ModelConfig, token_logprobs};
 use agl_wire::WEIGHT_VERSION_HEADER;
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::RolloutStatus;

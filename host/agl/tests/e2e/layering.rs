@@ -1,8 +1,10 @@
 //! The crate layering ARCHITECTURE.md states, checked on `cargo metadata`:
 //! the store, gateway, controller, plugin host and wire crates never link
-//! libtorch (agl-trainer, tch, torch-sys) even indirectly, plugins know only
-//! the WIT contract (no host crate), and no cycle runs through workspace
-//! crates, dev-dependencies included.
+//! libtorch (the trainer crates, tch, torch-sys) even indirectly, the
+//! trainer crates point one way (model <- engine, model <- rl) and know
+//! nothing of HTTP, plugins know only the WIT contract (no host crate), and
+//! no cycle runs through workspace crates, dev-dependencies included; and,
+//! inside the crates that hold the most modules, no circle of imports.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -24,7 +26,9 @@ const TORCH_FREE: &[&str] = &[
     "agl-models",
     "agl-testengine",
 ];
-const TORCH: &[&str] = &["agl-trainer", "tch", "torch-sys"];
+const TORCH: &[&str] = &["agl-model", "agl-engine", "agl-rl", "tch", "torch-sys"];
+/// HTTP crates, which the trainer crates never link.
+const HTTP: &[&str] = &["hyper", "axum", "reqwest", "agl-wire", "agl-gateway"];
 
 struct Graph {
     /// Package id -> name.
@@ -156,7 +160,36 @@ fn subsystem_crates_never_link_libtorch() {
     }
     // And the check can fail: the engine does link it.
     let engine = g.linked(g.id("agl-inference"));
-    assert!(engine.keys().any(|d| g.names[d] == "agl-trainer"));
+    assert!(engine.keys().any(|d| g.names[d] == "agl-engine"));
+}
+
+/// agl-model is the base of the trainer crates: the engine and the RL
+/// update build on it and not on each other, and none speaks HTTP.
+#[test]
+fn trainer_crates_point_one_way_and_know_no_http() {
+    let g = metadata();
+    let links = |from: &str, to: &str| {
+        g.linked(g.id(from))
+            .into_iter()
+            .find(|(d, _)| g.names[d] == to)
+            .map(|(_, path)| path.join(" -> "))
+    };
+    for (from, to) in [
+        ("agl-model", "agl-engine"),
+        ("agl-model", "agl-rl"),
+        ("agl-engine", "agl-rl"),
+        ("agl-rl", "agl-engine"),
+    ] {
+        assert_eq!(links(from, to), None, "{from} must not link {to}");
+    }
+    for from in ["agl-model", "agl-engine", "agl-rl"] {
+        for to in HTTP {
+            assert_eq!(links(from, to), None, "{from} must not link {to}");
+        }
+    }
+    // And the check can fail: the engine and the RL update do build on the model.
+    assert!(links("agl-engine", "agl-model").is_some());
+    assert!(links("agl-rl", "agl-model").is_some());
 }
 
 #[test]
@@ -207,22 +240,33 @@ fn no_cycle_through_workspace_crates() {
     }
 }
 
-/// The top-level modules of `host/agl/src` (a file or a folder) and the
-/// other top-level modules each names through `crate::`.
-fn module_imports() -> BTreeMap<String, BTreeSet<String>> {
-    let src = repo_root().join("host/agl/src");
-    let mut modules: BTreeMap<String, Vec<std::path::PathBuf>> = BTreeMap::new();
+/// The top-level modules of a crate's `src` (a file or a folder) and the
+/// other top-level modules each names through `crate::` (or, in its own top
+/// file, `super::`), braced groups included, in product code: comments and
+/// a trailing `#[cfg(test)] mod tests` are not read.
+fn module_imports(crate_dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let src = repo_root().join(crate_dir).join("src");
+    let mut modules: BTreeMap<String, Vec<(std::path::PathBuf, bool)>> = BTreeMap::new();
     for entry in std::fs::read_dir(&src).expect("src").flatten() {
         let path = entry.path();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        // The binary's own modules (`main.rs`, `cli/`) sit on top of all.
+        // The crate root (and the binary's own `main.rs`, `cli/`) sit on top of all.
         if name == "main" || name == "cli" || name == "lib" {
             continue;
         }
         let files = if path.is_dir() {
+            let top = path.join("mod.rs");
             rust_files(&path)
+                .into_iter()
+                .map(|f| {
+                    let is_top = f == top;
+                    (f, is_top)
+                })
+                .collect()
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            vec![(path, true)]
         } else {
-            vec![path]
+            continue;
         };
         modules.insert(name, files);
     }
@@ -231,22 +275,128 @@ fn module_imports() -> BTreeMap<String, BTreeSet<String>> {
         .into_iter()
         .map(|(name, files)| {
             let mut uses = BTreeSet::new();
-            for file in files {
-                let text = std::fs::read_to_string(&file).expect("read");
-                for (at, _) in text.match_indices("crate::") {
-                    let rest = &text[at + "crate::".len()..];
-                    let used: String = rest
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    if used != name && names.contains(&used) {
-                        uses.insert(used);
-                    }
+            for (file, top) in files {
+                let text = product_code(&std::fs::read_to_string(&file).expect("read"));
+                let mut used = paths_after(&text, "crate::");
+                if top {
+                    used.extend(paths_after(&text, "super::"));
                 }
+                uses.extend(used.into_iter().filter(|u| *u != name && names.contains(u)));
             }
             (name, uses)
         })
         .collect()
+}
+
+/// A file without its comments and its trailing test module.
+fn product_code(text: &str) -> String {
+    let text = text
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(text, |at| &text[..at]);
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first segment of each path after `prefix`: `prefix::a::b` gives `a`,
+/// `prefix::{a, b::c}` gives `a` and `b`.
+fn paths_after(text: &str, prefix: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices(prefix) {
+        let rest = &text[at + prefix.len()..];
+        let Some(group) = rest.strip_prefix('{') else {
+            out.push(ident(rest));
+            continue;
+        };
+        let (mut depth, mut item_start) = (0, 0);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    out.push(ident(&group[item_start..i]));
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.push(ident(&group[item_start..i]));
+                    item_start = i + 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The modules of a circle of imports, if there is one.
+fn circle(imports: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        g: &BTreeMap<String, BTreeSet<String>>,
+        m: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == m) {
+            let mut c = path[at..].to_vec();
+            c.push(m.to_string());
+            return Some(c);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.to_string());
+        for dep in &g[m] {
+            if let Some(c) = visit(g, dep, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(m.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    imports
+        .keys()
+        .find_map(|m| visit(imports, m, &mut Vec::new(), &mut done))
+}
+
+/// No circle of imports between the top-level modules of the crates with
+/// the most of them: each module can be read (and changed) knowing only
+/// those below it.
+#[test]
+fn no_import_circle_inside_the_larger_crates() {
+    for dir in [
+        "host/gateway",
+        "host/conversation",
+        "host/store",
+        "host/plugin-host",
+        "trainer/model",
+        "trainer/engine",
+        "trainer/rl",
+    ] {
+        let imports = module_imports(dir);
+        assert!(imports.len() >= 2, "{dir}: {imports:?}");
+        if let Some(c) = circle(&imports) {
+            panic!("{dir}: module circle {}", c.join(" -> "));
+        }
+    }
+    // And the check can fail.
+    let two = BTreeMap::from([
+        ("a".to_string(), BTreeSet::from(["b".to_string()])),
+        ("b".to_string(), BTreeSet::from(["a".to_string()])),
+    ]);
+    assert!(circle(&two).is_some());
+    assert_eq!(
+        paths_after("use super::{a, b::{c, d}, e};", "super::"),
+        ["a", "b", "e"]
+    );
 }
 
 fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -267,7 +417,7 @@ fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// training loop, and only the loop (`run`) knows them all.
 #[test]
 fn host_agl_modules_import_in_one_direction() {
-    let imports = module_imports();
+    let imports = module_imports("host/agl");
     for expected in [
         "assembly", "config", "link", "plugins", "policy", "run", "trainer", "viewer",
     ] {
@@ -276,28 +426,8 @@ fn host_agl_modules_import_in_one_direction() {
             "module {expected}: {imports:?}"
         );
     }
-    fn visit<'a>(
-        g: &'a BTreeMap<String, BTreeSet<String>>,
-        m: &'a str,
-        path: &mut Vec<&'a str>,
-        done: &mut BTreeSet<&'a str>,
-    ) {
-        if let Some(at) = path.iter().position(|p| *p == m) {
-            panic!("module circle: {} -> {m}", path[at..].join(" -> "));
-        }
-        if done.contains(m) {
-            return;
-        }
-        path.push(m);
-        for dep in &g[m] {
-            visit(g, dep, path, done);
-        }
-        path.pop();
-        done.insert(m);
-    }
-    let mut done = BTreeSet::new();
-    for m in imports.keys() {
-        visit(&imports, m, &mut Vec::new(), &mut done);
+    if let Some(c) = circle(&imports) {
+        panic!("module circle: {}", c.join(" -> "));
     }
     assert!(
         imports["config"].is_empty(),

@@ -323,7 +323,7 @@ fn fetch_cli_reuses_a_finished_import() {
 /// every position and the largest absolute difference, both printed.
 #[test]
 fn imported_smollm2_logits_match_transformers() {
-    use agl_trainer::model::Model;
+    use agl_model::Model;
     use tch::{Device, Kind, Tensor};
 
     let dir = imported();

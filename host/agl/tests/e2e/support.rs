@@ -79,7 +79,7 @@ pub fn spawn_listening(cmd: &mut Command) -> (Child, u16) {
 /// (vocab 1280), saved as a Hugging Face folder: the policy `agl run`
 /// trains in tests. `max_positions` must cover the harness's prompts.
 pub fn tiny_model(dir: &Path, max_positions: usize) {
-    let config = agl_trainer::model::ModelConfig::from_json(serde_json::json!({
+    let config = agl_model::ModelConfig::from_json(serde_json::json!({
         "model_type": "llama", "vocab_size": 1280, "hidden_size": 32,
         "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
@@ -87,7 +87,7 @@ pub fn tiny_model(dir: &Path, max_positions: usize) {
     }))
     .unwrap();
     tch::manual_seed(7);
-    agl_trainer::model::Model::new(config, tch::Kind::Float, tch::Device::Cpu)
+    agl_model::Model::new(config, tch::Kind::Float, tch::Device::Cpu)
         .unwrap()
         .save(dir)
         .unwrap();

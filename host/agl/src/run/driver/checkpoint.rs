@@ -1,7 +1,7 @@
 //! Checkpoints: the trainer's weights and optimizer state, and what the
 //! loop needs to resume (data cursor, tracked groups).
 
-use agl_trainer::checkpoint::CheckpointMeta;
+use agl_rl::checkpoint::CheckpointMeta;
 
 use super::{Driver, Tracked};
 

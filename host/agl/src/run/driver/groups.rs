@@ -1,7 +1,7 @@
 //! Groups: launching them, seeing them end, collecting them, and dropping
 //! or cancelling the ones an update leaves too stale.
 
-use agl_trainer::rl::Outcome;
+use agl_rl::Outcome;
 use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
 

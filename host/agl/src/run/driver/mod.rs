@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use agl_trainer::rl::{self, GroupScheduler, Outcome, StaleTokens, build_update};
+use agl_rl::{self as rl, GroupScheduler, Outcome, StaleTokens, build_update};
 
 use super::collect::{Collected, TurnTally};
 use super::data::{Cursor, Dataset};

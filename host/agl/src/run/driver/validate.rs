@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use agl_trainer::rl::Outcome;
+use agl_rl::Outcome;
 use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
 

@@ -1,7 +1,7 @@
 //! Filling a [`StepRecord`] (`agl_wire::metrics`, one line of
 //! `metrics.jsonl`) from what the trainer reported.
 
-use agl_trainer::rl::{BatchStats, StepStats};
+use agl_rl::{BatchStats, StepStats};
 pub use agl_wire::metrics::{BREAK_OTHER, BREAK_RETOKENIZE, BREAK_TEMPLATE, StepRecord};
 
 /// The trainer's statistics copied into a step record.
