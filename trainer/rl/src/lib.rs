@@ -50,7 +50,7 @@ pub use checkpoint::{
     CheckpointError, CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint,
 };
 pub use collective::{Collective, OneRank};
-pub use config::StepConfig;
+pub use config::{StepConfig, TrainConfig};
 pub use data_parallel::{check_same_weights, weights_hash};
 pub use loss::{Correction, LossConfig};
 pub use optimizer::{LrDecay, LrSchedule, RlOptimizer};

@@ -322,51 +322,6 @@ mod tests {
     }
 
     #[test]
-    fn the_correction_and_the_normalisation_reach_the_trainer() {
-        use agl_rl::{Correction, LossNorm};
-        let config = Config::load(None, &[]).unwrap();
-        let step = config.train.step(1.0);
-        assert_eq!(step.loss.correction, Correction::TokenTis { high: 2.0 });
-        assert_eq!(config.train.batch().norm, LossNorm::Rollout);
-        let config = Config::load(
-            None,
-            &[
-                "train.correction=sequence_mask".into(),
-                "train.correction_low=0.25".into(),
-                "train.tis_threshold=3.0".into(),
-                "train.loss_norm=group".into(),
-            ],
-        )
-        .unwrap();
-        config.train.check().unwrap();
-        assert_eq!(
-            config.train.step(1.0).loss.correction,
-            Correction::SequenceMask {
-                low: 0.25,
-                high: 3.0
-            },
-            "tis_threshold is correction_high's older name"
-        );
-        assert_eq!(config.train.batch().norm, LossNorm::Group);
-        for (bad, says) in [
-            (
-                "train.correction_high=0.9",
-                "correction_high must be a number above 1",
-            ),
-            (
-                "train.correction_low=1.5",
-                "correction_low must lie in (0, 1)",
-            ),
-        ] {
-            let config = Config::load(None, &[bad.into()]).unwrap();
-            let e = config.train.check().unwrap_err();
-            assert!(e.contains(says), "{bad}: {e}");
-        }
-        let e = Config::load(None, &["train.correction=icepop".into()]).unwrap_err();
-        assert!(format!("{e:#}").contains("unknown variant"), "{e:#}");
-    }
-
-    #[test]
     fn gateway_section_has_defaults_and_takes_overrides() {
         let config = Config::load(None, &[]).unwrap();
         assert_eq!(config.gateway.listen, "127.0.0.1:8400");
