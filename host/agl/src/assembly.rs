@@ -19,9 +19,9 @@ use agl_wire::api::Render;
 
 use crate::config::Config;
 use crate::plugins::Plugins;
-use crate::trainer::TrainerSpec;
-use crate::trainer::ranks::DataParallel;
 use crate::viewer::Viewer;
+use agl_rl::TrainerSpec;
+use agl_rl::ranks::DataParallel;
 
 /// The store file at `db`, as `[store]` says (durability, retry budget).
 pub fn store(config: &Config, db: &Path) -> anyhow::Result<Store> {
@@ -236,6 +236,8 @@ pub fn trainer_spec(config: &Config, model_dir: &Path, training: bool) -> Traine
             zero1: train.zero1,
             port: train.dist_port,
             timeout: std::time::Duration::from_secs(train.dist_timeout_secs),
+            // `agl trainer-rank` (`main.rs`).
+            rank_args: &["trainer-rank"],
         }),
         release_freed_memory: train.release_freed_memory,
     }

@@ -14,5 +14,4 @@ pub mod plugins;
 pub mod policy;
 pub mod run;
 pub mod scaffold;
-pub mod trainer;
 pub mod viewer;

@@ -89,9 +89,9 @@ fn main() -> ExitCode {
             Command::Run(_) | Command::Train(_) | Command::TrainerRank
                 if launched_as_worker_rank() =>
             {
-                agl::trainer::ranks::run_rank().map(|()| ExitCode::SUCCESS)
+                trainer_rank()
             }
-            Command::TrainerRank => agl::trainer::ranks::run_rank().map(|()| ExitCode::SUCCESS),
+            Command::TrainerRank => trainer_rank(),
             Command::Plugin(cmd) => cli::plugin::run(cmd, config),
             Command::Engine(cmd) => cli::engine::run(cmd),
             Command::Serve(args) => cli::serve::run(args, config),
@@ -147,4 +147,10 @@ fn init_logging(args: &Args) {
         )
         .with(file)
         .init();
+}
+
+/// `agl trainer-rank`: one data-parallel trainer rank above 0.
+fn trainer_rank() -> anyhow::Result<ExitCode> {
+    agl_rl::ranks::run_rank()?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -34,11 +34,14 @@ pub mod loss;
 pub mod memory;
 pub mod optimizer;
 pub mod pack;
+pub mod ranks;
 pub mod schedule;
 pub mod schedule_sim;
 pub mod scoring;
 pub mod stats;
 pub mod step;
+pub mod trainer;
+mod trainer_error;
 
 pub use adamw::{AdamW, AdamWConfig, AdamWError};
 pub use advantage::{Estimator, group_advantages};
@@ -60,6 +63,8 @@ pub use schedule_sim::{CallDrain, SimConfig, SimResult, simulate};
 pub use scoring::{score_old_logprobs, score_ref_logprobs};
 pub use stats::StepStats;
 pub use step::{accumulate_gradients, evaluate, train_step};
+pub use trainer::{Trainer, TrainerSpec};
+pub use trainer_error::TrainerError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RlError {

@@ -31,7 +31,7 @@ use crate::policy::Policy;
 use crate::run::LocalServing;
 use crate::run::collect::outcome;
 use crate::run::data::read_rows;
-use crate::trainer::Trainer;
+use agl_rl::Trainer;
 pub use score::{EvalReport, PolicyResult, TaskResult};
 
 /// How long the loop sleeps between looks at its rollouts at most (the

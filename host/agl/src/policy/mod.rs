@@ -26,7 +26,7 @@ use agl_wire::urls;
 
 use crate::config::{EngineKind, PolicyEngineConfig};
 use crate::link::Link;
-use crate::trainer::Trainer;
+use agl_rl::Trainer;
 use reload::Reloader;
 
 /// The engine name agl registers in the store.

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::Policy;
 use crate::config::InFlightMode;
 use crate::link::Link;
-use crate::trainer::Trainer;
+use agl_rl::Trainer;
 
 /// One publish: which version, after which step, and what happens to the
 /// calls in flight.

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::link::Link;
 use crate::plugins::Plugins;
 use crate::policy::Policy;
-use crate::trainer::Trainer;
+use agl_rl::Trainer;
 
 /// The run folder (`run.out_dir`), absolute: an external engine loads new
 /// weights from paths under it.

@@ -419,7 +419,7 @@ fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 fn host_agl_modules_import_in_one_direction() {
     let imports = module_imports("host/agl");
     for expected in [
-        "assembly", "config", "link", "plugins", "policy", "run", "trainer", "viewer",
+        "assembly", "config", "link", "plugins", "policy", "run", "viewer",
     ] {
         assert!(
             imports.contains_key(expected),
@@ -434,7 +434,7 @@ fn host_agl_modules_import_in_one_direction() {
         "config: {:?}",
         imports["config"]
     );
-    for part in ["assembly", "plugins", "policy", "viewer", "trainer", "link"] {
+    for part in ["assembly", "plugins", "policy", "viewer", "link"] {
         assert!(!imports[part].contains("run"), "{part} imports run");
     }
 }

@@ -20,7 +20,7 @@ use crate::config::{InFlightMode, RunConfig, TrainConfig};
 use crate::link::Link;
 use crate::plugins::Plugins;
 use crate::policy::Policy;
-use crate::trainer::Trainer;
+use agl_rl::Trainer;
 
 mod checkpoint;
 mod groups;

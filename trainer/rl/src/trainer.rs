@@ -1,28 +1,26 @@
 //! The trainer thread: owns the policy model and its optimizer (tch tensors
-//! stay on one thread) and runs what the loop asks, one command at a time.
-//! With `[train] world_size > 1` it is rank 0 of a data-parallel group
-//! ([`ranks`]) and leads every other rank through each update.
-
-pub mod ranks;
+//! stay on one thread) and runs what the training loop asks, one command at
+//! a time. With `[train] world_size > 1` it is rank 0 of a data-parallel
+//! group ([`crate::ranks`]) and leads every other rank through each update.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
 
-use anyhow::Context;
 use tch::{Device, Kind, Tensor};
 use tokio::sync::oneshot;
 
-use agl_model::{LoraConfig, Model};
-use agl_rl::checkpoint::{self, CheckpointMeta};
-use agl_rl::data_parallel::gather_optimizer_state;
-use agl_rl::{
+use crate::checkpoint::{self, CheckpointMeta};
+use crate::data_parallel::gather_optimizer_state;
+use crate::ranks::{DataParallel, Dist, RankCommand, RankSpec};
+use crate::trainer_error::TrainerError;
+use crate::{
     AdamWConfig, LrSchedule, OneRank, RlOptimizer, StepConfig, StepStats, UpdateBatch,
     score_ref_logprobs, train_step,
 };
+use agl_model::{LoraConfig, Model};
 
-use ranks::{DataParallel, Dist, RankCommand, RankSpec};
-
-type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
+type Result<T, E = TrainerError> = std::result::Result<T, E>;
+type Reply<T> = oneshot::Sender<Result<T>>;
 
 enum Command {
     Train(Box<UpdateBatch>, StepConfig, Reply<StepStats>),
@@ -74,13 +72,13 @@ enum Reference {
 
 impl Trainer {
     /// Loads the model on its own thread; returns once it is ready.
-    pub async fn start(spec: TrainerSpec) -> anyhow::Result<Trainer> {
+    pub async fn start(spec: TrainerSpec) -> Result<Trainer> {
         let (commands, rx) = std_mpsc::channel();
         let (ready, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
             .name("agl-trainer".into())
             .spawn(move || {
-                if spec.release_freed_memory && !agl_rl::memory::release_freed_memory() {
+                if spec.release_freed_memory && !crate::memory::release_freed_memory() {
                     tracing::warn!(
                         "train.release_freed_memory: not on this allocator (glibc only)"
                     );
@@ -99,7 +97,7 @@ impl Trainer {
                         match Dist::start(dp, spec.device, &rank_spec) {
                             Ok(d) => Some(d),
                             Err(e) => {
-                                let _ = ready.send(Err(e.context("starting the trainer ranks")));
+                                let _ = ready.send(Err(e));
                                 return;
                             }
                         }
@@ -108,8 +106,10 @@ impl Trainer {
                 };
                 let world = dist.as_ref().map(|d| d.group.world_size());
                 let loaded = Model::load(&spec.model_dir, spec.kind, spec.device)
-                    .with_context(|| {
-                        format!("loading the policy from {}", spec.model_dir.display())
+                    .map_err(|source| TrainerError::Load {
+                        what: "the policy",
+                        path: spec.model_dir.clone(),
+                        source,
                     })
                     .and_then(|mut model| {
                         if let Some(lora) = &spec.lora {
@@ -130,7 +130,11 @@ impl Trainer {
                             (true, Some(_)) => Some(Reference::Base),
                             (true, None) => {
                                 let frozen = Model::load(&spec.model_dir, spec.kind, spec.device)
-                                    .context("loading the KL reference")?;
+                                    .map_err(|source| TrainerError::Load {
+                                    what: "the KL reference",
+                                    path: spec.model_dir.clone(),
+                                    source,
+                                })?;
                                 frozen.var_store().variables().values().for_each(|t| {
                                     let _ = t.set_requires_grad(false);
                                 });
@@ -149,37 +153,40 @@ impl Trainer {
                     }
                 }
             })
-            .context("cannot start the trainer thread")?;
-        ready_rx.await.context("the trainer thread died")??;
+            .map_err(|source| TrainerError::Io {
+                what: "starting the trainer thread".into(),
+                source,
+            })?;
+        ready_rx.await.map_err(|_| TrainerError::Stopped)??;
         Ok(Trainer { commands })
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> anyhow::Result<T> {
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T> {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(make(tx))
-            .map_err(|_| anyhow::anyhow!("the trainer thread stopped"))?;
-        rx.await.context("the trainer thread stopped")?
+            .map_err(|_| TrainerError::Stopped)?;
+        rx.await.map_err(|_| TrainerError::Stopped)?
     }
 
-    pub async fn train(&self, batch: UpdateBatch, cfg: StepConfig) -> anyhow::Result<StepStats> {
+    pub async fn train(&self, batch: UpdateBatch, cfg: StepConfig) -> Result<StepStats> {
         self.ask(|r| Command::Train(Box::new(batch), cfg, r)).await
     }
 
-    pub async fn weights(&self) -> anyhow::Result<Vec<(String, Tensor)>> {
+    pub async fn weights(&self) -> Result<Vec<(String, Tensor)>> {
         self.ask(Command::Weights).await
     }
 
-    pub async fn save_model(&self, dir: &Path) -> anyhow::Result<()> {
+    pub async fn save_model(&self, dir: &Path) -> Result<()> {
         self.ask(|r| Command::SaveModel(dir.to_path_buf(), r)).await
     }
 
-    pub async fn save_serving_weights(&self, dir: &Path) -> anyhow::Result<()> {
+    pub async fn save_serving_weights(&self, dir: &Path) -> Result<()> {
         self.ask(|r| Command::SaveServing(dir.to_path_buf(), r))
             .await
     }
 
-    pub async fn save_adapter(&self, dir: &Path) -> anyhow::Result<()> {
+    pub async fn save_adapter(&self, dir: &Path) -> Result<()> {
         self.ask(|r| Command::SaveAdapter(dir.to_path_buf(), r))
             .await
     }
@@ -189,12 +196,12 @@ impl Trainer {
         root: &Path,
         meta: CheckpointMeta,
         keep: usize,
-    ) -> anyhow::Result<PathBuf> {
+    ) -> Result<PathBuf> {
         self.ask(|r| Command::Checkpoint(root.to_path_buf(), meta, keep, r))
             .await
     }
 
-    pub async fn restore(&self, path: &Path) -> anyhow::Result<CheckpointMeta> {
+    pub async fn restore(&self, path: &Path) -> Result<CheckpointMeta> {
         self.ask(|r| Command::Restore(path.to_path_buf(), r)).await
     }
 }
@@ -265,7 +272,7 @@ fn train_ranks(
     opt: &mut RlOptimizer,
     batch: Box<UpdateBatch>,
     cfg: StepConfig,
-) -> anyhow::Result<StepStats> {
+) -> Result<StepStats> {
     let command = RankCommand::Train(batch, cfg);
     let out = dist.send(&command).and_then(|()| {
         let RankCommand::Train(batch, cfg) = &command else {
@@ -285,7 +292,7 @@ fn save_checkpoint(
     root: &Path,
     meta: &CheckpointMeta,
     keep: usize,
-) -> anyhow::Result<PathBuf> {
+) -> Result<PathBuf> {
     let state = match dist {
         Some(d) if d.zero1 => d
             .send(&RankCommand::GatherState)
@@ -299,14 +306,16 @@ fn save_checkpoint(
 }
 
 /// `dir/model.safetensors`: every parameter as served, Hugging Face names.
-fn save_serving(model: &Model, dir: &Path) -> anyhow::Result<()> {
-    checkpoint::create_private_dir_all(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
+fn save_serving(model: &Model, dir: &Path) -> Result<()> {
+    checkpoint::create_private_dir_all(dir).map_err(|source| TrainerError::Io {
+        what: format!("creating {}", dir.display()),
+        source,
+    })?;
     let weights = model.serving_weights();
     let named: Vec<(&str, Tensor)> = weights
         .iter()
         .map(|(n, t)| (n.as_str(), t.to_device(Device::Cpu)))
         .collect();
     let path = dir.join("model.safetensors");
-    Tensor::write_safetensors(&named, &path).with_context(|| format!("writing {}", path.display()))
+    Tensor::write_safetensors(&named, &path).map_err(|source| TrainerError::Write { path, source })
 }

@@ -1,6 +1,7 @@
 //! Data-parallel trainer ranks (`[train] world_size`): rank 0 is the
-//! trainer thread of `agl run` / `agl train`; ranks 1.. are `agl
-//! trainer-rank` processes it starts on this machine, or that a launcher
+//! trainer thread ([`crate::trainer`]) of `agl run` / `agl train`; ranks
+//! 1.. are processes running [`run_rank`] (`agl trainer-rank`) that it
+//! starts on this machine ([`DataParallel::rank_args`]), or that a launcher
 //! started anywhere with torchrun's variables (`RANK`, `WORLD_SIZE`,
 //! `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`).
 //!
@@ -16,17 +17,19 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
-use agl_model::{LoraConfig, Model};
-use agl_rl::checkpoint;
-use agl_rl::data_parallel::gather_optimizer_state;
-use agl_rl::dist::{Backend, GroupConfig, ProcessGroup};
-use agl_rl::{
+use crate::checkpoint;
+use crate::data_parallel::gather_optimizer_state;
+use crate::dist::{Backend, GroupConfig, ProcessGroup};
+use crate::trainer_error::TrainerError;
+use crate::{
     AdamWConfig, LrSchedule, RlOptimizer, StepConfig, UpdateBatch, train_step, weights_hash,
 };
+use agl_model::{LoraConfig, Model};
+
+type Result<T, E = TrainerError> = std::result::Result<T, E>;
 
 /// The group's shape as `[train]` asks for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,9 @@ pub struct DataParallel {
     /// 0: a free port (ranks on this machine only).
     pub port: u16,
     pub timeout: Duration,
+    /// The arguments that make this program run [`run_rank`] (`agl`:
+    /// `trainer-rank`): ranks started here are this executable with them.
+    pub rank_args: &'static [&'static str],
 }
 
 /// What every rank loads; rank 0 sends it after the rendezvous.
@@ -83,19 +89,21 @@ pub struct Dist {
 impl Dist {
     /// Joins as rank 0 (starting ranks 1.. here unless a launcher did) and
     /// sends every rank the spec.
-    pub fn start(dp: &DataParallel, device: Device, spec: &RankSpec) -> anyhow::Result<Dist> {
+    pub fn start(dp: &DataParallel, device: Device, spec: &RankSpec) -> Result<Dist> {
         let launcher = GroupConfig::from_env(backend(device), dp.timeout, LAUNCHER_RENDEZVOUS)?;
         let (cfg, children) = match launcher {
             Some(cfg) => {
                 if cfg.rank != 0 {
-                    bail!("the trainer thread is rank 0, but RANK={}", cfg.rank);
+                    return Err(TrainerError::Group(format!(
+                        "the trainer thread is rank 0, but RANK={}",
+                        cfg.rank
+                    )));
                 }
                 if cfg.world_size != dp.world_size {
-                    bail!(
+                    return Err(TrainerError::Group(format!(
                         "WORLD_SIZE={} but train.world_size = {}",
-                        cfg.world_size,
-                        dp.world_size
-                    );
+                        cfg.world_size, dp.world_size
+                    )));
                 }
                 (cfg, Vec::new())
             }
@@ -115,13 +123,13 @@ impl Dist {
                     rendezvous_timeout: LOCAL_RENDEZVOUS,
                 };
                 let children = (1..dp.world_size)
-                    .map(|rank| spawn_rank(&cfg, rank).map(|c| (rank, c)))
-                    .collect::<anyhow::Result<Vec<_>>>()?;
+                    .map(|rank| spawn_rank(&cfg, dp.rank_args, rank).map(|c| (rank, c)))
+                    .collect::<Result<Vec<_>>>()?;
                 (cfg, children)
             }
         };
         let mut dist = Dist {
-            group: ProcessGroup::join(&cfg).map_err(anyhow::Error::from)?,
+            group: ProcessGroup::join(&cfg)?,
             children,
             zero1: spec.zero1,
         };
@@ -137,7 +145,7 @@ impl Dist {
     }
 
     /// Sends every rank its next command.
-    pub fn send(&mut self, command: &RankCommand) -> anyhow::Result<()> {
+    pub fn send(&mut self, command: &RankCommand) -> Result<()> {
         let bytes = postcard::to_stdvec(command)?;
         self.group.broadcast_bytes(&bytes, 0)?;
         Ok(())
@@ -145,7 +153,7 @@ impl Dist {
 
     /// `err` of a collective, with what became of the ranks this process
     /// started (a rank that died is the usual cause).
-    pub fn explain(&mut self, err: anyhow::Error) -> anyhow::Error {
+    pub fn explain(&mut self, err: TrainerError) -> TrainerError {
         // A rank that died closes its connections before its process is
         // reaped: give it a moment.
         std::thread::sleep(Duration::from_millis(200));
@@ -157,10 +165,14 @@ impl Dist {
                 _ => None,
             })
             .collect();
-        if dead.is_empty() {
-            err.context("a data-parallel collective failed")
+        let ranks = if dead.is_empty() {
+            "a data-parallel collective failed".to_string()
         } else {
-            err.context(format!("data-parallel trainer {}", dead.join(", ")))
+            format!("data-parallel trainer {}", dead.join(", "))
+        };
+        TrainerError::Collective {
+            ranks,
+            source: Box::new(err),
         }
     }
 }
@@ -189,17 +201,25 @@ impl Drop for Dist {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("picking a free port")?;
-    Ok(listener.local_addr()?.port())
+fn free_port() -> Result<u16> {
+    let io = |source| TrainerError::Io {
+        what: "picking a free port".into(),
+        source,
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io)?;
+    Ok(listener.local_addr().map_err(io)?.port())
 }
 
-/// `agl trainer-rank` for `rank` of `cfg`'s group, with torchrun's
-/// variables; its output goes where this process's does.
-fn spawn_rank(cfg: &GroupConfig, rank: usize) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe().context("locating the agl executable")?;
+/// This executable with `args` (it then runs [`run_rank`]) for `rank` of
+/// `cfg`'s group, with torchrun's variables; its output goes where this
+/// process's does.
+fn spawn_rank(cfg: &GroupConfig, args: &[&str], rank: usize) -> Result<Child> {
+    let exe = std::env::current_exe().map_err(|source| TrainerError::Io {
+        what: "locating this executable".into(),
+        source,
+    })?;
     Command::new(exe)
-        .arg("trainer-rank")
+        .args(args)
         .env("RANK", rank.to_string())
         .env("LOCAL_RANK", rank.to_string())
         .env("WORLD_SIZE", cfg.world_size.to_string())
@@ -207,11 +227,14 @@ fn spawn_rank(cfg: &GroupConfig, rank: usize) -> anyhow::Result<Child> {
         .env("MASTER_PORT", cfg.master_port.to_string())
         .env("AGL_DIST_TIMEOUT_SECS", cfg.timeout.as_secs().to_string())
         .spawn()
-        .with_context(|| format!("starting trainer rank {rank}"))
+        .map_err(|source| TrainerError::Io {
+            what: format!("starting trainer rank {rank}"),
+            source,
+        })
 }
 
-/// `agl trainer-rank`: one rank > 0, until rank 0 says stop (or fails).
-pub fn run_rank() -> anyhow::Result<()> {
+/// One rank > 0 (`agl trainer-rank`), until rank 0 says stop (or fails).
+pub fn run_rank() -> Result<()> {
     let timeout = std::env::var("AGL_DIST_TIMEOUT_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -219,30 +242,45 @@ pub fn run_rank() -> anyhow::Result<()> {
         .unwrap_or(Duration::from_secs(3600));
     let cuda = tch::Cuda::is_available();
     let probe = if cuda { Device::Cuda(0) } else { Device::Cpu };
-    let cfg = GroupConfig::from_env(backend(probe), timeout, LAUNCHER_RENDEZVOUS)?.context(
-        "agl trainer-rank needs torchrun's variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
-    )?;
+    let cfg =
+        GroupConfig::from_env(backend(probe), timeout, LAUNCHER_RENDEZVOUS)?.ok_or_else(|| {
+            TrainerError::Group(
+            "a trainer rank needs torchrun's variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
+                .into(),
+        )
+        })?;
     if cfg.rank == 0 {
-        bail!("rank 0 is `agl run` / `agl train` itself, not `agl trainer-rank`");
+        return Err(TrainerError::Group(
+            "rank 0 is `agl run` / `agl train` itself, not `agl trainer-rank`".into(),
+        ));
     }
+    let rank = cfg.rank;
+    let at_rank = |source: TrainerError| TrainerError::Rank {
+        rank,
+        source: Box::new(source),
+    };
     let device = if cuda {
         Device::Cuda(cfg.local_rank)
     } else {
         Device::Cpu
     };
     let mut group = ProcessGroup::join(&cfg)?;
-    let spec: RankSpec = postcard::from_bytes(&group.broadcast_bytes(&[], 0)?)
-        .context("rank 0's spec (is every rank the same agl build?)")?;
+    let spec: RankSpec = postcard::from_bytes(&group.broadcast_bytes(&[], 0)?)?;
     if spec.release_freed_memory {
-        agl_rl::memory::release_freed_memory();
+        crate::memory::release_freed_memory();
     }
     let kind = if spec.bf16 {
         Kind::BFloat16
     } else {
         Kind::Float
     };
-    let mut model = Model::load(&spec.model_dir, kind, device)
-        .with_context(|| format!("rank {}: loading {}", cfg.rank, spec.model_dir.display()))?;
+    let mut model = Model::load(&spec.model_dir, kind, device).map_err(|source| {
+        at_rank(TrainerError::Load {
+            what: "the policy",
+            path: spec.model_dir.clone(),
+            source,
+        })
+    })?;
     if let Some(lora) = &spec.lora {
         model.add_lora(lora)?;
     }
@@ -255,18 +293,18 @@ pub fn run_rank() -> anyhow::Result<()> {
     loop {
         let bytes = group
             .broadcast_bytes(&[], 0)
-            .with_context(|| format!("rank {}: waiting for rank 0", cfg.rank))?;
+            .map_err(|e| at_rank(e.into()))?;
         match postcard::from_bytes::<RankCommand>(&bytes)? {
             RankCommand::Train(batch, step) => {
                 train_step(&model, &mut opt, &batch, &step, &mut group)
-                    .with_context(|| format!("rank {}: update", cfg.rank))?;
+                    .map_err(|e| at_rank(e.into()))?;
             }
             RankCommand::GatherState => {
                 gather_optimizer_state(&model, &opt, &mut group)?;
             }
             RankCommand::Restore(path) => {
                 checkpoint::load_checkpoint(&path, &model, &mut opt)
-                    .with_context(|| format!("rank {}: restoring {}", cfg.rank, path.display()))?;
+                    .map_err(|e| at_rank(e.into()))?;
             }
             RankCommand::Stop => {
                 tracing::info!(
