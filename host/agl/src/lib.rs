@@ -12,6 +12,7 @@ pub mod logfile;
 pub mod plugin_build;
 pub mod plugins;
 pub mod policy;
+pub mod rollout_set;
 pub mod run;
 pub mod scaffold;
 pub mod viewer;

@@ -122,10 +122,21 @@ impl GatewayClient {
 
     /// Every rollout of `status`, all pages.
     pub async fn list_all(&self, status: RolloutStatus) -> Result<Vec<RolloutView>, ClientError> {
+        self.all_pages(&format!("status={}", status.as_str())).await
+    }
+
+    /// Every rollout of group `group_id`, in creation order, all pages.
+    pub async fn list_group(&self, group_id: &str) -> Result<Vec<RolloutView>, ClientError> {
+        self.all_pages(&format!("group_id={}", urlencode(group_id)))
+            .await
+    }
+
+    /// Every page of `/v1/rollouts?{filter}`.
+    async fn all_pages(&self, filter: &str) -> Result<Vec<RolloutView>, ClientError> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let mut path = format!("/v1/rollouts?status={}&limit=1000", status.as_str());
+            let mut path = format!("/v1/rollouts?{filter}&limit=1000");
             if let Some(c) = &cursor {
                 path.push_str(&format!("&cursor={}", urlencode(c)));
             }

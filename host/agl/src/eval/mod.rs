@@ -10,7 +10,6 @@ pub mod score;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
@@ -25,18 +24,15 @@ use agl_wire::rollout::{JsonText, Mode};
 
 use crate::assembly::{self, GatewayParts};
 use crate::config::{Config, EngineKind};
-use crate::link::Link;
+use crate::link::{Link, Local};
 use crate::plugins::score as reward_of;
 use crate::policy::Policy;
+use crate::rollout_set::RolloutSet;
 use crate::run::LocalServing;
 use crate::run::collect::outcome;
 use crate::run::data::read_rows;
 use agl_rl::Trainer;
 pub use score::{EvalReport, PolicyResult, TaskResult};
-
-/// How long the loop sleeps between looks at its rollouts at most (the
-/// store's change counter wakes it sooner).
-const WAKE: Duration = Duration::from_secs(1);
 
 /// A policy to evaluate.
 #[derive(Debug, Clone, PartialEq)]
@@ -262,7 +258,7 @@ pub async fn eval(
         },
     )
     .await?;
-    let link = Arc::new(Link::Local {
+    let link: Arc<dyn Link> = Arc::new(Local {
         store,
         control: bound.gateway.control(),
     });
@@ -302,7 +298,7 @@ pub async fn eval_remote(
         );
     }
     let (tasks, dir, reward) = prepare(&config, &opts).await?;
-    let link = Arc::new(Link::Remote(gateway));
+    let link: Arc<dyn Link> = Arc::new(gateway);
     let policy = start_policy(&config, &dir, None, &link).await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -331,7 +327,7 @@ async fn start_policy(
     config: &Config,
     dir: &Path,
     gateway: Option<&agl_gateway::Gateway>,
-    link: &Arc<Link>,
+    link: &Arc<dyn Link>,
 ) -> anyhow::Result<Policy> {
     let model_dir = assembly::model_dir(config)?;
     Policy::start(
@@ -355,7 +351,7 @@ fn finish(dir: &Path, report: EvalReport) -> anyhow::Result<EvalReport> {
 struct Evaluation<'a> {
     config: &'a Config,
     opts: &'a EvalOptions,
-    link: &'a Arc<Link>,
+    link: &'a Arc<dyn Link>,
     policy: &'a Policy,
     reward: Option<&'a Plugin>,
     /// Before every rollout id: a gateway that serves other runs never
@@ -447,28 +443,16 @@ impl Evaluation<'_> {
                 });
             }
         }
-        let ids = self.link.create(batch).await?;
+        let link = self.link.as_ref();
+        let set = RolloutSet::launch(link, batch).await?;
+        let ids = set.ids();
         let bar = progress(ids.len() as u64, &spec.name());
         let mut seen = 0;
-        loop {
-            let mut done = 0;
-            for id in &ids {
-                if self.link.status(id).await?.is_terminal() {
-                    done += 1;
-                }
-            }
-            bar.set_position(done);
-            if done == ids.len() as u64 {
-                break;
-            }
-            if *stop.borrow() {
-                bar.abandon();
-                for id in &ids {
-                    let _ = self.link.cancel(id).await;
-                }
-                anyhow::bail!("stopped before every rollout ended");
-            }
-            seen = self.link.wait_change(seen, WAKE).await?;
+        let ended = set.wait(link, &mut seen, stop, |n| bar.set_position(n as u64));
+        if !ended.await? {
+            bar.abandon();
+            set.cancel(link).await;
+            anyhow::bail!("stopped before every rollout ended");
         }
         bar.finish_and_clear();
         let mut results = Vec::with_capacity(tasks.rows.len());

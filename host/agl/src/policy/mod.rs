@@ -70,7 +70,7 @@ pub struct Remote {
     /// Training LoRA: the adapter requests use now.
     adapter: std::sync::Mutex<Option<String>>,
     lora: bool,
-    link: Arc<Link>,
+    link: Arc<dyn Link>,
 }
 
 impl Policy {
@@ -81,7 +81,7 @@ impl Policy {
         cfg: &PolicyEngineConfig,
         (model_dir, kind): (&Path, tch::Kind),
         out_dir: &Path,
-        (gateway, link): (Option<&Gateway>, &Arc<Link>),
+        (gateway, link): (Option<&Gateway>, &Arc<dyn Link>),
         lora: bool,
     ) -> anyhow::Result<Policy> {
         let default_name = model_dir
@@ -95,7 +95,7 @@ impl Policy {
                     max_len: cfg.max_len,
                     weight_version: 0,
                 };
-                let (Some(gateway), Link::Local { store, .. }) = (gateway, &**link) else {
+                let (Some(gateway), Some(store)) = (gateway, link.local_store()) else {
                     anyhow::bail!(
                         "engine.kind = \"embedded\" runs the engine inside the gateway's \
                          process (`agl run`); apart from it, serve the policy with `agl engine \

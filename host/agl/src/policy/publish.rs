@@ -27,7 +27,7 @@ pub struct Publish {
 /// previous version, which no new call may be recorded under the new
 /// number; agents wait on 429s while the run stops with the error.
 pub async fn publish(
-    link: &Link,
+    link: &dyn Link,
     policy: &Policy,
     trainer: &Trainer,
     p: &Publish,

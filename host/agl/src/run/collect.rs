@@ -90,7 +90,7 @@ pub fn outcome(status: RolloutStatus, failure: Option<FailureKind>) -> Outcome {
 /// Reads rollout `id` (one export: how it ended, its calls and events) and
 /// runs the plugins over it. Plugin errors exclude the rollout (logged),
 /// they never stop the run.
-pub async fn collect(link: &Link, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
+pub async fn collect(link: &dyn Link, plugins: &Plugins, id: &str) -> anyhow::Result<Collected> {
     // Shared with the plugins, which read its bulky parts on demand.
     let exported = Arc::new(link.export(id).await?);
     let mut out = Collected {

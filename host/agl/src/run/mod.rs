@@ -20,7 +20,7 @@ use agl_controller::run_controller;
 
 use crate::assembly::{self, GatewayParts};
 use crate::config::Config;
-use crate::link::Link;
+use crate::link::{Link, Local};
 use crate::viewer::Viewer;
 use session::{RunFolder, Session};
 
@@ -68,7 +68,7 @@ pub async fn run(
         },
     )
     .await?;
-    let link = Arc::new(Link::Local {
+    let link: Arc<dyn Link> = Arc::new(Local {
         store,
         control: bound.gateway.control(),
     });
@@ -176,7 +176,7 @@ pub async fn train(
         resume: opts.resume,
         plugins,
         gauges: Arc::new(report::TrainerGauges::new()),
-        link: Arc::new(Link::Remote(gateway)),
+        link: Arc::new(gateway),
         id_prefix: folder.id_prefix(),
     };
     let driver = session.start(None).await?;

@@ -175,7 +175,7 @@ pub struct Session<'a> {
     pub resume: bool,
     pub plugins: Arc<Plugins>,
     pub gauges: Arc<TrainerGauges>,
-    pub link: Arc<Link>,
+    pub link: Arc<dyn Link>,
     /// Before every rollout id (see `driver::Parts::id_prefix`).
     pub id_prefix: String,
 }

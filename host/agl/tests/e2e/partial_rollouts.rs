@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use agl::config::InFlightMode;
-use agl::link::Link;
 use agl::policy::{Policy, Publish, embed, publish};
 use agl_client::GatewayClient;
 use agl_engine::EngineConfig;
@@ -88,7 +87,7 @@ async fn a_publish_mid_stream_neither_cancels_nor_waits_for_the_call() {
     })
     .await
     .unwrap();
-    let link = Link::Remote(GatewayClient::new(&base, Some(ADMIN.into())).unwrap());
+    let link = GatewayClient::new(&base, Some(ADMIN.into())).unwrap();
     let policy = Policy::Embedded(server.clone());
 
     // A long greedy stream through the gateway.

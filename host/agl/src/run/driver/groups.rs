@@ -6,6 +6,7 @@ use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
 
 use super::{DoneGroup, Driver, Tracked};
+use crate::rollout_set::RolloutSet;
 use crate::run::collect::collect;
 
 impl Driver {
@@ -24,7 +25,8 @@ impl Driver {
             })
             .collect();
         // Idempotent: a resumed run re-creates the same ids and adopts them.
-        let rollouts = self.link.create(batch).await?;
+        let set = RolloutSet::launch(self.link.as_ref(), batch).await?;
+        let rollouts = set.ids().to_vec();
         self.progress.rollouts_launched(rollouts.len() as u64);
         self.sched.launched(key.clone(), self.version)?;
         self.tracked.insert(
@@ -44,12 +46,13 @@ impl Driver {
         let pending: Vec<Tracked> = self.tracked.values().filter(|g| !g.done).cloned().collect();
         let mut done = Vec::new();
         for g in pending {
-            if !self.all_final(&g.rollouts).await? {
+            let set = RolloutSet::of_group(&g.key, g.rollouts.clone());
+            if !set.all_ended(self.link.as_ref()).await? {
                 continue;
             }
             let mut rollouts = Vec::with_capacity(g.rollouts.len());
             for id in &g.rollouts {
-                let c = collect(&self.link, &self.plugins, id).await?;
+                let c = collect(self.link.as_ref(), &self.plugins, id).await?;
                 self.progress
                     .rollout_finished(c.rollout.outcome != Outcome::SystemFailure);
                 rollouts.push(c);
@@ -64,18 +67,6 @@ impl Driver {
         Ok(())
     }
 
-    /// Whether every rollout ended and will not be retried.
-    pub(super) async fn all_final(&self, ids: &[String]) -> anyhow::Result<bool> {
-        for id in ids {
-            // The store re-queues a system failure while its retry budget
-            // lasts: an ended rollout has ended for good.
-            if !self.link.status(id).await?.is_terminal() {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
     /// The update's groups free their slots; groups now too stale to train
     /// are dropped (complete ones) or cancelled (in flight). Returns how
     /// many groups were dropped.
@@ -88,7 +79,9 @@ impl Driver {
         let cancelled = self.sched.cancel_stale_in_flight(self.version);
         for key in &cancelled {
             if let Some(g) = self.tracked.remove(key) {
-                self.cancel(&g.rollouts).await;
+                RolloutSet::of_group(&g.key, g.rollouts)
+                    .cancel(self.link.as_ref())
+                    .await;
             }
         }
         Ok(stale.len() + cancelled.len())
@@ -98,15 +91,9 @@ impl Driver {
     /// so the controller stops their agents.
     pub async fn cancel_in_flight(&self) {
         for g in self.tracked.values().filter(|g| !g.done) {
-            self.cancel(&g.rollouts).await;
-        }
-    }
-
-    async fn cancel(&self, ids: &[String]) {
-        for id in ids {
-            if let Err(e) = self.link.cancel(id).await {
-                tracing::debug!(rollout = %id, error = %e, "not cancelled");
-            }
+            RolloutSet::of_group(&g.key, g.rollouts.clone())
+                .cancel(self.link.as_ref())
+                .await;
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +17,7 @@ use super::collect::{Collected, TurnTally};
 use super::data::{Cursor, Dataset};
 use super::report::{MetricsLog, Progress, StepRecord, TrainerGauges, TrainerStats};
 use crate::config::{InFlightMode, RunConfig, TrainConfig};
-use crate::link::Link;
+use crate::link::{Link, WAKE};
 use crate::plugins::Plugins;
 use crate::policy::Policy;
 use agl_rl::Trainer;
@@ -26,10 +26,6 @@ mod checkpoint;
 mod groups;
 mod publish;
 mod validate;
-
-/// The longest the loop sleeps between two looks at its rollouts: it is
-/// woken by the store's change counter sooner (`Link::wait_change`).
-const WAKE: Duration = Duration::from_secs(1);
 
 /// A group's rollouts once all of them ended.
 pub struct DoneGroup {
@@ -61,7 +57,7 @@ pub struct Parts {
     /// The gateway's training temperature (what the trainer scores at).
     pub temperature: f64,
     /// The gateway side: its store and proxy, in this process or not.
-    pub link: Arc<Link>,
+    pub link: Arc<dyn Link>,
     /// Put before every rollout id the loop makes: a gateway that outlives
     /// one run (`agl train`) never hands a run another run's rollouts.
     pub id_prefix: String,
@@ -86,7 +82,7 @@ pub struct Driver {
     cfg: RunConfig,
     train: TrainConfig,
     temperature: f64,
-    link: Arc<Link>,
+    link: Arc<dyn Link>,
     id_prefix: String,
     policy: Policy,
     trainer: Trainer,

@@ -18,6 +18,6 @@ impl Driver {
             in_flight: self.cfg.in_flight,
             drain_timeout: Duration::from_secs(self.cfg.drain_timeout_secs),
         };
-        publish(&self.link, &self.policy, &self.trainer, &p).await
+        publish(self.link.as_ref(), &self.policy, &self.trainer, &p).await
     }
 }

@@ -7,8 +7,9 @@ use agl_rl::Outcome;
 use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
 
-use super::{Driver, WAKE, mean};
+use super::{Driver, mean};
 use crate::plugins::score;
+use crate::rollout_set::RolloutSet;
 use crate::run::collect::{TurnTally, Turns, outcome};
 use crate::run::report::StepRecord;
 
@@ -31,28 +32,26 @@ impl Driver {
         }
         self.progress
             .set_phase(&format!("validating on {} rows", rows.len()));
-        let mut batch = Vec::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
-            let id = format!("{}val{:04}-{i:04}", self.id_prefix, self.step);
-            batch.push(NewRollout {
-                id: Some(id.clone()),
-                group_id: id,
+        // One group per validation pass: it is waited for with one query.
+        let group = format!("{}val{:04}", self.id_prefix, self.step);
+        let batch = (rows.iter().enumerate())
+            .map(|(i, row)| NewRollout {
+                id: Some(format!("{group}-{i:04}")),
+                group_id: group.clone(),
                 mode: Mode::Val,
                 input: JsonText::from(row),
                 config: JsonText::default(),
-            });
-        }
-        let ids = self.link.create(batch).await?;
-        while !self.all_final(&ids).await? {
-            if *stop.borrow() {
-                return Ok(Validation::default());
-            }
-            self.seen = self.link.wait_change(self.seen, WAKE).await?;
+            })
+            .collect();
+        let link = self.link.as_ref();
+        let set = RolloutSet::launch(link, batch).await?;
+        if !set.wait(link, &mut self.seen, stop, |_| {}).await? {
+            return Ok(Validation::default());
         }
         let mut rewards = Vec::new();
         let mut turns = TurnTally::default();
-        for id in &ids {
-            let exported = Arc::new(self.link.export(id).await?);
+        for id in set.ids() {
+            let exported = Arc::new(link.export(id).await?);
             if outcome(exported.status, exported.failure) == Outcome::SystemFailure {
                 continue;
             }
