@@ -45,6 +45,12 @@ pub struct ModelRequest<Req = JsonText> {
     pub response_logprobs: Vec<f32>,
     #[serde(default)]
     pub weight_version: u64,
+    /// The temperature the gateway sampled the call at (it sets every
+    /// call's, `[gateway] train_temperature` or `val_temperature`): what the
+    /// trainer scores the tokens at. `None` in records from before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
     /// The weight version that sampled each response token, when the
     /// engine reported one (agl's `token_weight_versions`) that is not
     /// `weight_version`: an update came while the call ran (partial
@@ -114,6 +120,7 @@ impl ModelRequest<JsonText> {
             response_ids: self.response_ids,
             response_logprobs: self.response_logprobs,
             weight_version: self.weight_version,
+            temperature: self.temperature,
             response_versions: self.response_versions,
             finish_reason: self.finish_reason,
             started_at_ms: self.started_at_ms,
@@ -187,6 +194,7 @@ mod tests {
             response_ids: vec![3, 8],
             response_logprobs: vec![-0.25, -0.5],
             weight_version: 4,
+            temperature: Some(0.7),
             // The second token came after an update (a partial rollout).
             response_versions: Some(vec![4, 5]),
             engine_weight_version: Some("4".into()),
@@ -208,6 +216,7 @@ mod tests {
         assert_eq!(call.index, 7);
         assert_eq!(call.request.as_str(), raw.get());
         assert_eq!(call.response_logprobs, vec![-0.25, -0.5]);
+        assert_eq!(call.temperature, Some(0.7), "the temperature sampled at");
         assert_eq!(call.token_versions(), vec![4, 5]);
         assert_eq!(call.tags["x-agl-agent"], "main");
         assert_eq!(call.choice, Some(Choice { index: 1, count: 3 }));

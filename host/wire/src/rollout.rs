@@ -130,6 +130,12 @@ pub struct ModelCall {
     pub response_logprobs: Vec<f32>,
     #[serde(default)]
     pub weight_version: u64,
+    /// The temperature the gateway sampled the call at (it sets every
+    /// call's, `[gateway] train_temperature` or `val_temperature`): what the
+    /// trainer scores the tokens at. `None` in records from before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
     /// The version that sampled each response token when not all are
     /// `weight_version` (see [`ModelCall::token_versions`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,6 +182,7 @@ impl ModelCall {
             response_ids,
             response_logprobs,
             weight_version: 0,
+            temperature: None,
             response_versions: None,
             finish_reason: None,
             started_at_ms: 0,

@@ -24,6 +24,9 @@ pub struct Collected {
     pub plugins: Vec<LoadedPlugin>,
     /// What the harness did (empty for a system failure).
     pub turns: Turns,
+    /// The temperatures the gateway recorded sampling its calls at (each
+    /// once; empty for records from before they were recorded).
+    pub temperatures: Vec<f64>,
 }
 
 /// One rollout's model calls and the tools its harness reported running.
@@ -105,11 +108,17 @@ pub async fn collect(link: &dyn Link, plugins: &Plugins, id: &str) -> anyhow::Re
         plugin_failed: false,
         plugins: Vec::new(),
         turns: Turns::default(),
+        temperatures: Vec::new(),
     };
     if out.rollout.outcome == Outcome::SystemFailure {
         return Ok(out);
     }
     out.turns = Turns::of(&exported);
+    for t in exported.calls.iter().filter_map(|c| c.temperature) {
+        if !out.temperatures.contains(&t) {
+            out.temperatures.push(t);
+        }
+    }
     // One snapshot for the whole rollout: a swap landing meanwhile applies
     // from the next rollout on.
     let (adapter, reward) = (plugins.adapter(), plugins.reward());
@@ -183,6 +192,40 @@ pub fn token_versions(sample: &Sample, calls: &[ModelCall]) -> Option<Vec<u64>> 
     Some(versions)
 }
 
+/// The temperature the trainer scores at: the one the gateway recorded
+/// sampling at (`sampled`, adopted from the first rollout that has one), not
+/// this process's copy of `[gateway] train_temperature` (`configured`,
+/// used only while no record says). A rollout sampled at another
+/// temperature than the adopted one is an error: one update cannot score
+/// its tokens at two.
+pub fn adopt_temperatures(
+    sampled: &mut Option<f64>,
+    configured: f64,
+    recorded: &[f64],
+) -> anyhow::Result<()> {
+    for &t in recorded {
+        match *sampled {
+            None => {
+                if t != configured {
+                    tracing::warn!(
+                        sampled = t,
+                        configured,
+                        "the gateway samples at another temperature than this \
+                         config's gateway.train_temperature: training at the sampled one"
+                    );
+                }
+                *sampled = Some(t);
+            }
+            Some(s) if s != t => anyhow::bail!(
+                "rollouts sampled at two temperatures ({s} and {t}): did the gateway's \
+                 gateway.train_temperature change during the run?"
+            ),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 fn to_trainer(s: Sample, token_versions: Option<Vec<u64>>) -> rl::Sample {
     let spans: Vec<std::ops::Range<usize>> = s
         .trainable
@@ -203,6 +246,18 @@ fn to_trainer(s: Sample, token_versions: Option<Vec<u64>>) -> rl::Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_trainer_scores_at_the_temperature_the_gateway_recorded() {
+        let mut sampled = None;
+        adopt_temperatures(&mut sampled, 1.0, &[]).unwrap();
+        assert_eq!(sampled, None, "no record says: the config's");
+        adopt_temperatures(&mut sampled, 1.0, &[0.7]).unwrap();
+        assert_eq!(sampled, Some(0.7), "the record wins over the config");
+        adopt_temperatures(&mut sampled, 1.0, &[0.7]).unwrap();
+        let e = adopt_temperatures(&mut sampled, 1.0, &[0.9]).unwrap_err();
+        assert!(e.to_string().contains("two temperatures"), "{e}");
+    }
 
     fn rollout(choices: &[Option<(u32, u32)>], events: &[&str]) -> Rollout {
         let calls: Vec<serde_json::Value> = choices

@@ -84,6 +84,8 @@ pub struct Call {
     pub request: Box<RawValue>,
     pub engine: Engine,
     pub weight_version: u64,
+    /// The temperature the gateway set on the request.
+    pub temperature: f64,
     pub tags: BTreeMap<String, String>,
     pub started_ms: u64,
     pub started: Instant,
@@ -165,6 +167,7 @@ impl Call {
             response_ids: out.tokens.response_ids,
             response_logprobs: out.tokens.response_logprobs,
             weight_version: self.weight_version,
+            temperature: Some(self.temperature),
             response_versions,
             engine_weight_version: out.tokens.engine_weight_version,
             finish_reason: out.tokens.finish_reason,

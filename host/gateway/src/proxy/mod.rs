@@ -381,6 +381,7 @@ async fn handle(
         request,
         engine,
         weight_version,
+        temperature,
         tags: record::agl_tags(&headers),
         started_ms: now_ms(),
         started: Instant::now(),

@@ -135,6 +135,9 @@ async fn assert_one_call(env: &Env, api: ApiKind, prompt: Vec<u32>, reply: &str)
     assert_eq!(call.finish_reason.as_deref(), Some("stop"));
     assert_eq!(call.tags.get("x-agl-step").map(String::as_str), Some("3"));
     assert!(call.finished_at_ms >= call.started_at_ms);
+    // What the trainer scores at: the temperature the gateway set, not the
+    // harness's 0.1.
+    assert_eq!(call.temperature, Some(0.7));
 }
 
 #[tokio::test]

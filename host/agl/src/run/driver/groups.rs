@@ -7,7 +7,7 @@ use agl_wire::rollout::{JsonText, Mode};
 
 use super::{DoneGroup, Driver, Tracked};
 use crate::rollout_set::RolloutSet;
-use crate::run::collect::collect;
+use crate::run::collect::{adopt_temperatures, collect};
 
 impl Driver {
     pub(super) async fn launch_group(&mut self) -> anyhow::Result<()> {
@@ -53,6 +53,7 @@ impl Driver {
             let mut rollouts = Vec::with_capacity(g.rollouts.len());
             for id in &g.rollouts {
                 let c = collect(self.link.as_ref(), &self.plugins, id).await?;
+                adopt_temperatures(&mut self.sampled, self.temperature, &c.temperatures)?;
                 self.progress
                     .rollout_finished(c.rollout.outcome != Outcome::SystemFailure);
                 rollouts.push(c);

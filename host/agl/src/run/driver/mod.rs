@@ -54,7 +54,8 @@ pub struct HostState {
 pub struct Parts {
     pub cfg: RunConfig,
     pub train: TrainConfig,
-    /// The gateway's training temperature (what the trainer scores at).
+    /// This config's `[gateway] train_temperature`: what the trainer scores
+    /// at until a record says what the gateway sampled at.
     pub temperature: f64,
     /// The gateway side: its store and proxy, in this process or not.
     pub link: Arc<dyn Link>,
@@ -82,6 +83,8 @@ pub struct Driver {
     cfg: RunConfig,
     train: TrainConfig,
     temperature: f64,
+    /// The temperature the gateway recorded sampling the calls at.
+    sampled: Option<f64>,
     link: Arc<dyn Link>,
     id_prefix: String,
     policy: Policy,
@@ -146,6 +149,7 @@ impl Driver {
             cfg,
             train,
             temperature,
+            sampled: None,
             link,
             id_prefix,
             policy,
@@ -307,7 +311,7 @@ impl Driver {
         }
         self.progress.set_phase("training");
         let t = Instant::now();
-        let step_cfg = self.train.step(self.temperature);
+        let step_cfg = self.train.step(self.sampled.unwrap_or(self.temperature));
         let s = self.trainer.train(batch, step_cfg).await?;
         record.train_s = t.elapsed().as_secs_f64();
         record.set_step_stats(&s);
