@@ -1,5 +1,6 @@
 //! The token-level inference engine: iteration-level batching over a
-//! [`KvCache`](agl_model::KvCache), no HTTP and no tokenizer.
+//! per-sequence cache ([`SequenceCache`]: a slot per sequence over every
+//! layer's state), no HTTP and no tokenizer.
 //!
 //! A [`Model`] lives on one dedicated thread (tch tensors are not `Sync`);
 //! callers hold a cloneable [`EngineHandle`] and talk to that thread over a
@@ -35,8 +36,11 @@
 //! version that sampled it ([`EngineEvent::Token`], [`Finished::token_versions`]),
 //! so its logprob is the behaviour logprob of its own version.
 
+mod cache;
 mod sampling;
 mod scheduler;
+
+pub use cache::{SequenceCache, SlotId};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -11,7 +11,8 @@ use tch::{Kind, Tensor};
 
 use super::sampling::{Rng, TopLogprobs, sample};
 use super::{Command, EngineConfig, EngineEvent, FinishReason, Finished, InFlight, Pending};
-use agl_model::{KvCache, Model, SlotId};
+use crate::cache::{SequenceCache, SlotId};
+use agl_model::Model;
 
 /// A sequence holding a cache slot.
 struct Active {
@@ -28,7 +29,7 @@ struct Active {
 
 struct Scheduler {
     model: Model,
-    cache: KvCache,
+    cache: SequenceCache,
     waiting: VecDeque<Pending>,
     active: Vec<Active>,
     version: Arc<AtomicU64>,
@@ -41,7 +42,7 @@ pub(super) fn run(
     commands: Receiver<Command>,
     version: Arc<AtomicU64>,
 ) {
-    let cache = KvCache::new(&model, config.max_seqs, config.max_len);
+    let cache = SequenceCache::new(&model, config.max_seqs, config.max_len);
     let seeds = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -264,8 +265,8 @@ impl Scheduler {
     /// The step's last-token logits as f32 rows.
     fn logits(&mut self, batch: &[(SlotId, &[i64])]) -> Result<Vec<Vec<f32>>, String> {
         let logits = self
-            .model
-            .forward_cached(&mut self.cache, batch)
+            .cache
+            .step(&self.model, batch)
             .map_err(|e| e.to_string())?;
         to_rows(&logits)
     }

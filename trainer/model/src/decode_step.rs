@@ -7,8 +7,8 @@
 //! bounds. Here they are loops over a few thousand floats per layer.
 //!
 //! The maths is the libtorch path's, in f32, the sums in another order:
-//! `model::cache`'s tests pin this step's logits and cache against the
-//! libtorch step, `tests/model/kv_cache.rs` decoding against the full
+//! `cached.rs`'s tests pin this step's logits and states against the
+//! libtorch step, agl-engine's `tests/cache.rs` decoding against the full
 //! forward. Anything it does not cover
 //! (another dtype or device, biases, q/k norms, a sliding window, an active
 //! LoRA adapter, shapes the kernels do not take) returns `None` and the
@@ -18,6 +18,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::Model;
 use super::decode_matmul::{self, f32s, f32s_mut};
+use super::layer_state::LayerState;
 use super::layers::{Linear, RmsNorm};
 use super::team;
 
@@ -30,15 +31,10 @@ pub struct Row {
 }
 
 /// The logits `[rows, vocab]` of one decode step, its keys and values
-/// written into `keys` / `values` (per layer `[slots, kv_heads, capacity,
-/// head_dim]`, grown by the caller to hold every row's position); `None`
-/// (nothing written) where the step or the model is not covered.
-pub fn run(
-    model: &Model,
-    keys: &mut [Tensor],
-    values: &mut [Tensor],
-    rows: &[Row],
-) -> Option<Tensor> {
+/// written into the attention `states` (per layer `[slots, kv_heads,
+/// capacity, head_dim]`, grown by the caller to hold every row's position);
+/// `None` (nothing written) where the step or the model is not covered.
+pub fn run(model: &Model, states: &mut [LayerState], rows: &[Row]) -> Option<Tensor> {
     let shape = Shape::of(model, rows.len())?;
     let layers = model
         .layers
@@ -49,7 +45,14 @@ pub fn run(
     let (final_norm, final_eps) = norm_parts(&model.norm)?;
     let lm_head = f32s(&model.lm_head)?;
     let inv_freq = Vec::<f32>::try_from(model.rope.inv_freq()).ok()?;
-    let caches_fit = keys.iter().chain(values.iter()).all(|t| {
+    let mut kv: Vec<(&mut Tensor, &mut Tensor)> = states
+        .iter_mut()
+        .map(|s| {
+            let LayerState::Attention { keys, values } = s;
+            (keys, values)
+        })
+        .collect();
+    let caches_fit = kv.iter().flat_map(|(k, v)| [&**k, &**v]).all(|t| {
         let size = t.size();
         size.len() == 4
             && size[1] as usize == shape.kv_heads
@@ -60,7 +63,7 @@ pub fn run(
     });
     let vocab = model.config.vocab_size as usize;
     let tokens_fit = rows.iter().all(|r| (0..vocab as i64).contains(&r.token));
-    if !caches_fit || !tokens_fit || keys.len() != layers.len() || values.len() != layers.len() {
+    if !caches_fit || !tokens_fit || kv.len() != layers.len() {
         return None;
     }
 
@@ -72,9 +75,8 @@ pub fn run(
     }
     // Every layer's cache as floats before the first write, so a `None`
     // leaves the cache as it was.
-    let caches = keys
+    let caches = kv
         .iter_mut()
-        .zip(values.iter_mut())
         .map(|(k, v)| {
             let capacity = k.size()[2] as usize;
             Some(Cache {

@@ -5,8 +5,9 @@
 //! One set of weights, two forward paths:
 //! - [`Model::forward`]: tokens `[B, T]` (right padded) -> logits `[B, T, V]`,
 //!   with autograd, for the trainer's logprobs;
-//! - [`Model::forward_cached`]: a batched step over a [`KvCache`] for the
-//!   inference engine (see `cache.rs` for the design).
+//! - [`Model::forward_cached`]: a batched step over each layer's
+//!   [`LayerState`] for the inference engine (see `layer_state.rs` and
+//!   `cached.rs`; the engine's per-sequence cache owns the slots).
 //!
 //! Parameters live in a `tch::nn::VarStore` under the exact Hugging Face
 //! names (`model.layers.0.self_attn.q_proj.weight`, ...), so weights load
@@ -15,11 +16,12 @@
 
 mod adapter;
 mod attention;
-mod cache;
+mod cached;
 mod config;
 mod decode_matmul;
 mod decode_step;
 mod fused;
+mod layer_state;
 mod layers;
 mod lean;
 mod logprobs;
@@ -47,11 +49,11 @@ use layers::{Pass, RmsNorm};
 use rope::Rope;
 
 pub use adapter::AdapterLoad;
-pub use cache::{KvCache, SlotId};
 pub use config::{ModelConfig, ModelType, RopeScaling};
 /// The f32 CPU decode step's matmul, for the engine bench to time apart
 /// from the rest of the step.
 pub use decode_matmul::{rows as decode_rows, rows_many as decode_rows_many};
+pub use layer_state::{LayerState, StepRow, grow_states};
 pub use lean::{Lean, LeanForward};
 pub use logprobs::{PickedLogprobs, at_temperature, token_logprobs};
 pub use lora::{LoraConfig, read_adapter};
@@ -67,7 +69,7 @@ pub enum ModelError {
     Input(String),
     #[error("weights: {0}")]
     Weights(String),
-    #[error("kv cache: {0}")]
+    #[error("inference state: {0}")]
     Cache(String),
     #[error("{path}: {source}")]
     Io {

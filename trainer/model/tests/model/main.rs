@@ -1,10 +1,9 @@
-//! agl-model: weights, the KV cache, scoring, parity with transformers. One
+//! agl-model: weights, scoring, parity with transformers. One
 //! test binary (each links libtorch).
 
 #[allow(dead_code)] // each module uses a subset
 #[path = "../../../tests/common.rs"]
 mod common;
 mod hf_parity;
-mod kv_cache;
 mod scoring;
 mod weights;

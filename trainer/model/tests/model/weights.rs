@@ -153,3 +153,23 @@ fn bf16_save_and_load_convert_dtypes() {
     };
     assert!(w(&back).equal(&w(&bf16)));
 }
+
+#[test]
+fn bad_forward_inputs_are_errors() {
+    let model = crate::common::random_model(
+        crate::common::tiny_config(serde_json::json!({})),
+        tch::Kind::Float,
+        11,
+    );
+    use tch::Tensor;
+    assert!(
+        model
+            .forward(&Tensor::from_slice(&[1i64, 500]).view([1, 2]), None)
+            .is_err()
+    );
+    let mask = Tensor::from_slice(&[0i64, 1]).view([1, 2]);
+    let err = model
+        .forward(&Tensor::from_slice(&[1i64, 2]).view([1, 2]), Some(&mask))
+        .unwrap_err();
+    assert!(err.to_string().contains("right"), "{err}");
+}

@@ -5,10 +5,11 @@
 //! measured differences.
 
 use crate::common::{max_abs_diff, random_model, random_tokens, tiny_config};
+use agl_engine::SequenceCache;
 use agl_engine::{
     EngineConfig, EngineEvent, EngineHandle, Finished, InFlight, Request, SamplingParams,
 };
-use agl_model::{KvCache, Model};
+use agl_model::Model;
 use agl_rl::autocast::with_bf16_autocast;
 use agl_rl::{
     AdamWConfig, BatchConfig, Correction, LossConfig, LrDecay, LrSchedule, OneRank, Outcome,
@@ -56,17 +57,13 @@ fn forward_on_cuda_matches_cpu_and_the_cache() {
 
     // Prefill 5 tokens, then decode one at a time, against the full forward.
     let ids: Vec<i64> = Vec::try_from(tokens.get(0)).unwrap();
-    let mut cache = KvCache::new(&model, 2, 64);
+    let mut cache = SequenceCache::new(&model, 2, 64);
     let slot = cache.allocate().unwrap();
     let full = got.get(0).to_device(Device::Cpu);
-    let out = model
-        .forward_cached(&mut cache, &[(slot, &ids[..5])])
-        .unwrap();
+    let out = cache.step(&model, &[(slot, &ids[..5])]).unwrap();
     let mut worst = max_abs_diff(&out.get(0).to_device(Device::Cpu), &full.get(4));
     for i in 5..ids.len() {
-        let out = model
-            .forward_cached(&mut cache, &[(slot, &ids[i..=i])])
-            .unwrap();
+        let out = cache.step(&model, &[(slot, &ids[i..=i])]).unwrap();
         worst = worst.max(max_abs_diff(
             &out.get(0).to_device(Device::Cpu),
             &full.get(i as i64),

@@ -1,10 +1,6 @@
 //! The engine against the model's own full forward: greedy decode, logprobs
 //! (the `token_logprobs` convention), batching, seeds, stops, weight updates.
 
-#[allow(dead_code)] // each test binary uses a subset
-#[path = "../../tests/common.rs"]
-mod common;
-
 use crate::common::{random_model, tiny_config};
 use agl_engine::{
     EngineConfig, EngineEvent, EngineHandle, FinishReason, Finished, InFlight, Request,

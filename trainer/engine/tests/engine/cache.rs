@@ -1,7 +1,9 @@
-//! The KV-cache forward agrees with the full forward, alone and batched.
+//! The engine's per-sequence cache: its steps agree with the full
+//! forward, alone and batched, and bad steps are errors that change nothing.
 
 use crate::common::{max_abs_diff, random_model, tiny_config};
-use agl_model::{KvCache, Model, SlotId};
+use agl_engine::{SequenceCache, SlotId};
+use agl_model::Model;
 use serde_json::json;
 use tch::{Kind, Tensor};
 
@@ -28,18 +30,14 @@ fn incremental_decoding_matches_full_forward() {
         let model = random_model(tiny_config(extra.clone()), Kind::Float, 7);
         let tokens = seq(20, 1);
         let full = full_logits(&model, &tokens);
-        let mut cache = KvCache::new(&model, 2, 64);
+        let mut cache = SequenceCache::new(&model, 2, 64);
         let slot = cache.allocate().unwrap();
         // Prefill 5 tokens, then decode the rest one at a time.
         let mut worst = 0f64;
-        let out = model
-            .forward_cached(&mut cache, &[(slot, &tokens[..5])])
-            .unwrap();
+        let out = cache.step(&model, &[(slot, &tokens[..5])]).unwrap();
         worst = worst.max(max_abs_diff(&out.get(0), &full.get(4)));
         for i in 5..tokens.len() {
-            let out = model
-                .forward_cached(&mut cache, &[(slot, &tokens[i..=i])])
-                .unwrap();
+            let out = cache.step(&model, &[(slot, &tokens[i..=i])]).unwrap();
             worst = worst.max(max_abs_diff(&out.get(0), &full.get(i as i64)));
         }
         println!("{extra}: incremental vs full max abs diff {worst:e}");
@@ -60,21 +58,11 @@ fn batched_steps_match_each_sequence_alone() {
     // Each sequence alone: prefill then 4 decode steps, in its own cache.
     let alone: Vec<Vec<Tensor>> = (0..3)
         .map(|i| {
-            let mut cache = KvCache::new(&model, 1, 64);
+            let mut cache = SequenceCache::new(&model, 1, 64);
             let slot = cache.allocate().unwrap();
-            let mut outs = vec![
-                model
-                    .forward_cached(&mut cache, &[(slot, &seqs[i])])
-                    .unwrap()
-                    .get(0),
-            ];
+            let mut outs = vec![cache.step(&model, &[(slot, &seqs[i])]).unwrap().get(0)];
             for tok in &decode[i] {
-                outs.push(
-                    model
-                        .forward_cached(&mut cache, &[(slot, &[*tok])])
-                        .unwrap()
-                        .get(0),
-                );
+                outs.push(cache.step(&model, &[(slot, &[*tok])]).unwrap().get(0));
             }
             outs
         })
@@ -82,14 +70,14 @@ fn batched_steps_match_each_sequence_alone() {
 
     // All three together: one batched prefill of different lengths, then
     // batched decode steps of one token per sequence.
-    let mut cache = KvCache::new(&model, 4, 64);
+    let mut cache = SequenceCache::new(&model, 4, 64);
     let slots: Vec<SlotId> = (0..3).map(|_| cache.allocate().unwrap()).collect();
     let batch: Vec<(SlotId, &[i64])> = slots
         .iter()
         .zip(&seqs)
         .map(|(s, t)| (*s, t.as_slice()))
         .collect();
-    let prefill = model.forward_cached(&mut cache, &batch).unwrap();
+    let prefill = cache.step(&model, &batch).unwrap();
     assert_eq!(prefill.size(), [3, 300]);
     let mut worst = 0f64;
     for (i, outs) in alone.iter().enumerate() {
@@ -102,7 +90,7 @@ fn batched_steps_match_each_sequence_alone() {
             .zip(&toks)
             .map(|(s, t)| (*s, t.as_slice()))
             .collect();
-        let out = model.forward_cached(&mut cache, &batch).unwrap();
+        let out = cache.step(&model, &batch).unwrap();
         for (i, outs) in alone.iter().enumerate() {
             worst = worst.max(max_abs_diff(&out.get(i as i64), &outs[step + 1]));
         }
@@ -120,16 +108,16 @@ fn sequences_join_and_leave_between_steps() {
     );
     let (a, b, c) = (seq(70, 1), seq(9, 2), seq(5, 3));
     // Capacity starts at 64 and must grow while a and b are in flight.
-    let mut cache = KvCache::new(&model, 2, 128);
+    let mut cache = SequenceCache::new(&model, 2, 128);
     let sa = cache.allocate().unwrap();
     let sb = cache.allocate().unwrap();
     assert!(cache.allocate().is_none());
-    let _ = model
-        .forward_cached(&mut cache, &[(sa, &a[..60]), (sb, &b[..8])])
+    let _ = cache
+        .step(&model, &[(sa, &a[..60]), (sb, &b[..8])])
         .unwrap();
     // a gets its remaining tokens in one chunk while b decodes one.
-    let out = model
-        .forward_cached(&mut cache, &[(sb, &b[8..]), (sa, &a[60..])])
+    let out = cache
+        .step(&model, &[(sb, &b[8..]), (sa, &a[60..])])
         .unwrap();
     let worst_b = max_abs_diff(&out.get(0), &full_logits(&model, &b).get(8));
     let worst_a = max_abs_diff(&out.get(1), &full_logits(&model, &a).get(69));
@@ -139,9 +127,7 @@ fn sequences_join_and_leave_between_steps() {
     assert_eq!(cache.free_slots(), 1);
     let sc = cache.allocate().unwrap();
     assert_eq!(sc, sb);
-    let out = model
-        .forward_cached(&mut cache, &[(sc, &c), (sa, &[7])])
-        .unwrap();
+    let out = cache.step(&model, &[(sc, &c), (sa, &[7])]).unwrap();
     let mut a_next = a.clone();
     a_next.push(7);
     let worst_c = max_abs_diff(&out.get(0), &full_logits(&model, &c).get(4));
@@ -149,7 +135,7 @@ fn sequences_join_and_leave_between_steps() {
 
     // Truncating rolls a slot back to a prefix.
     cache.truncate(sc, 3).unwrap();
-    let out = model.forward_cached(&mut cache, &[(sc, &[42])]).unwrap();
+    let out = cache.step(&model, &[(sc, &[42])]).unwrap();
     let worst_t = max_abs_diff(
         &out.get(0),
         &full_logits(&model, &[c[0], c[1], c[2], 42]).get(3),
@@ -170,16 +156,12 @@ fn sliding_window_cached_matches_full() {
     );
     let tokens = seq(12, 4);
     let full = full_logits(&model, &tokens);
-    let mut cache = KvCache::new(&model, 1, 32);
+    let mut cache = SequenceCache::new(&model, 1, 32);
     let slot = cache.allocate().unwrap();
-    let _ = model
-        .forward_cached(&mut cache, &[(slot, &tokens[..6])])
-        .unwrap();
+    let _ = cache.step(&model, &[(slot, &tokens[..6])]).unwrap();
     let mut worst = 0f64;
     for i in 6..12 {
-        let out = model
-            .forward_cached(&mut cache, &[(slot, &tokens[i..=i])])
-            .unwrap();
+        let out = cache.step(&model, &[(slot, &tokens[i..=i])]).unwrap();
         worst = worst.max(max_abs_diff(&out.get(0), &full.get(i as i64)));
     }
     assert!(worst < TOL, "{worst}");
@@ -188,12 +170,12 @@ fn sliding_window_cached_matches_full() {
 #[test]
 fn bad_steps_are_errors() {
     let model = random_model(tiny_config(json!({})), Kind::Float, 11);
-    let mut cache = KvCache::new(&model, 2, 8);
+    let mut cache = SequenceCache::new(&model, 2, 8);
     let slot = cache.allocate().unwrap();
     let free = cache.allocate().unwrap();
     cache.release(free);
-    let err = |cache: &mut KvCache, batch: &[(SlotId, &[i64])]| {
-        model.forward_cached(cache, batch).unwrap_err().to_string()
+    let err = |cache: &mut SequenceCache, batch: &[(SlotId, &[i64])]| {
+        cache.step(&model, batch).unwrap_err().to_string()
     };
     assert!(err(&mut cache, &[]).contains("empty"));
     assert!(err(&mut cache, &[(free, &[1])]).contains("not allocated"));
@@ -202,14 +184,4 @@ fn bad_steps_are_errors() {
     assert!(err(&mut cache, &[(slot, &[1; 9])]).contains("max_len"));
     // A failed step leaves the slot untouched.
     assert_eq!(cache.seq_len(slot), Some(0));
-    assert!(
-        model
-            .forward(&Tensor::from_slice(&[1i64, 500]).view([1, 2]), None)
-            .is_err()
-    );
-    let mask = Tensor::from_slice(&[0i64, 1]).view([1, 2]);
-    let err = model
-        .forward(&Tensor::from_slice(&[1i64, 2]).view([1, 2]), Some(&mask))
-        .unwrap_err();
-    assert!(err.to_string().contains("right"), "{err}");
 }
