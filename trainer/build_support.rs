@@ -1,7 +1,6 @@
 // What the trainer crates' build scripts share (`include!`d by
-// `model/build.rs` and `rl/build.rs`): the libtorch torch-sys linked, a
-// C++ build against its headers, and the link arguments that let test and
-// bench binaries load it.
+// `model/build.rs` and `rl/build.rs`, with `link_libtorch.rs`): the libtorch
+// torch-sys linked and a C++ build against its headers.
 //
 // torch-sys (`links = "tch"`) exports the dir it linked against as
 // `DEP_TCH_LIBTORCH_LIB`; with `LIBTORCH_USE_PYTORCH=1` that is the venv's
@@ -18,6 +17,7 @@
 fn libtorch_lib() -> std::path::PathBuf {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=../build_support.rs");
+    println!("cargo:rerun-if-changed=../link_libtorch.rs");
     println!("cargo:rerun-if-changed=../csrc");
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -25,18 +25,6 @@ fn libtorch_lib() -> std::path::PathBuf {
         panic!("torch-sys did not export DEP_TCH_LIBTORCH_LIB; cannot build the C++ shims");
     };
     std::path::PathBuf::from(dir)
-}
-
-/// This crate's test and bench binaries find libtorch (and keep its CUDA
-/// library) at run time.
-fn link_libtorch(dir: &std::path::Path) {
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
-    if dir.join("libtorch_cuda.so").exists() {
-        println!(
-            "cargo:rustc-link-arg=-Wl,--no-as-needed,-L{},-ltorch_cuda,--as-needed",
-            dir.display()
-        );
-    }
 }
 
 /// Mirrors torch-sys's own libtch build (torch-sys 0.26 `build.rs`): the

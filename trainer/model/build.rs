@@ -11,6 +11,7 @@
 use std::path::Path;
 
 include!("../build_support.rs");
+include!("../link_libtorch.rs");
 
 fn main() {
     let dir = libtorch_lib();

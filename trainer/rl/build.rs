@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 include!("../build_support.rs");
+include!("../link_libtorch.rs");
 
 fn main() {
     let dir = libtorch_lib();
