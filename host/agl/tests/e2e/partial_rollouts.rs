@@ -179,7 +179,11 @@ async fn a_publish_mid_stream_neither_cancels_nor_waits_for_the_call() {
             .map(|i| (call.response_logprobs[i] - reference[i]).abs())
             .fold(0f32, f32::max)
     };
-    assert!(gap(0..switch) < 1e-4, "{}", gap(0..switch));
+    // f32 noise only before the switch: the engine's decode and the full
+    // forward sum in other orders, up to ~4e-4 here on a 1,500-token greedy
+    // stream (measured under CPU load, where the switch lands late); a token
+    // sampled under the new weights is off by 3e-2 or (mostly) far more.
+    assert!(gap(0..switch) < 1e-3, "{}", gap(0..switch));
     assert!(
         gap(switch..ANSWER_TOKENS) > 1e-2,
         "{}",
