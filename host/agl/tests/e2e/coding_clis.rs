@@ -37,13 +37,13 @@ const CLAUDE_CODE: Harness = Harness {
     example: "claude-code",
     tool: "Bash",
     args: |c| json!({"command": c, "description": "Fix the bug"}),
-    adapter: "claude-code",
+    adapter: "coding-agent",
 };
 const CODEX: Harness = Harness {
     example: "codex",
     tool: "exec_command",
     args: |c| json!({"cmd": c}),
-    adapter: "codex",
+    adapter: "coding-agent",
 };
 const OPENCODE: Harness = Harness {
     example: "opencode",
@@ -492,7 +492,7 @@ async fn a_claude_code_sub_agent_is_a_second_sample_of_the_same_rollout() {
     let log = format!("{}\n{}", text(&run), agent_logs(&dir.join("logs")));
     assert!(run.status.success(), "agl run failed:\n{log}");
     let rollouts = exported(dir);
-    let samples = samples_of(dir, "claude-code");
+    let samples = samples_of(dir, "coding-agent");
     for r in &rollouts {
         let id = r["id"].as_str().unwrap();
         let mine: Vec<&Value> = samples.iter().filter(|s| s["rollout_id"] == id).collect();

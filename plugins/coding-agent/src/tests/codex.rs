@@ -5,7 +5,7 @@ use agl_plugin::testing::{CallExt, call, rollout};
 use agl_plugin::{BreakKind, SampleAdapter};
 use serde_json::{Value, json};
 
-use crate::Codex;
+use crate::CodingAgent as Codex;
 
 const INSTRUCTIONS: &str = "You are a coding agent running in the Codex CLI.";
 

@@ -5,7 +5,7 @@ use agl_plugin::testing::{CallExt, call, rollout};
 use agl_plugin::{BreakKind, SampleAdapter};
 use serde_json::{Value, json};
 
-use crate::ClaudeCode;
+use crate::CodingAgent as ClaudeCode;
 
 fn system(text: &str) -> Value {
     json!([{"type": "text", "text": text}])
