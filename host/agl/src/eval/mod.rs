@@ -17,7 +17,6 @@ use serde_json::Value;
 use agl_client::GatewayClient;
 use agl_engine::InFlight;
 use agl_plugin_host::{Plugin, World};
-use agl_rl::Outcome;
 use agl_rl::checkpoint;
 use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
@@ -25,11 +24,10 @@ use agl_wire::rollout::{JsonText, Mode};
 use crate::assembly::{self, GatewayParts};
 use crate::config::{Config, EngineKind};
 use crate::link::{Link, Local};
-use crate::plugins::score as reward_of;
 use crate::policy::Policy;
 use crate::rollout_set::RolloutSet;
 use crate::run::LocalServing;
-use crate::run::collect::outcome;
+use crate::run::collect::scored;
 use crate::run::data::read_rows;
 use agl_rl::Trainer;
 pub use score::{EvalReport, PolicyResult, TaskResult};
@@ -468,18 +466,9 @@ impl Evaluation<'_> {
     async fn task(&self, name: &str, ids: &[String]) -> anyhow::Result<TaskResult> {
         let (mut rewards, mut excluded) = (Vec::new(), 0);
         for id in ids {
-            let exported = Arc::new(self.link.export(id).await?);
-            if outcome(exported.status, exported.failure) == Outcome::SystemFailure {
-                excluded += 1;
-                continue;
-            }
-            match reward_of(self.reward, &exported).await {
-                Ok(Some(r)) => rewards.push(r),
-                Ok(None) => excluded += 1,
-                Err(e) => {
-                    tracing::warn!(rollout = %id, error = %e, "reward failed: not scored");
-                    excluded += 1;
-                }
+            match scored(self.link.as_ref(), self.reward, id).await? {
+                Some((r, _)) => rewards.push(r),
+                None => excluded += 1,
             }
         }
         let samples = rewards.len();

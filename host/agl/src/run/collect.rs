@@ -9,6 +9,7 @@ use agl_rl::{self as rl, Outcome};
 
 use crate::link::Link;
 use crate::plugins::{Plugins, describe, score};
+use agl_plugin_host::Plugin;
 use agl_wire::api::{LoadedPlugin, PluginRole};
 use agl_wire::record::TOOL_CALL;
 use agl_wire::rollout::{FailureKind, ModelCall, Rollout, RolloutStatus, Sample};
@@ -87,6 +88,27 @@ pub fn outcome(status: RolloutStatus, failure: Option<FailureKind>) -> Outcome {
         RolloutStatus::Failed if failure == Some(FailureKind::Agent) => Outcome::AgentFailure,
         // Cancelled, system-failed (or, defensively, not terminal).
         _ => Outcome::SystemFailure,
+    }
+}
+
+/// Rollout `id` read back and scored as validation and evaluation score it
+/// (no samples): its reward and export, or `None` for a system failure, a
+/// rollout without a reward, or one whose reward plugin failed (logged).
+pub async fn scored(
+    link: &dyn Link,
+    reward: Option<&Plugin>,
+    id: &str,
+) -> anyhow::Result<Option<(f64, Arc<Rollout>)>> {
+    let exported = Arc::new(link.export(id).await?);
+    if outcome(exported.status, exported.failure) == Outcome::SystemFailure {
+        return Ok(None);
+    }
+    match score(reward, &exported).await {
+        Ok(r) => Ok(r.map(|r| (r, exported))),
+        Err(e) => {
+            tracing::warn!(rollout = %id, error = %e, "reward failed: not scored");
+            Ok(None)
+        }
     }
 }
 

@@ -1,16 +1,12 @@
 //! Validation: the val rows once, at the val temperature, scored like
 //! training rollouts.
 
-use std::sync::Arc;
-
-use agl_rl::Outcome;
 use agl_wire::api::NewRollout;
 use agl_wire::rollout::{JsonText, Mode};
 
 use super::{Driver, mean};
-use crate::plugins::score;
 use crate::rollout_set::RolloutSet;
-use crate::run::collect::{TurnTally, Turns, outcome};
+use crate::run::collect::{TurnTally, Turns, scored};
 use crate::run::report::StepRecord;
 
 impl Driver {
@@ -50,18 +46,11 @@ impl Driver {
         }
         let mut rewards = Vec::new();
         let mut turns = TurnTally::default();
+        let reward = self.plugins.reward();
         for id in set.ids() {
-            let exported = Arc::new(link.export(id).await?);
-            if outcome(exported.status, exported.failure) == Outcome::SystemFailure {
-                continue;
-            }
-            match score(self.plugins.reward().as_ref(), &exported).await {
-                Ok(Some(r)) => {
-                    rewards.push(r);
-                    turns.add(Turns::of(&exported));
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(rollout = %id, error = %e, "val reward failed"),
+            if let Some((r, exported)) = scored(link, reward.as_ref(), id).await? {
+                rewards.push(r);
+                turns.add(Turns::of(&exported));
             }
         }
         Ok(Validation {
