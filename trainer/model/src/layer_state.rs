@@ -36,7 +36,8 @@ impl LayerState {
     }
 
     /// A copy (for tests that run two paths from one state).
-    pub fn copy(&self) -> LayerState {
+    #[cfg(test)]
+    pub(crate) fn copy(&self) -> LayerState {
         match self {
             LayerState::Attention { keys, values } => LayerState::Attention {
                 keys: keys.copy(),

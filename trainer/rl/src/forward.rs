@@ -10,7 +10,7 @@ use crate::autocast::with_bf16_autocast;
 use crate::batch::UpdateBatch;
 use crate::config::StepConfig;
 use crate::layout::{Grid, Layout};
-use crate::loss::{TokenInputs, token_loss};
+use crate::loss::{LossOutput, TokenInputs, token_loss};
 use crate::pack::Packing;
 use crate::stats::{StepSums, scalar};
 use agl_model::{Lean, Model, at_temperature};
@@ -43,19 +43,7 @@ pub(crate) fn run_sums(
             model.logprobs_at(&layout.tokens, Some(&layout.mask), cfg.temperature, &at)
         })?;
         let new = layout.to_samples(&picked.logprobs);
-        let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
-        let out = token_loss(
-            &TokenInputs {
-                new: &new,
-                old: &old,
-                engine: &g.engine,
-                advantage: &g.advantage,
-                weight: &g.weight,
-                trainable: &g.trainable,
-                reference: Some((&g.reference, &g.has_ref)),
-            },
-            &cfg.loss,
-        );
+        let out = grid_loss(&new, &g, cfg);
         if backward {
             out.loss.backward();
         }
@@ -96,19 +84,7 @@ fn lean_micro_batch(
     // `lean_backward` takes.
     let leaf = fwd.logprobs.detach().set_requires_grad(backward);
     let new = layout.to_samples(&leaf);
-    let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
-    let out = token_loss(
-        &TokenInputs {
-            new: &new,
-            old: &old,
-            engine: &g.engine,
-            advantage: &g.advantage,
-            weight: &g.weight,
-            trainable: &g.trainable,
-            reference: Some((&g.reference, &g.has_ref)),
-        },
-        &cfg.loss,
-    );
+    let out = grid_loss(&new, g, cfg);
     let entropy = fwd.entropy_sum;
     if backward {
         out.loss.backward();
@@ -118,6 +94,24 @@ fn lean_micro_batch(
         }
     }
     StepSums::from_output(out, g, entropy)
+}
+
+/// The loss of a micro-batch's logprobs `new` (on the sample grid `g`):
+/// `old` is the sample's own where it carries one, else `new` detached.
+fn grid_loss(new: &Tensor, g: &Grid, cfg: &StepConfig) -> LossOutput {
+    let old = g.old.where_self(&g.has_old.gt(0.5), &new.detach());
+    token_loss(
+        &TokenInputs {
+            new,
+            old: &old,
+            engine: &g.engine,
+            advantage: &g.advantage,
+            weight: &g.weight,
+            trainable: &g.trainable,
+            reference: Some((&g.reference, &g.has_ref)),
+        },
+        &cfg.loss,
+    )
 }
 
 /// Sum of the policy entropy over rows of logits (`[N, V]`).
