@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde_json::value::RawValue;
 
 use super::dedup::{RetryKey, retry_key};
+use super::front::Front;
 use super::record::Tokens;
 use super::serving::Serving;
 use crate::control::now_ms;
@@ -14,7 +15,7 @@ use crate::{ApiError, AppState, CallGuard};
 use agl_store::Engine;
 use agl_wire::json;
 use agl_wire::record::{CallStatus, ModelRequest};
-use agl_wire::rollout::{ApiKind, Choice, JsonText};
+use agl_wire::rollout::{Choice, JsonText};
 
 /// Requests larger than this are not kept in the record of a call that
 /// failed or was cancelled: it is not training data, and a refused 32 MiB
@@ -80,7 +81,7 @@ pub struct Call {
     pub st: AppState,
     pub rollout_id: String,
     pub attempt: u32,
-    pub api: ApiKind,
+    pub front: &'static dyn Front,
     pub request: Box<RawValue>,
     pub engine: Engine,
     pub weight_version: u64,
@@ -160,7 +161,7 @@ impl Call {
         };
         let response_versions = out.tokens.versions_to_record(self.weight_version);
         let record = ModelRequest::<&RawValue> {
-            api: self.api,
+            api: self.front.kind(),
             request,
             response: out.response,
             prompt_ids: out.tokens.prompt_ids,

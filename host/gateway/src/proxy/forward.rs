@@ -19,7 +19,7 @@ use super::call::{Call, CallOutcome};
 use super::dedup::DeliveryNote;
 use super::record::Tokens;
 use super::upstream::EngineResponse;
-use super::{error_response, record, record_body, stream, token_scan};
+use super::{record, record_body, stream, token_scan};
 use crate::ApiError;
 use agl_wire::record::CallStatus;
 use agl_wire::rollout::JsonText;
@@ -106,10 +106,10 @@ async fn fetch(call: &Call, url: &str, body: Bytes, streaming: bool) -> Fetched 
 /// called API's error shape).
 async fn failed(call: &Call, outcome: CallOutcome, message: String) -> Response {
     if let Err(e) = call.commit(outcome).await {
-        return error_response(call.api, e);
+        return call.front.error(e);
     }
     let e = ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message);
-    error_response(call.api, e)
+    call.front.error(e)
 }
 
 /// A non-streamed call (or an upstream error answer): commit the record
@@ -150,7 +150,7 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
                 .or_else(|| record::tokens_by_serde(&bytes))
                 .unwrap_or_else(|| {
                     let v = serde_json::from_str(body.get()).unwrap_or(Value::Null);
-                    record::tokens_of(call.api, &v)
+                    record::tokens_of(call.front.kind(), &v)
                 });
             answered(call, status, body, tokens)
         }
@@ -173,7 +173,7 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
     let ok = outcomes.iter().all(|o| o.status == CallStatus::Ok);
     let committed = match call.commit_choices(outcomes).await {
         Ok(c) => c,
-        Err(e) => return error_response(call.api, e),
+        Err(e) => return call.front.error(e),
     };
     if ok {
         let seqs = committed.iter().map(|c| c.seq);
@@ -185,7 +185,7 @@ async fn complete(call: &Call, status: StatusCode, bytes: Bytes) -> Response {
             "server_error",
             "engine answered with invalid JSON",
         );
-        return error_response(call.api, e);
+        return call.front.error(e);
     }
     let note = DeliveryNote::new(call.st.retries.clone(), call.rollout_id.clone());
     note.set(committed.iter().map(|c| (c.retry, c.seq)));

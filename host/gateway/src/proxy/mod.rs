@@ -15,6 +15,7 @@ mod call;
 mod dedup;
 mod engine_conn;
 mod forward;
+mod front;
 mod models;
 mod record;
 mod rendered;
@@ -48,21 +49,16 @@ use super::auth::Principal;
 use super::control::now_ms;
 use super::error::ApiError;
 use super::extract::{ApiBody, ApiPath};
-use super::openapi::{AnthropicCallErrors, OpenAiCallErrors};
 use agl_store::{Engine, Mode};
-use agl_wire::rollout::ApiKind;
-use agl_wire::{anthropic, json, openai, responses, urls};
+use agl_wire::{json, urls};
 use call::Call;
+use front::Front;
 use serving::Serving;
 
 /// The proxy's routes, merged into the gateway router.
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(routes!(chat))
-        .routes(routes!(completions))
-        .routes(routes!(responses))
+    front::routes()
         .routes(routes!(models::openai))
-        .routes(routes!(messages))
         .routes(routes!(models::count_tokens))
         .routes(routes!(models::anthropic))
 }
@@ -71,128 +67,10 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// called API's shape).
 type ProxyPath = Result<ApiPath<urls::ProxyPath>, ApiError>;
 
-/// A Chat Completions call, recorded.
-///
-/// The body goes to the rollout's engine with `model`, the mode's
-/// `temperature`, `return_token_ids` and `logprobs` rewritten (rendered by
-/// the gateway instead when the engine is registered with `render =
-/// "gateway"`). `x-agl-*` request headers are kept as the call's tags.
-#[utoipa::path(
-    post,
-    path = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1/chat/completions",
-    operation_id = "chat_completions",
-    tag = "openai",
-    security(("rollout_token" = []), ("admin_key" = [])),
-    params(urls::ProxyPath),
-    request_body(content = Object, description = "A Chat Completions request.",
-                 content_type = "application/json"),
-    responses(
-        (status = 200, description = "The answer; with `stream: true`, SSE frames of \
-            `ChatCompletionChunk` ending in `data: [DONE]`.", content(
-            (openai::ChatCompletion = "application/json"),
-            (String = "text/event-stream"),
-        )),
-        OpenAiCallErrors,
-    ),
-)]
-async fn chat(
-    st: State<AppState>,
-    path: ProxyPath,
-    headers: HeaderMap,
-    body: Result<ApiBody, ApiError>,
-) -> Response {
-    serve(ApiKind::ChatCompletions, st, path, headers, body).await
-}
-
-/// A Completions call, recorded (passed through to the engine).
-#[utoipa::path(
-    post,
-    path = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1/completions",
-    operation_id = "completions",
-    tag = "openai",
-    security(("rollout_token" = []), ("admin_key" = [])),
-    params(urls::ProxyPath),
-    request_body(content = Object, description = "A Completions request.",
-                 content_type = "application/json"),
-    responses(
-        (status = 200, description = "The answer; with `stream: true`, SSE frames of \
-            `Completion` chunks ending in `data: [DONE]`.", content(
-            (openai::Completion = "application/json"),
-            (String = "text/event-stream"),
-        )),
-        OpenAiCallErrors,
-    ),
-)]
-async fn completions(
-    st: State<AppState>,
-    path: ProxyPath,
-    headers: HeaderMap,
-    body: Result<ApiBody, ApiError>,
-) -> Response {
-    serve(ApiKind::Completions, st, path, headers, body).await
-}
-
-/// A Responses call, recorded (`render = "gateway"` engines).
-#[utoipa::path(
-    post,
-    path = "/proxy/{rollout_id}/{attempt}/{mode}/openai/v1/responses",
-    operation_id = "responses",
-    tag = "openai",
-    security(("rollout_token" = []), ("admin_key" = [])),
-    params(urls::ProxyPath),
-    request_body(content = Object, description = "A Responses request.",
-                 content_type = "application/json"),
-    responses(
-        (status = 200, description = "The response; with `stream: true`, SSE frames of \
-            numbered `ResponsesStreamEvent`s.", content(
-            (responses::Response = "application/json"),
-            (String = "text/event-stream"),
-        )),
-        OpenAiCallErrors,
-    ),
-)]
-async fn responses(
-    st: State<AppState>,
-    path: ProxyPath,
-    headers: HeaderMap,
-    body: Result<ApiBody, ApiError>,
-) -> Response {
-    serve(ApiKind::Responses, st, path, headers, body).await
-}
-
-/// An Anthropic Messages call, recorded (`render = "gateway"` engines;
-/// `?beta=true` and other query strings tolerated).
-#[utoipa::path(
-    post,
-    path = "/proxy/{rollout_id}/{attempt}/{mode}/anthropic/v1/messages",
-    operation_id = "anthropic_messages",
-    tag = "anthropic",
-    security(("rollout_token" = []), ("rollout_token_x_api_key" = []), ("admin_key" = [])),
-    params(urls::ProxyPath),
-    request_body(content = Object, description = "A Messages request.",
-                 content_type = "application/json"),
-    responses(
-        (status = 200, description = "The message; with `stream: true`, SSE frames of \
-            `AnthropicStreamEvent`s.", content(
-            (anthropic::Message = "application/json"),
-            (String = "text/event-stream"),
-        )),
-        AnthropicCallErrors,
-    ),
-)]
-async fn messages(
-    st: State<AppState>,
-    path: ProxyPath,
-    headers: HeaderMap,
-    body: Result<ApiBody, ApiError>,
-) -> Response {
-    serve(ApiKind::AnthropicMessages, st, path, headers, body).await
-}
-
 /// The one handler behind every proxied API: path and body rejections and
 /// errors become JSON responses in the API's own shape.
 async fn serve(
-    api: ApiKind,
+    front: &'static dyn Front,
     State(st): State<AppState>,
     path: ProxyPath,
     headers: HeaderMap,
@@ -205,29 +83,20 @@ async fn serve(
             // layer above (axum's handler, the middleware, hyper's
             // dispatch) would otherwise move it by value.
             let call = (p.rollout_id, p.attempt, p.mode);
-            Box::pin(handle(st, api, call, headers, body)).await
+            Box::pin(handle(st, front, call, headers, body)).await
         }
         Err(e) => Err(e),
     };
-    answer.unwrap_or_else(|e| error_response(api, e))
+    answer.unwrap_or_else(|e| front.error(e))
 }
 
 /// An error in the shape of the API `path` belongs to (Anthropic's on the
 /// Anthropic routes), for what answers before a handler does.
 pub fn error_for_path(path: &str, e: ApiError) -> Response {
-    let api = if path.starts_with("/proxy/") && path.contains("/anthropic/") {
-        ApiKind::AnthropicMessages
+    if path.starts_with("/proxy/") && path.contains("/anthropic/") {
+        front::messages().error(e)
     } else {
-        ApiKind::ChatCompletions
-    };
-    error_response(api, e)
-}
-
-/// An error in the shape of the API that was called.
-fn error_response(api: ApiKind, e: ApiError) -> Response {
-    match api {
-        ApiKind::AnthropicMessages => (e.status, axum::Json(e.anthropic_body())).into_response(),
-        _ => e.into_response(),
+        e.into_response()
     }
 }
 
@@ -241,13 +110,13 @@ fn record_body(text: &str) -> Result<Box<RawValue>, String> {
 
 /// 429 while the proxy is paused (e.g. during a weight update), in the
 /// called API's shape: every SDK retries it after `Retry-After`.
-fn paused(api: ApiKind) -> Response {
+fn paused(front: &dyn Front) -> Response {
     let err = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "rate_limit_error",
         "the proxy is paused; retry shortly",
     );
-    ([(RETRY_AFTER, "1")], error_response(api, err)).into_response()
+    ([(RETRY_AFTER, "1")], front.error(err)).into_response()
 }
 
 /// A call that passed the checks: its body, parsed and as recorded.
@@ -264,7 +133,7 @@ struct Checked {
 /// in the path's mode.
 async fn check(
     st: &AppState,
-    api: ApiKind,
+    front: &'static dyn Front,
     (rollout_id, attempt, mode): (&str, u32, &str),
     headers: &HeaderMap,
     body: Result<Bytes, ApiError>,
@@ -276,7 +145,7 @@ async fn check(
         .ok_or_else(|| ApiError::not_found(format!("unknown proxy mode `{mode}`")))?;
     let body = body?;
     let forward = rewrite::parse(&body).map_err(ApiError::bad_request)?;
-    let choices = rewrite::choices(forward.get("n").map(|v| v.get()), api, st.config.max_n)
+    let choices = rewrite::choices(forward.get("n").map(|v| v.get()), front, st.config.max_n)
         .map_err(ApiError::bad_request)?;
     // Verbatim, as the harness sent it, checked against the limits every
     // stored document keeps.
@@ -318,7 +187,7 @@ async fn check(
 /// ([`Serving`], chosen once).
 async fn handle(
     st: AppState,
-    api: ApiKind,
+    front: &'static dyn Front,
     (rollout_id, attempt, mode): (String, u32, String),
     headers: HeaderMap,
     body: Result<Bytes, ApiError>,
@@ -329,12 +198,12 @@ async fn handle(
         choices,
         request,
         mode,
-    } = check(&st, api, (&rollout_id, attempt, &mode), &headers, body).await?;
+    } = check(&st, front, (&rollout_id, attempt, &mode), &headers, body).await?;
     // Registered before the pause check, so a drain that starts between the
     // two still sees this call.
     let guard = st.control.register(&rollout_id, attempt);
     if st.control.paused() {
-        return Ok(paused(api));
+        return Ok(paused(front));
     }
     let engines = st.store.list_engines().await?;
     let engine = upstream::pick(engines, &rollout_id).ok_or_else(|| {
@@ -353,10 +222,15 @@ async fn handle(
         Mode::Train => st.config.train_temperature,
         Mode::Val => st.config.val_temperature,
     };
-    rewrite::rewrite(&mut forward, api, &engine.model, temperature);
+    rewrite::rewrite(&mut forward, front, &engine.model, temperature);
     let streaming = rewrite::is_stream(&forward);
-    let serving =
-        Serving::choose(&st, (api, &body, choices), &engine, (&rollout_id, attempt)).await?;
+    let serving = Serving::choose(
+        &st,
+        (front, &body, choices),
+        &engine,
+        (&rollout_id, attempt),
+    )
+    .await?;
     // What the engine samples under: on the rendered path what the gateway
     // sends it (a forced call of a family without a grammar is only written
     // into the prompt, and not constrained).
@@ -377,7 +251,7 @@ async fn handle(
     let call = Call {
         rollout_id,
         attempt,
-        api,
+        front,
         request,
         engine,
         weight_version,

@@ -9,17 +9,15 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use super::{ProxyPath, error_response, upstream};
+use super::{ProxyPath, upstream};
 use crate::ApiError;
 use crate::AppState;
 use crate::auth::Principal;
 use crate::extract::{ApiBody, ApiPath};
-use agl_conversation::anthropic;
 use agl_store::{Engine, Mode};
 use agl_wire::anthropic as wire_anthropic;
 use agl_wire::error::{AnthropicErrorBody, ErrorBody};
 use agl_wire::openai;
-use agl_wire::rollout::ApiKind;
 use agl_wire::urls;
 
 /// The engine serving the caller's rollout, once its token is checked and
@@ -106,7 +104,7 @@ pub async fn anthropic(
             let model = wire_anthropic::ModelInfo::named(&e.model);
             Json(wire_anthropic::ModelList::of(vec![model])).into_response()
         }
-        Err(e) => error_response(ApiKind::AnthropicMessages, e),
+        Err(e) => super::front::messages().error(e),
     }
 }
 
@@ -151,8 +149,9 @@ pub async fn count_tokens(
         let renderer = st.policies.for_engine(&engine).await?;
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
-        let conv =
-            anthropic::conversation(&value).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let conv = super::front::messages()
+            .conversation(&value)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         // A copy: counting neither waits on nor changes the chains.
         let chains = st.chains.snapshot(&st.store, id, attempt).await?;
         let n = tokio::task::spawn_blocking(move || {
@@ -165,6 +164,6 @@ pub async fn count_tokens(
     };
     match counted.await {
         Ok(n) => Json(wire_anthropic::TokenCount { input_tokens: n }).into_response(),
-        Err(e) => error_response(ApiKind::AnthropicMessages, e),
+        Err(e) => super::front::messages().error(e),
     }
 }

@@ -8,7 +8,7 @@
 
 use serde_json::value::RawValue;
 
-use agl_wire::rollout::ApiKind;
+use super::front::Front;
 
 /// A request body's top-level object, values kept as JSON text, keys in
 /// the client's order.
@@ -35,15 +35,15 @@ fn raw<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
 /// The number of choices a request asks for (`n`, as JSON text; absent or
 /// `null` is 1). Each is recorded as its own call; only Chat Completions
 /// and Completions have `n`, and at most `max` (`gateway.max_n`) are served.
-pub fn choices(n: Option<&str>, api: ApiKind, max: u32) -> Result<u32, String> {
+pub fn choices(n: Option<&str>, front: &dyn Front, max: u32) -> Result<u32, String> {
     let Some(n) = n.map(str::trim).filter(|n| *n != "null") else {
         return Ok(1);
     };
     match n.parse::<u32>() {
         Ok(1) => Ok(1),
-        Ok(n) if n > 1 && !matches!(api, ApiKind::ChatCompletions | ApiKind::Completions) => Err(
-            format!("`n` = {n}: this API has no `n`; make {n} calls instead"),
-        ),
+        Ok(n) if n > 1 && !front.has_n() => Err(format!(
+            "`n` = {n}: this API has no `n`; make {n} calls instead"
+        )),
         Ok(n) if n > max => Err(format!(
             "`n` = {n} is above this gateway's maximum of {max} choices per call (gateway.max_n)"
         )),
@@ -56,7 +56,7 @@ pub fn choices(n: Option<&str>, api: ApiKind, max: u32) -> Result<u32, String> {
 /// (sample under a token mask): `response_format` JSON, vLLM's
 /// `structured_outputs` / `guided_*`, or (Chat Completions, where the
 /// engine forces it) `tool_choice` `required` or a named function.
-pub fn constraint_field(body: &RawBody, api: ApiKind) -> Option<&'static str> {
+pub fn constraint_field(body: &RawBody, front: &dyn Front) -> Option<&'static str> {
     // Most calls have none of them: one pass over the body's few keys
     // instead of a hashed lookup of each field.
     const FIELDS: [&str; 7] = [
@@ -96,11 +96,12 @@ pub fn constraint_field(body: &RawBody, api: ApiKind) -> Option<&'static str> {
         Some(serde_json::Value::Object(_)) => true,
         _ => false,
     };
-    (api == ApiKind::ChatCompletions && forced).then_some("tool_choice")
+    let engine_forces = front.passthrough().is_some_and(|p| p.forces_tool_choice);
+    (engine_forces && forced).then_some("tool_choice")
 }
 
 /// Rewrites `body` in place for `model` and `temperature`.
-pub fn rewrite(body: &mut RawBody, api: ApiKind, model: &str, temperature: f64) {
+pub fn rewrite(body: &mut RawBody, front: &dyn Front, model: &str, temperature: f64) {
     body.insert("model".into(), raw(model));
     // serde_json writes a float with its decimal point, so 1.0 stays a
     // float as the client's JSON would have it; non-finite values cannot
@@ -112,9 +113,9 @@ pub fn rewrite(body: &mut RawBody, api: ApiKind, model: &str, temperature: f64) 
     };
     body.insert("temperature".into(), raw(&temperature));
     body.insert("return_token_ids".into(), raw(&true));
-    match api {
+    match front.passthrough() {
         // Chat: `logprobs` is a flag; `top_logprobs` stays as the client set it.
-        ApiKind::ChatCompletions => {
+        Some(p) if p.logprobs_flag => {
             body.insert("logprobs".into(), raw(&true));
         }
         // Completions: `logprobs` is the number of alternatives; keep a
@@ -137,10 +138,13 @@ pub fn is_stream(body: &RawBody) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::front;
+    use agl_wire::rollout::ApiKind;
 
     #[test]
     fn constrained_requests_are_told_by_their_field() {
-        let field = |text: &str, api| constraint_field(&parse(text.as_bytes()).unwrap(), api);
+        let field =
+            |text: &str, api| constraint_field(&parse(text.as_bytes()).unwrap(), front::of(api));
         let chat = ApiKind::ChatCompletions;
         assert_eq!(
             field(r#"{"response_format": {"type": "json_object"}}"#, chat),
@@ -183,29 +187,32 @@ mod tests {
             (None, 1),
             (Some(" 3"), 3),
         ] {
-            assert_eq!(choices(n, chat, 16), Ok(want), "{n:?}");
+            assert_eq!(choices(n, front::of(chat), 16), Ok(want), "{n:?}");
         }
-        assert_eq!(choices(Some("16"), ApiKind::Completions, 16), Ok(16));
-        let e = choices(Some("17"), chat, 16).unwrap_err();
+        assert_eq!(
+            choices(Some("16"), front::of(ApiKind::Completions), 16),
+            Ok(16)
+        );
+        let e = choices(Some("17"), front::of(chat), 16).unwrap_err();
         assert!(
             e.starts_with("`n` = 17 is above") && e.contains("gateway.max_n"),
             "{e}"
         );
-        let e = choices(Some("2"), ApiKind::AnthropicMessages, 16).unwrap_err();
+        let e = choices(Some("2"), front::of(ApiKind::AnthropicMessages), 16).unwrap_err();
         assert!(e.contains("no `n`"), "{e}");
         assert!(
-            choices(Some("0"), chat, 16)
+            choices(Some("0"), front::of(chat), 16)
                 .unwrap_err()
                 .contains("positive")
         );
-        assert!(choices(Some("\"2\""), chat, 16).is_err());
-        assert!(choices(Some("-1"), chat, 16).is_err());
+        assert!(choices(Some("\"2\""), front::of(chat), 16).is_err());
+        assert!(choices(Some("-1"), front::of(chat), 16).is_err());
     }
     use serde_json::{Value, json};
 
     fn run(body: Value, api: ApiKind, model: &str, t: f64) -> Value {
         let mut b = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
-        rewrite(&mut b, api, model, t);
+        rewrite(&mut b, front::of(api), model, t);
         serde_json::from_slice(&serde_json::to_vec(&b).unwrap()).unwrap()
     }
 

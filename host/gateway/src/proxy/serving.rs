@@ -10,10 +10,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::assemble::{Assembler, take_events};
+use super::front::{Front, FrontStream, Passthrough};
 use super::record::Tokens;
-use super::rendered::{
-    ChoiceChunks, FrontEvents, GenerateChunks, RenderedCall, failed_response_stream,
-};
+use super::rendered::{ChoiceChunks, GenerateChunks, RenderedCall};
 use super::rewrite::RawBody;
 use crate::{ApiError, AppState};
 use agl_conversation::AssistantTurn;
@@ -22,9 +21,9 @@ use agl_wire::rollout::ApiKind;
 use axum::response::Response;
 
 pub enum Serving {
-    /// The engine's own API (`render = "engine"`): Chat Completions or
-    /// Completions passed through.
-    Passthrough(ApiKind),
+    /// The engine's own API (`render = "engine"`, or an API the gateway
+    /// does not render): passed through.
+    Passthrough(&'static dyn Front, Passthrough),
     /// The gateway's rendering (`render = "gateway"`), for any front-end.
     Rendered(Box<RenderedCall>),
 }
@@ -46,37 +45,35 @@ pub struct Whole {
 }
 
 impl Serving {
-    /// How `engine` serves a call of `api`: an engine that renders on the
-    /// gateway gets every API the gateway renders (Chat Completions,
-    /// Messages, Responses); an engine that renders itself gets Chat
-    /// Completions and Completions passed through, and refuses the APIs
-    /// only the gateway's rendering serves.
+    /// How `engine` serves a call of `front`'s API: an engine that
+    /// renders on the gateway gets every API the gateway renders; an
+    /// engine that renders itself gets the APIs it serves passed through,
+    /// and refuses those only the gateway's rendering serves.
     pub async fn choose(
         st: &AppState,
-        (api, body, choices): (ApiKind, &[u8], u32),
+        (front, body, choices): (&'static dyn Front, &[u8], u32),
         engine: &Engine,
         (rollout_id, attempt): (&str, u32),
     ) -> Result<Serving, ApiError> {
-        let own_render = matches!(api, ApiKind::AnthropicMessages | ApiKind::Responses);
-        match engine.render {
-            Render::Gateway if own_render || api == ApiKind::ChatCompletions => {
-                let renderer = st.policies.for_engine(engine).await?;
-                let call = RenderedCall::prepare(
-                    renderer,
-                    (api, body, choices),
-                    engine,
-                    (&st.chains, &st.store),
-                    (rollout_id, attempt),
-                )
-                .await?;
-                Ok(Serving::Rendered(Box::new(call)))
-            }
-            Render::Engine if own_render => Err(ApiError::bad_request(format!(
+        if engine.render == Render::Gateway && front.renders() {
+            let renderer = st.policies.for_engine(engine).await?;
+            let call = RenderedCall::prepare(
+                renderer,
+                (front, body, choices),
+                engine,
+                (&st.chains, &st.store),
+                (rollout_id, attempt),
+            )
+            .await?;
+            return Ok(Serving::Rendered(Box::new(call)));
+        }
+        match front.passthrough() {
+            Some(how) => Ok(Serving::Passthrough(front, how)),
+            None => Err(ApiError::bad_request(format!(
                 "this API is served by the gateway's own rendering; engine `{}` is registered \
                  with render = \"engine\" (set render = \"gateway\")",
                 engine.name
             ))),
-            _ => Ok(Serving::Passthrough(api)),
         }
     }
 
@@ -84,7 +81,7 @@ impl Serving {
     pub fn constraint_field(&self, forward: &RawBody) -> Option<&'static str> {
         match self {
             Serving::Rendered(r) => r.constraint_field(),
-            Serving::Passthrough(api) => super::rewrite::constraint_field(forward, *api),
+            Serving::Passthrough(front, _) => super::rewrite::constraint_field(forward, *front),
         }
     }
 
@@ -92,7 +89,7 @@ impl Serving {
     pub fn prompt_len(&self) -> Option<usize> {
         match self {
             Serving::Rendered(r) => Some(r.prompt_ids.len()),
-            Serving::Passthrough(_) => None,
+            Serving::Passthrough(..) => None,
         }
     }
 
@@ -105,9 +102,10 @@ impl Serving {
         e: ApiError,
     ) -> Result<Response, ApiError> {
         match self {
-            Serving::Rendered(r) if streaming && r.front == ApiKind::Responses => {
-                Ok(failed_response_stream(r, rollout_id, &e))
-            }
+            Serving::Rendered(r) if streaming => match r.front.refused_stream(r, rollout_id, &e) {
+                Some(refused) => Ok(refused),
+                None => Err(e),
+            },
             _ => Err(e),
         }
     }
@@ -126,13 +124,12 @@ impl Serving {
                 r.url(engine),
                 Bytes::from(r.engine_body(forward, streaming, room)),
             ),
-            Serving::Passthrough(api) => {
-                let path = match api {
-                    ApiKind::ChatCompletions => "chat/completions",
-                    _ => "completions",
-                };
+            Serving::Passthrough(_, how) => {
                 let body = serde_json::to_vec(&forward).unwrap_or_default();
-                (format!("{}/{path}", engine.base_url), Bytes::from(body))
+                (
+                    format!("{}/{}", engine.base_url, how.path),
+                    Bytes::from(body),
+                )
             }
         }
     }
@@ -141,7 +138,7 @@ impl Serving {
     pub fn continues(&self) -> Option<u64> {
         match self {
             Serving::Rendered(r) => r.continues,
-            Serving::Passthrough(_) => None,
+            Serving::Passthrough(..) => None,
         }
     }
 
@@ -157,7 +154,7 @@ impl Serving {
                     replies: answer.replies,
                 }
             }
-            Serving::Passthrough(_) => Whole {
+            Serving::Passthrough(..) => Whole {
                 client: bytes,
                 written: None,
                 tokens: None,
@@ -182,8 +179,8 @@ impl Serving {
     /// A streamed answer's translator, for `rollout_id`'s call.
     pub fn stream<'a>(&'a self, rollout_id: &'a str) -> StreamOut<'a> {
         match self {
-            Serving::Passthrough(api) => StreamOut::Passthrough {
-                asm: Assembler::new(*api),
+            Serving::Passthrough(front, _) => StreamOut::Passthrough {
+                asm: Assembler::new(front.kind()),
             },
             // Assembled from the chat chunks it becomes, whatever the API.
             Serving::Rendered(r) => StreamOut::Rendered {
@@ -192,7 +189,7 @@ impl Serving {
                 asm: Assembler::new(ApiKind::ChatCompletions),
                 translate: r.chat_chunks(rollout_id),
                 native: r.native_chunks(),
-                events: r.front_events(rollout_id),
+                events: r.front.events(r, rollout_id),
             },
         }
     }
@@ -213,7 +210,7 @@ pub enum StreamOut<'a> {
         asm: Assembler,
         translate: ChoiceChunks,
         native: Option<GenerateChunks>,
-        events: Option<FrontEvents>,
+        events: Option<Box<dyn FrontStream>>,
     },
 }
 

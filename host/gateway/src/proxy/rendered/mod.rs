@@ -7,11 +7,6 @@
 
 mod choices;
 mod chunks;
-mod events;
-mod front;
-mod fronts;
-mod previous;
-mod response_events;
 mod restore;
 mod sampling;
 mod sglang;
@@ -23,28 +18,22 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use agl_conversation::{
-    AssistantTurn, Chains, Conversation, Family, Renderer, Served, anthropic, openai_chat,
-    responses,
-};
-use agl_wire::json;
-use agl_wire::openai::{self, ChatChoice, ChatCompletion, Completion, CompletionChoice};
-use agl_wire::rollout::ApiKind;
+use agl_conversation::{AssistantTurn, Chains, Conversation, Family, Renderer, Served};
+use agl_wire::openai::{ChatLogprobs, Completion};
 
 pub use choices::ChoiceChunks;
 pub use chunks::ChatChunks;
-pub use events::MessageEvents;
-pub use front::FrontEvents;
-pub use fronts::failed_response_stream;
-pub use response_events::ResponseEvents;
+pub use restore::attempt_calls;
+pub use sampling::{chat_logprobs, content_logprobs};
 pub use sglang::GenerateChunks;
 
+use super::front::{Answered, Earlier, Front, Reply};
 use super::record::{Tokens, tokens_of_completion};
 use super::rewrite::RawBody;
 use crate::ApiError;
 use agl_store::{Engine, EngineApi, Store};
 use agl_wire::urls;
-use sampling::{chat_logprobs, structured_outputs, top_logprobs_of};
+use sampling::{structured_outputs, top_logprobs_of};
 
 /// One rollout attempt's chains, locked while a call finds its prompt.
 type AttemptChains = Arc<Mutex<Chains>>;
@@ -126,8 +115,8 @@ pub struct RenderedCall {
     prompt_json: Box<RawValue>,
     /// The call (store seq) this one continues; `None` = a new chain.
     pub continues: Option<u64>,
-    /// The API the harness called (Chat Completions or Messages).
-    pub front: ApiKind,
+    /// The API the harness called.
+    pub front: &'static dyn Front,
     /// The engine's token-in API and the model name it serves.
     pub api: EngineApi,
     model: String,
@@ -137,11 +126,9 @@ pub struct RenderedCall {
     /// A forced tool call's start, already in the prompt's ids (see
     /// [`Family::forced_call`]).
     forced: String,
-    /// Alternatives per token a Chat Completions caller asked for
-    /// (`logprobs: true, top_logprobs: k`).
-    top_logprobs: usize,
-    /// A Responses caller asked for the output text's logprobs.
-    output_logprobs: bool,
+    /// The alternatives per token the caller asked for with the sampled
+    /// tokens' logprobs (`top_logprobs`); `None`: no logprobs asked for.
+    logprobs: Option<usize>,
     /// The output constraint the engine samples under, as vLLM's
     /// `structured_outputs`, and the request field it comes from.
     constraint: Option<(&'static str, Value)>,
@@ -152,6 +139,26 @@ impl RenderedCall {
     pub fn constraint_field(&self) -> Option<&'static str> {
         self.constraint.as_ref().map(|(field, _)| *field)
     }
+
+    /// The logprobs the caller asked for (`Some(top_logprobs)`), if any.
+    pub fn logprobs(&self) -> Option<usize> {
+        self.logprobs
+    }
+
+    /// Alternatives per sampled token to answer with.
+    pub fn top_logprobs(&self) -> usize {
+        self.logprobs.unwrap_or(0)
+    }
+
+    /// The model name the engine serves.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The prompt's ids as the JSON text the engine was sent.
+    pub fn prompt_json(&self) -> &RawValue {
+        &self.prompt_json
+    }
 }
 
 impl RenderedCall {
@@ -160,7 +167,7 @@ impl RenderedCall {
     /// `choices`: the `n` the request asks for (checked).
     pub async fn prepare(
         renderer: Arc<Renderer>,
-        (front, body, choices): (ApiKind, &[u8], u32),
+        (front, body, choices): (&'static dyn Front, &[u8], u32),
         engine: &Engine,
         (index, store): (&ChainIndex, &Store),
         (rollout_id, attempt): (&str, u32),
@@ -175,23 +182,13 @@ impl RenderedCall {
             )));
         }
         let logprobs = top_logprobs_of(front, &value)?;
-        let top_logprobs = logprobs.unwrap_or(0);
-        let output_logprobs = front == ApiKind::Responses && logprobs.is_some();
-        if front == ApiKind::Responses
-            && value
-                .get("previous_response_id")
-                .is_some_and(Value::is_string)
-        {
-            value = previous::ResponsesIndex::load(store, rollout_id, attempt)
-                .await?
-                .expand(value)?;
+        if front.names_earlier(&value) {
+            let earlier = Earlier::load(store, rollout_id, attempt).await?;
+            value = front.expand(value, &earlier)?;
         }
-        let conversation = match front {
-            ApiKind::AnthropicMessages => anthropic::conversation(&value),
-            ApiKind::Responses => responses::conversation(&value),
-            _ => openai_chat::conversation(&value),
-        }
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let conversation = front
+            .conversation(&value)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let bad = |e: agl_conversation::ConversationError| ApiError::bad_request(e.to_string());
         renderer
             .family()
@@ -252,8 +249,7 @@ impl RenderedCall {
             api: engine.api,
             model: engine.model.clone(),
             chains,
-            top_logprobs,
-            output_logprobs,
+            logprobs,
         })
     }
 
@@ -289,7 +285,7 @@ impl RenderedCall {
                 &self.prompt_ids,
                 stream,
                 self.constraint.as_ref().map(|(_, c)| c),
-                self.top_logprobs,
+                self.top_logprobs(),
             ),
         }
     }
@@ -338,7 +334,7 @@ impl RenderedCall {
         };
         // The (long) id list written straight to text, without a JSON tree.
         body.insert("prompt".into(), self.prompt_json.clone());
-        body.insert("logprobs".into(), raw(json!(self.top_logprobs.max(1))));
+        body.insert("logprobs".into(), raw(json!(self.top_logprobs().max(1))));
         if let Some((_, structured)) = &self.constraint {
             body.insert("structured_outputs".into(), raw(structured.clone()));
         }
@@ -355,7 +351,7 @@ impl RenderedCall {
     }
 
     /// The answer's whole text from a completion's text.
-    fn whole(&self, completion: &str) -> String {
+    pub fn whole(&self, completion: &str) -> String {
         format!("{}{completion}", self.forced)
     }
 
@@ -364,65 +360,8 @@ impl RenderedCall {
     pub fn chat_chunks(&self, id_prefix: &str) -> ChoiceChunks {
         let first = ChatChunks::new(self.family, self.prompt_ids.clone(), id_prefix)
             .with_text(&self.forced)
-            .with_top_logprobs(self.top_logprobs);
+            .with_top_logprobs(self.top_logprobs());
         ChoiceChunks::new(first, id_prefix)
-    }
-
-    /// The engine's completions body answered as Chat Completions, with
-    /// vLLM's token fields so the record reads the same as a passthrough,
-    /// and each choice's reply parsed from its text. Read and written
-    /// without a JSON tree for the (long) id lists: the prompt's ids join
-    /// the body as the text they were written as.
-    fn chat_body(
-        &self,
-        completion: Completion<IgnoredAny>,
-        id_prefix: &str,
-    ) -> (Box<RawValue>, Vec<AssistantTurn>) {
-        let mut engine_choices = completion.choices;
-        if engine_choices.is_empty() {
-            engine_choices.push(CompletionChoice::default());
-        }
-        let mut turns = Vec::with_capacity(engine_choices.len());
-        let mut choices = Vec::with_capacity(engine_choices.len());
-        for (i, choice) in engine_choices.into_iter().enumerate() {
-            let turn = self.parse(&self.whole(&choice.text));
-            let finish_reason = if turn.tool_calls.is_empty() {
-                choice.finish_reason
-            } else {
-                Some(TOOL_CALLS.to_string())
-            };
-            choices.push(ChatChoice {
-                index: i,
-                message: openai_chat::response_message(&turn, &choice_prefix(id_prefix, i)),
-                logprobs: chat_logprobs(choice.logprobs.as_ref(), self.top_logprobs),
-                finish_reason,
-                stop_reason: None,
-                token_ids: Some(choice.token_ids.unwrap_or_default()),
-                token_weight_versions: choice.token_weight_versions,
-            });
-            turns.push(turn);
-        }
-        let id = match completion.id {
-            id if id.is_empty() => id_prefix.to_string(),
-            id => id,
-        };
-        let body = ChatCompletion {
-            id,
-            object: openai::CHAT_COMPLETION.to_string(),
-            created: completion.created,
-            model: completion.model,
-            prompt_token_ids: None,
-            choices,
-            usage: completion.usage,
-            weight_version: None,
-        };
-        (written(&body), turns)
-    }
-
-    /// `body` (an answer in the Chat Completions shape, without
-    /// `prompt_token_ids`) with the prompt's ids as its first field.
-    fn with_prompt_ids(&self, body: Box<RawValue>) -> Box<RawValue> {
-        json::with_first_field(&body, "prompt_token_ids", &self.prompt_json).unwrap_or(body)
     }
 
     /// The engine's completions body answered in the called API's shape,
@@ -435,12 +374,11 @@ impl RenderedCall {
         let completion: Completion<IgnoredAny> =
             serde_json::from_slice(cut.as_deref().unwrap_or(completion)).unwrap_or_default();
         let tokens = tokens_of_completion(&completion, &self.prompt_ids);
-        let (body, replies) = self.answer_body(completion, id_prefix);
-        let within_limits = json::check_raw(&body, json::MAX_DEPTH - 1).is_ok();
-        let body = match self.front {
-            ApiKind::ChatCompletions => self.with_prompt_ids(body),
-            _ => body,
-        };
+        let Answered {
+            body,
+            within_limits,
+            replies,
+        } = self.front.answer(self, completion, id_prefix);
         Answer {
             body,
             within_limits,
@@ -449,22 +387,28 @@ impl RenderedCall {
         }
     }
 
-    fn answer_body(
+    /// What a streamed call's record holds as its response: the answer in
+    /// the called API's shape (`None`: a chat call's, the assembled
+    /// chunks). `text` is the whole answer's (a forced call's start
+    /// first), `logprobs` the chat-shaped logprobs of its sampled tokens.
+    pub fn streamed_record(
         &self,
-        completion: Completion<IgnoredAny>,
+        text: &str,
+        finish: Option<&str>,
+        logprobs: Option<&ChatLogprobs>,
+        output_tokens: usize,
         id_prefix: &str,
-    ) -> (Box<RawValue>, Vec<AssistantTurn>) {
-        if self.front == ApiKind::ChatCompletions {
-            return self.chat_body(completion, id_prefix);
-        }
-        let choice = completion.choices.into_iter().next().unwrap_or_default();
-        let turn = self.parse(&self.whole(&choice.text));
-        let finish = choice.finish_reason.as_deref();
-        let logprobs = chat_logprobs(choice.logprobs.as_ref(), self.top_logprobs);
-        let spoken = (&choice.text[..], logprobs.as_ref());
-        let output_tokens = choice.token_ids.as_ref().map_or(0, Vec::len);
-        let body = self.front_answer(&turn, finish, spoken, output_tokens, id_prefix);
-        (written(&body), vec![turn])
+    ) -> Option<Value> {
+        let turn = self.parse(text);
+        let reply = Reply {
+            turn: &turn,
+            finish,
+            sampled: text.strip_prefix(self.forced.as_str()).unwrap_or(text),
+            logprobs,
+            output_tokens,
+        };
+        let answer = self.front.reply(self, reply, id_prefix)?;
+        serde_json::from_str(answer.get()).ok()
     }
 
     /// Keeps the served call's choices (record seq and response ids, and
@@ -491,7 +435,7 @@ impl RenderedCall {
 /// What the gateway wrote (an answer), as JSON text: serialised straight
 /// into the record's form, with no parse to check what agl itself wrote
 /// (a typed body always serialises; `null` stands in should one not).
-fn written(body: &impl serde::Serialize) -> Box<RawValue> {
+pub fn written(body: &impl serde::Serialize) -> Box<RawValue> {
     serde_json::value::to_raw_value(body).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
@@ -510,16 +454,13 @@ fn sampling_names(body: &mut RawBody) {
 }
 
 /// Seconds since the epoch, as Responses' `created_at`.
-fn now_secs() -> u64 {
+pub fn now_secs() -> u64 {
     crate::control::now_ms() / 1000
 }
 
-/// A chat choice's finish reason when it ends in tool calls.
-const TOOL_CALLS: &str = "tool_calls";
-
 /// What choice `index`'s tool call ids are made of: the call's own prefix
 /// for the first, so the ids of an `n` = 1 call are unchanged.
-fn choice_prefix(id_prefix: &str, index: usize) -> String {
+pub fn choice_prefix(id_prefix: &str, index: usize) -> String {
     match index {
         0 => id_prefix.to_string(),
         i => format!("{id_prefix}_{i}"),

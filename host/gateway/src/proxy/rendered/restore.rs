@@ -4,12 +4,11 @@
 //! replacing the call it continued; the choices of an `n` > 1 call (next to
 //! each other in the store) are served together, as they were.
 
-use agl_conversation::{Chains, Served, anthropic, openai_chat, responses};
+use agl_conversation::{Chains, Served};
 use agl_store::{MAX_PAGE, MODEL_REQUEST, Store, StoreError};
 use agl_wire::record::{CallStatus, ModelRequest};
-use agl_wire::rollout::ApiKind;
 
-use super::previous::ResponsesIndex;
+use crate::proxy::front::{self, Earlier};
 
 /// The chains of rollout `rollout_id`'s attempt `attempt`, from the store.
 pub async fn chains_from_store(
@@ -18,7 +17,7 @@ pub async fn chains_from_store(
     attempt: u32,
 ) -> Result<Chains, StoreError> {
     let calls = attempt_calls(store, rollout_id, attempt).await?;
-    let responses = ResponsesIndex::from_calls(&calls);
+    let earlier = Earlier::of(&calls);
     let mut chains = Chains::default();
     let mut rest = &calls[..];
     while let Some((_, first)) = rest.first() {
@@ -30,7 +29,7 @@ pub async fn chains_from_store(
         let (group, later) = rest.split_at(siblings);
         let served = group
             .iter()
-            .filter_map(|(seq, call)| served_of(*seq, call, &responses))
+            .filter_map(|(seq, call)| served_of(*seq, call, &earlier))
             .collect();
         chains.served_choices(served, first.continues);
         rest = later;
@@ -74,32 +73,14 @@ pub async fn attempt_calls(
 
 /// A recorded call as the leaf it was when served, whichever front-end
 /// served it; `None` for calls that cannot be continued (failed, raw
-/// completions, no tokens). A Responses call that named a
-/// `previous_response_id` is read as its expanded history.
-fn served_of(seq: u64, call: &ModelRequest, calls: &ResponsesIndex) -> Option<Served> {
+/// completions, no tokens).
+fn served_of(seq: u64, call: &ModelRequest, earlier: &Earlier) -> Option<Served> {
     if call.status != CallStatus::Ok || call.response_ids.is_empty() {
         return None;
     }
     let request = call.request.parse().ok()?;
     let response = call.response.parse().ok()?;
-    let (conversation, reply) = match call.api {
-        ApiKind::ChatCompletions => (
-            openai_chat::conversation(&request).ok()?,
-            openai_chat::assistant_turn(response.pointer("/choices/0/message")?).ok()?,
-        ),
-        ApiKind::AnthropicMessages => (
-            anthropic::conversation(&request).ok()?,
-            anthropic::assistant_turn(response.get("content")?).ok()?,
-        ),
-        ApiKind::Responses => {
-            let request = calls.expand(request).ok()?;
-            (
-                responses::conversation(&request).ok()?,
-                responses::assistant_turn(response.get("output")?).ok()?,
-            )
-        }
-        ApiKind::Completions => return None,
-    };
+    let (conversation, reply) = front::of(call.api).read_back(request, &response, earlier)?;
     Some(Served {
         call: seq,
         messages: conversation.messages,

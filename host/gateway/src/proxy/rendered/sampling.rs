@@ -7,26 +7,15 @@ use serde_json::{Value, json};
 
 use agl_wire::ApiError;
 use agl_wire::openai::{ChatLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob};
-use agl_wire::rollout::ApiKind;
 use indexmap::IndexMap;
 
-/// Responses' `include` entry that asks for the output text's logprobs.
-const RESPONSES_LOGPROBS: &str = "message.output_text.logprobs";
+use crate::proxy::front::Front;
 
 /// The `top_logprobs` a request asks for, `None` when it asks for no
-/// logprobs: chat's `logprobs: true`, or Responses' `include` of
-/// `message.output_text.logprobs`. More than the engine computes is a 400
-/// naming the field.
-pub(super) fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<Option<usize>, ApiError> {
-    let asked = match front {
-        ApiKind::ChatCompletions => body.get("logprobs") == Some(&json!(true)),
-        ApiKind::Responses => body
-            .get("include")
-            .and_then(Value::as_array)
-            .is_some_and(|i| i.iter().any(|v| v == RESPONSES_LOGPROBS)),
-        _ => false,
-    };
-    if !asked {
+/// logprobs (as its API asks, [`Front::asks_logprobs`]). More than the
+/// engine computes is a 400 naming the field.
+pub(super) fn top_logprobs_of(front: &dyn Front, body: &Value) -> Result<Option<usize>, ApiError> {
+    if !front.asks_logprobs(body) {
         return Ok(None);
     }
     let top = match body.get("top_logprobs") {
@@ -47,7 +36,7 @@ pub(super) fn top_logprobs_of(front: ApiKind, body: &Value) -> Result<Option<usi
 /// within `completion`, the text the entries' tokens spell: what a
 /// Responses `output_text` part carries. Tokens are placed by the byte
 /// length of their text; all of them when `content` is not found.
-pub(super) fn content_logprobs(
+pub fn content_logprobs(
     entries: &[TokenLogprob],
     completion: &str,
     content: &str,
@@ -99,7 +88,7 @@ const MAX_TOP_LOGPROBS: u64 = 20;
 /// Completions logprobs (`tokens`, `token_logprobs`, and `top_logprobs`
 /// maps of token text to logprob) as chat `content` entries with the `top`
 /// most likely alternatives each.
-pub(super) fn chat_logprobs(lp: Option<&CompletionLogprobs>, top: usize) -> Option<ChatLogprobs> {
+pub fn chat_logprobs(lp: Option<&CompletionLogprobs>, top: usize) -> Option<ChatLogprobs> {
     let lp = lp?;
     let content = lp
         .token_logprobs

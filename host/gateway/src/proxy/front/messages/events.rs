@@ -1,5 +1,5 @@
 //! A gateway-rendered stream answered as Anthropic Messages events: the chat
-//! chunks [`super::ChatChunks`] makes of the engine's completion chunks
+//! chunks `rendered::ChatChunks` makes of the engine's completion chunks
 //! (reasoning, content, tool-call deltas) become `message_start`,
 //! `content_block_start` / `_delta` (`thinking_delta`, `text_delta`,
 //! `input_json_delta`) / `_stop`, `message_delta` (stop reason, usage);
@@ -14,6 +14,8 @@ use agl_wire::anthropic::{
 use agl_wire::error::{AnthropicErrorBody, AnthropicErrorDetail};
 use agl_wire::openai::ChatCompletionChunk;
 use serde_json::json;
+
+use crate::proxy::front::FrontStream;
 
 /// The block being streamed.
 #[derive(Clone, Copy, PartialEq)]
@@ -35,27 +37,6 @@ pub struct MessageEvents {
     /// The open block and its index.
     open: Option<(usize, Block)>,
     next_index: usize,
-}
-
-/// A keep-alive frame.
-pub fn message_ping() -> String {
-    StreamEvent::Ping.frame()
-}
-
-/// An `error` event: a call that failed after its stream began.
-pub fn message_error(message: &str) -> String {
-    error_frame(&AnthropicErrorBody {
-        kind: "error".to_string(),
-        error: AnthropicErrorDetail {
-            kind: "api_error".to_string(),
-            message: message.to_string(),
-        },
-    })
-}
-
-/// The frame that ends a Messages stream.
-pub fn message_stop() -> String {
-    StreamEvent::MessageStop.frame()
 }
 
 impl MessageEvents {
@@ -179,6 +160,36 @@ impl MessageEvents {
         if let Some((index, _)) = self.open.take() {
             out.push(StreamEvent::ContentBlockStop { index }.frame());
         }
+    }
+}
+
+impl FrontStream for MessageEvents {
+    fn start(&mut self) -> Vec<String> {
+        MessageEvents::start(self)
+    }
+
+    fn push(&mut self, chunk: &ChatCompletionChunk) -> Vec<String> {
+        MessageEvents::push(self, chunk)
+    }
+
+    fn ping(&self) -> String {
+        StreamEvent::Ping.frame()
+    }
+
+    /// `message_stop`, once the record is committed.
+    fn end(&mut self, _record: &serde_json::Value) -> Vec<String> {
+        vec![StreamEvent::MessageStop.frame()]
+    }
+
+    /// An `error` event: a call that failed after its stream began.
+    fn failed(&mut self, message: &str) -> String {
+        error_frame(&AnthropicErrorBody {
+            kind: "error".to_string(),
+            error: AnthropicErrorDetail {
+                kind: "api_error".to_string(),
+                message: message.to_string(),
+            },
+        })
     }
 }
 

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 
-use agl_store::{Store, StoreError};
 use agl_wire::record::{CallStatus, ModelRequest};
 use agl_wire::rollout::ApiKind;
 use axum::http::StatusCode;
@@ -25,12 +24,7 @@ pub struct ResponsesIndex {
 }
 
 impl ResponsesIndex {
-    pub async fn load(store: &Store, rollout_id: &str, attempt: u32) -> Result<Self, StoreError> {
-        let calls = super::restore::attempt_calls(store, rollout_id, attempt).await?;
-        Ok(Self::from_calls(&calls))
-    }
-
-    /// The index of an attempt's calls (see [`super::restore::attempt_calls`]).
+    /// The index of an attempt's calls (see `rendered::attempt_calls`).
     pub fn from_calls(calls: &[(u64, ModelRequest)]) -> Self {
         let mut index = ResponsesIndex::default();
         for (_, call) in calls {

@@ -1,5 +1,5 @@
 //! A gateway-rendered stream answered as OpenAI Responses events: the chat
-//! chunks [`super::ChatChunks`] makes of the engine's completion chunks
+//! chunks `rendered::ChatChunks` makes of the engine's completion chunks
 //! become `response.created` / `.in_progress`, then per output item
 //! `response.output_item.added`, its deltas (`reasoning_summary_text`,
 //! `output_text` inside a `content_part`, `function_call_arguments`), their
