@@ -38,7 +38,7 @@ use serde_json::value::RawValue;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use rewrite::RawBody;
+use rewrite::Body;
 
 pub use dedup::RetryIndex;
 pub use rendered::ChainIndex;
@@ -119,18 +119,18 @@ fn paused(front: &dyn Front) -> Response {
     ([(RETRY_AFTER, "1")], front.error(err)).into_response()
 }
 
-/// A call that passed the checks: its body, parsed and as recorded.
+/// A call that passed the checks, with its engine, its body read once
+/// for the way that engine serves it.
 struct Checked {
-    body: Bytes,
-    forward: RawBody,
+    engine: Engine,
+    body: Body,
     choices: u32,
-    request: Box<RawValue>,
     mode: Mode,
 }
 
 /// The checks every call passes first: the token is the rollout attempt's,
-/// the body is JSON within the stored limits, the rollout runs this attempt
-/// in the path's mode.
+/// the rollout runs this attempt in the path's mode, an engine serves it,
+/// the body is a JSON object within the stored limits.
 async fn check(
     st: &AppState,
     front: &'static dyn Front,
@@ -143,17 +143,7 @@ async fn check(
     }
     let path_mode = Mode::parse(mode)
         .ok_or_else(|| ApiError::not_found(format!("unknown proxy mode `{mode}`")))?;
-    let body = body?;
-    let forward = rewrite::parse(&body).map_err(ApiError::bad_request)?;
-    let choices = rewrite::choices(forward.get("n").map(|v| v.get()), front, st.config.max_n)
-        .map_err(ApiError::bad_request)?;
-    // Verbatim, as the harness sent it, checked against the limits every
-    // stored document keeps.
-    let request = std::str::from_utf8(&body)
-        .map_err(|_| ApiError::bad_request("invalid JSON body: not UTF-8"))
-        .and_then(|text| {
-            record_body(text).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
-        })?;
+    let bytes = body?;
     let rec = st.store.rollout_gate(rollout_id).await?;
     if rec.status.is_terminal() {
         return Err(ApiError::conflict(format!(
@@ -174,11 +164,26 @@ async fn check(
             rec.mode.as_str()
         )));
     }
+    let engines = st.store.list_engines().await?;
+    let engine = upstream::pick(engines, rollout_id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            UpstreamError::NoEngine.to_string(),
+        )
+    })?;
+    let body =
+        Body::read(&bytes, Serving::renders(front, &engine)).map_err(ApiError::bad_request)?;
+    let choices = rewrite::choices(
+        body.forward.get("n").map(|v| v.get()),
+        front,
+        st.config.max_n,
+    )
+    .map_err(ApiError::bad_request)?;
     Ok(Checked {
+        engine,
         body,
-        forward,
         choices,
-        request,
         mode: rec.mode,
     })
 }
@@ -193,10 +198,14 @@ async fn handle(
     body: Result<Bytes, ApiError>,
 ) -> Result<Response, ApiError> {
     let Checked {
-        body,
-        mut forward,
+        engine,
+        body:
+            Body {
+                mut forward,
+                record: request,
+                tree,
+            },
         choices,
-        request,
         mode,
     } = check(&st, front, (&rollout_id, attempt, &mode), &headers, body).await?;
     // Registered before the pause check, so a drain that starts between the
@@ -205,14 +214,6 @@ async fn handle(
     if st.control.paused() {
         return Ok(paused(front));
     }
-    let engines = st.store.list_engines().await?;
-    let engine = upstream::pick(engines, &rollout_id).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            UpstreamError::NoEngine.to_string(),
-        )
-    })?;
     let weight_version = st
         .store
         .latest_weight_version()
@@ -224,13 +225,8 @@ async fn handle(
     };
     rewrite::rewrite(&mut forward, front, &engine.model, temperature);
     let streaming = rewrite::is_stream(&forward);
-    let serving = Serving::choose(
-        &st,
-        (front, &body, choices),
-        &engine,
-        (&rollout_id, attempt),
-    )
-    .await?;
+    let serving =
+        Serving::choose(&st, (front, tree, choices), &engine, (&rollout_id, attempt)).await?;
     // What the engine samples under: on the rendered path what the gateway
     // sends it (a forced call of a family without a grammar is only written
     // into the prompt, and not constrained).

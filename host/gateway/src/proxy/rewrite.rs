@@ -6,7 +6,10 @@
 //! those few keys are touched, so the messages (most of a long agent
 //! prompt) are copied through as text, never parsed into a tree.
 
+use serde_json::Value;
 use serde_json::value::RawValue;
+
+use agl_wire::json;
 
 use super::front::Front;
 
@@ -14,11 +17,51 @@ use super::front::Front;
 /// the client's order.
 pub type RawBody = indexmap::IndexMap<String, Box<RawValue>>;
 
+/// A call's body, parsed once: its top-level keys as raw JSON (what the
+/// engine request is made of), the text it is recorded as, and, for a call
+/// the gateway renders, its tree (the conversation is read from it).
+pub struct Body {
+    pub forward: RawBody,
+    /// Checked against the limits every stored document is held to.
+    pub record: Box<RawValue>,
+    pub tree: Option<Value>,
+}
+
+impl Body {
+    /// Reads `bytes` once: as a tree when the gateway renders the call (its
+    /// keys then written as raw JSON from it), else as raw top-level keys
+    /// (the messages, most of a long prompt, copied through as text). The
+    /// record is written from the keys, in the client's order.
+    pub fn read(bytes: &[u8], rendered: bool) -> Result<Body, String> {
+        let (forward, tree) = if rendered {
+            let tree: Value =
+                serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON body: {e}"))?;
+            let Value::Object(keys) = &tree else {
+                return Err(NOT_AN_OBJECT.to_string());
+            };
+            let forward = keys.iter().map(|(k, v)| (k.clone(), raw(v))).collect();
+            (forward, Some(tree))
+        } else {
+            (parse(bytes)?, None)
+        };
+        let record = raw(&forward);
+        json::check_raw(&record, json::MAX_DEPTH - 1)
+            .map_err(|e| format!("invalid JSON body: {e}"))?;
+        Ok(Body {
+            forward,
+            record,
+            tree,
+        })
+    }
+}
+
+const NOT_AN_OBJECT: &str = "request body must be a JSON object";
+
 /// Parses a request body that must be a JSON object.
-pub fn parse(bytes: &[u8]) -> Result<RawBody, String> {
+fn parse(bytes: &[u8]) -> Result<RawBody, String> {
     serde_json::from_slice::<RawBody>(bytes).map_err(|e| {
         if e.is_data() {
-            "request body must be a JSON object".to_string()
+            NOT_AN_OBJECT.to_string()
         } else {
             format!("invalid JSON body: {e}")
         }
@@ -27,8 +70,8 @@ pub fn parse(bytes: &[u8]) -> Result<RawBody, String> {
 
 /// `value` as raw JSON, written by serde_json (so not parsed back).
 fn raw<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
-    // Only called with strings, finite numbers and booleans, which
-    // serialise.
+    // Only called with JSON read by serde_json, strings, finite numbers and
+    // booleans, which serialise.
     serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
@@ -261,5 +304,36 @@ mod tests {
                 .starts_with("invalid JSON body")
         );
         assert!(parse(b"{} x").is_err());
+    }
+
+    #[test]
+    fn a_body_reads_the_same_as_a_tree_or_as_raw_keys() {
+        let text = br#"{"model": "x", "messages": [{"role": "user", "content": "1e5 \u00e9"}], "n": 2, "temperature": 1e-1}"#;
+        let raw = Body::read(text, false).unwrap();
+        let tree = Body::read(text, true).unwrap();
+        assert!(raw.tree.is_none());
+        let value = tree.tree.clone().expect("a tree when rendered");
+        assert_eq!(value["n"], 2);
+        // One record whichever way it was read: the keys in the client's
+        // order, each value as sent where it was kept raw.
+        let as_sent: Value = serde_json::from_slice(text).unwrap();
+        for body in [&raw, &tree] {
+            let record: Value = serde_json::from_str(body.record.get()).unwrap();
+            assert_eq!(record, as_sent);
+            let keys: Vec<_> = body.forward.keys().cloned().collect();
+            assert_eq!(keys, ["model", "messages", "n", "temperature"]);
+        }
+        assert_eq!(raw.forward["temperature"].get(), "1e-1");
+        for rendered in [false, true] {
+            assert_eq!(
+                Body::read(b"[1]", rendered).err().as_deref(),
+                Some(NOT_AN_OBJECT)
+            );
+            let deep = format!(r#"{{"x": {}{}}}"#, "[".repeat(100), "]".repeat(100));
+            let e = Body::read(deep.as_bytes(), rendered)
+                .err()
+                .expect("too deep");
+            assert!(e.contains("nested deeper"), "{e}");
+        }
     }
 }

@@ -45,21 +45,27 @@ pub struct Whole {
 }
 
 impl Serving {
-    /// How `engine` serves a call of `front`'s API: an engine that
-    /// renders on the gateway gets every API the gateway renders; an
-    /// engine that renders itself gets the APIs it serves passed through,
-    /// and refuses those only the gateway's rendering serves.
+    /// Whether the gateway renders `front`'s calls to `engine`: every API
+    /// it renders, for an engine registered to render on the gateway.
+    pub fn renders(front: &dyn Front, engine: &Engine) -> bool {
+        engine.render == Render::Gateway && front.renders()
+    }
+
+    /// How `engine` serves a call of `front`'s API, whose body was read as
+    /// a tree when the gateway renders it ([`Serving::renders`]); an engine
+    /// that renders itself gets the APIs it serves passed through, and
+    /// refuses those only the gateway's rendering serves.
     pub async fn choose(
         st: &AppState,
-        (front, body, choices): (&'static dyn Front, &[u8], u32),
+        (front, tree, choices): (&'static dyn Front, Option<Value>, u32),
         engine: &Engine,
         (rollout_id, attempt): (&str, u32),
     ) -> Result<Serving, ApiError> {
-        if engine.render == Render::Gateway && front.renders() {
+        if let Some(tree) = tree {
             let renderer = st.policies.for_engine(engine).await?;
             let call = RenderedCall::prepare(
                 renderer,
-                (front, body, choices),
+                (front, tree, choices),
                 engine,
                 (&st.chains, &st.store),
                 (rollout_id, attempt),

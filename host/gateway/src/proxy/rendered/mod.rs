@@ -162,18 +162,16 @@ impl RenderedCall {
 }
 
 impl RenderedCall {
-    /// Reads the request `body` of API `front` and finds its prompt among
+    /// Reads the request `value` of API `front` and finds its prompt among
     /// the chains of the rollout attempt `(rollout_id, attempt)`.
     /// `choices`: the `n` the request asks for (checked).
     pub async fn prepare(
         renderer: Arc<Renderer>,
-        (front, body, choices): (&'static dyn Front, &[u8], u32),
+        (front, mut value, choices): (&'static dyn Front, Value, u32),
         engine: &Engine,
         (index, store): (&ChainIndex, &Store),
         (rollout_id, attempt): (&str, u32),
     ) -> Result<RenderedCall, ApiError> {
-        let mut value: Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
         if choices > 1 && engine.api == EngineApi::Sglang {
             return Err(ApiError::bad_request(format!(
                 "`n` = {choices}: engine `{}` (api = \"sglang\") is rendered for one choice \
