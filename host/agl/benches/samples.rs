@@ -20,13 +20,17 @@
 //!   behind the real gateway, the real OpenAI Python SDK as a harness that
 //!   keeps its history as text (`tests/python/engine_client.py
 //!   conversation`, whole and streamed turns); skipped when the model is not
-//!   fetched (`agl model fetch smollm2`).
+//!   fetched (`agl model fetch smollm2`). Its `engine` row is the same
+//!   calls with each prompt re-rendered from the request's text history, as
+//!   an engine that renders (vLLM's chat) would have sent (agl's engine
+//!   takes token ids only).
 //! - `smollm2/mini-swe`: live, the real mini-swe-agent 2.4.6
 //!   (`examples/mini-swe/run_rollout.py`, 5 steps, 48 tokens a call) on
 //!   generated tasks against the same engine, samples by the `mini-swe`
 //!   adapter. SmolLM2 writes no tool calls, so mini answers each reply with
 //!   a format error and drops it: not a linear history, a break per call
-//!   in both modes (kind `other`, detail `format-error-drop`).
+//!   in both modes (kind `other`, detail `format-error-drop`); the
+//!   `engine` row re-rendered as `smollm2/chat`'s.
 //!
 //! Targets (issue 16), printed with a verdict each: 1.00 samples per
 //! rollout on the linear histories and no retokenize/template breaks on
@@ -243,7 +247,7 @@ fn smollm2() -> Option<PathBuf> {
     dir.join("model.safetensors").is_file().then_some(dir)
 }
 
-/// The real gateway with SmolLM2 embedded, rendering as `render`, and
+/// The real gateway with SmolLM2 embedded (the gateway renders), and
 /// running train rollouts `ids` (sampled at temperature 1).
 struct Embedded {
     base: String,
@@ -252,7 +256,7 @@ struct Embedded {
     _work: tempfile::TempDir,
 }
 
-async fn embedded(dir: &Path, render: Render, ids: &[String]) -> Embedded {
+async fn embedded(dir: &Path, ids: &[String]) -> Embedded {
     let work = tempfile::tempdir().expect("tempdir");
     let store = Store::open(work.path().join("agl.db")).expect("store");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -264,10 +268,8 @@ async fn embedded(dir: &Path, render: Render, ids: &[String]) -> Embedded {
         admin_key: Some(ADMIN.into()),
         ..GatewayConfig::default()
     };
-    let mut gateway = Gateway::new(store.clone(), config);
-    if render == Render::Gateway {
-        gateway = gateway.with_policy(agl::assembly::renderer(dir).expect("renderer"));
-    }
+    let gateway = Gateway::new(store.clone(), config)
+        .with_policy(agl::assembly::renderer(dir).expect("renderer"));
     let engine = agl_engine::EngineConfig {
         max_seqs: 4,
         max_len: 4096,
@@ -275,7 +277,7 @@ async fn embedded(dir: &Path, render: Render, ids: &[String]) -> Embedded {
     };
     let server = agl_inference::InferenceServer::load(dir, "policy", tch::Kind::Float, engine)
         .expect("load SmolLM2");
-    agl::policy::embed(&gateway, &store, "embedded", &server, render)
+    agl::policy::embed(&gateway, &store, "embedded", &server)
         .await
         .expect("embed");
     tokio::spawn(gateway.serve(listener, std::future::pending()));
@@ -318,15 +320,10 @@ async fn run(mut cmd: Command) {
 }
 
 /// `rollouts` conversations of `prompts` through the gateway, SmolLM2
-/// embedded, rendering as `render`; the exported rollouts.
-async fn smollm2_chat(
-    dir: &Path,
-    render: Render,
-    rollouts: usize,
-    prompts: &[&str],
-) -> Vec<Rollout> {
+/// embedded; the exported rollouts.
+async fn smollm2_chat(dir: &Path, rollouts: usize, prompts: &[&str]) -> Vec<Rollout> {
     let ids: Vec<String> = (0..rollouts).map(|i| format!("chat-{i}")).collect();
-    let env = embedded(dir, render, &ids).await;
+    let env = embedded(dir, &ids).await;
     let mut out = Vec::new();
     for id in &ids {
         let mut cmd = Command::new(process::python());
@@ -345,8 +342,8 @@ async fn smollm2_chat(
 }
 
 /// The real mini-swe-agent (examples/mini-swe/run_rollout.py) on the first
-/// `rollouts` generated tasks, SmolLM2 embedded, rendering as `render`.
-async fn smollm2_mini_swe(dir: &Path, render: Render, rollouts: usize) -> Vec<Rollout> {
+/// `rollouts` generated tasks, SmolLM2 embedded.
+async fn smollm2_mini_swe(dir: &Path, rollouts: usize) -> Vec<Rollout> {
     let tasks = tempfile::tempdir().expect("tempdir");
     let mut make = Command::new(process::python());
     make.arg(repo().join("examples/mini-swe/gen_tasks.py"))
@@ -362,7 +359,7 @@ async fn smollm2_mini_swe(dir: &Path, render: Render, rollouts: usize) -> Vec<Ro
         .map(str::to_owned)
         .collect();
     let ids: Vec<String> = (0..rows.len()).map(|i| format!("mini-{i}")).collect();
-    let env = embedded(dir, render, &ids).await;
+    let env = embedded(dir, &ids).await;
     let mut out = Vec::new();
     for (id, row) in ids.iter().zip(&rows) {
         let mut cmd = Command::new(process::python());
@@ -383,6 +380,20 @@ async fn smollm2_mini_swe(dir: &Path, render: Render, rollouts: usize) -> Vec<Ro
             .env("MSWE_CMD_TIMEOUT", "10");
         run(cmd).await;
         out.push(env.store.export_rollout(id).await.expect("export"));
+    }
+    out
+}
+
+/// `rollouts` as an engine that renders would have served them: each
+/// call's prompt the template's render of its request's text history (the
+/// sampled ids as they were), no call continuing another.
+fn re_rendered(renderer: &Renderer, rollouts: &[Rollout]) -> Vec<Rollout> {
+    let mut out = rollouts.to_vec();
+    for call in out.iter_mut().flat_map(|r| &mut r.calls) {
+        let request: Value = serde_json::from_str(call.request.as_str()).expect("request");
+        let conv = openai_chat::conversation(&request).expect("conversation");
+        call.prompt_ids = renderer.fresh(&conv).expect("render");
+        call.continues = None;
     }
     out
 }
@@ -458,16 +469,17 @@ fn main() {
                     "Write a haiku about rust.",
                     "List three colors.",
                 ];
+                let smol = agl::assembly::renderer(&model).expect("renderer");
                 let chat = ("smollm2/chat", "trajectory");
-                for render in [Render::Engine, Render::Gateway] {
-                    let exported = smollm2_chat(&model, render, rollouts, &prompts).await;
-                    rows.push(count(&host, tok.clone(), chat, render, &exported).await);
-                }
+                let exported = smollm2_chat(&model, rollouts, &prompts).await;
+                let engine = re_rendered(&smol, &exported);
+                rows.push(count(&host, tok.clone(), chat, Render::Engine, &engine).await);
+                rows.push(count(&host, tok.clone(), chat, Render::Gateway, &exported).await);
                 let mini = ("smollm2/mini-swe", "mini-swe");
-                for render in [Render::Engine, Render::Gateway] {
-                    let exported = smollm2_mini_swe(&model, render, mini_rollouts).await;
-                    rows.push(count(&host, tok.clone(), mini, render, &exported).await);
-                }
+                let exported = smollm2_mini_swe(&model, mini_rollouts).await;
+                let engine = re_rendered(&smol, &exported);
+                rows.push(count(&host, tok.clone(), mini, Render::Engine, &engine).await);
+                rows.push(count(&host, tok.clone(), mini, Render::Gateway, &exported).await);
             }
             None => println!("smollm2 traces not run: `agl model fetch smollm2` first"),
         }

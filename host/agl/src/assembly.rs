@@ -63,7 +63,7 @@ pub fn own_policy(config: &Config) -> anyhow::Result<Option<Renderer>> {
     };
     match configured_renderer(dir, &config.engine) {
         Ok(r) => Ok(Some(r)),
-        Err(e) if config.engine.render == Render::Gateway => Err(e.context(format!(
+        Err(e) if config.engine.render() == Render::Gateway => Err(e.context(format!(
             "engine.render = \"gateway\" needs a policy to render with: {}",
             dir.display()
         ))),

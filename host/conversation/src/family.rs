@@ -104,17 +104,6 @@ impl Family {
         }
     }
 
-    /// A whole forced call as a Lark grammar: [`Family::forced_call`]'s text,
-    /// then [`Family::forced_grammar`]'s rest (for an engine that writes
-    /// the call itself rather than continuing a prompt that holds its start).
-    pub fn call_grammar(&self, choice: &ToolChoice, tools: Option<&Value>) -> Option<String> {
-        let rest = self.forced_grammar(choice, tools)?;
-        let start = serde_json::to_string(&self.forced_call(choice)).ok()?;
-        // `forced_grammar` opens with its `start` rule: it becomes `rest`.
-        let rest = rest.strip_prefix("start:")?;
-        Some(format!("start: {start} rest\nrest:{rest}"))
-    }
-
     /// What may follow [`Family::forced_call`]'s text, as a Lark grammar
     /// (llguidance's, vLLM's `structured_outputs.grammar`): the rest of one
     /// call of an offered tool (of the named one) whose arguments are valid
@@ -599,12 +588,6 @@ mod tests {
             any.contains(r#"call1: "\"cat\", \"arguments\": " args1"#),
             "{any}"
         );
-        let whole = hermes
-            .call_grammar(&ToolChoice::Function("cat".into()), Some(&tools))
-            .unwrap();
-        let start = r#"start: "<tool_call>\n{\"name\": \"cat\", \"arguments\": " rest"#;
-        assert!(whole.starts_with(start), "{whole}");
-        assert!(whole.contains("\nrest: call1\n"), "{whole}");
         let llama = family(ToolFormat::Llama3Json);
         let any = llama
             .forced_grammar(&ToolChoice::Required, Some(&tools))

@@ -1,6 +1,7 @@
 //! Decode throughput with and without a JSON-schema constraint on the
 //! embedded engine (SmolLM2-135M-Instruct, f32, CPU), at 1 and 8 concurrent
-//! chat requests through the inference server's router. Prints a table.
+//! completions requests through the inference server's router. Prints a
+//! table.
 //!
 //! `cargo bench -p agl-inference --bench constrained`; the model folder is
 //! `$AGL_SMOLLM2` or `~/.cache/agl/models/smollm2-135m-instruct` (written by
@@ -38,16 +39,16 @@ fn schema() -> Value {
         "required": ["title", "story"]})
 }
 
-/// One chat answer's completion tokens.
-async fn chat(server: &InferenceServer, seed: u64, constrained: bool) -> usize {
+/// One answer's completion tokens.
+async fn complete(server: &InferenceServer, seed: u64, constrained: bool) -> usize {
     let mut body = json!({"model": "smollm2", "max_tokens": MAX_TOKENS, "temperature": 1.0,
         "seed": seed, "ignore_eos": true,
-        "messages": [{"role": "user", "content": "Write some stories as JSON."}]});
+        "prompt": "<|im_start|>user\nWrite some stories as JSON.<|im_end|>\n<|im_start|>assistant\n"});
     if constrained {
         body["response_format"] =
             json!({"type": "json_schema", "json_schema": {"name": "s", "schema": schema()}});
     }
-    let req = axum::http::Request::post("/v1/chat/completions")
+    let req = axum::http::Request::post("/v1/completions")
         .header("content-type", "application/json")
         .body(Body::from(body.to_string()))
         .expect("request");
@@ -67,7 +68,7 @@ async fn chat(server: &InferenceServer, seed: u64, constrained: bool) -> usize {
 async fn throughput(server: &InferenceServer, batch: usize, constrained: bool) -> (f64, f64) {
     let (mut tokens, start) = (0, Instant::now());
     for round in 0..3u64 {
-        let calls = (0..batch as u64).map(|i| chat(server, round * 100 + i, constrained));
+        let calls = (0..batch as u64).map(|i| complete(server, round * 100 + i, constrained));
         tokens += futures_util::future::join_all(calls)
             .await
             .into_iter()
@@ -92,8 +93,8 @@ async fn main() {
     };
     let server = InferenceServer::load(&dir, "smollm2", tch::Kind::Float, config).expect("load");
     // Warm up; the first constrained call builds the token trie.
-    chat(&server, 0, true).await;
-    chat(&server, 0, false).await;
+    complete(&server, 0, true).await;
+    complete(&server, 0, false).await;
     println!(
         "| batch | unconstrained tok/s | json_schema tok/s | constrained / unconstrained | json_schema tokens per answer |"
     );

@@ -1,14 +1,13 @@
 //! Constrained decoding with llguidance over the policy's tokenizer: the
 //! request's `response_format` (`json_object`, `json_schema`), vLLM's
 //! `structured_outputs` (`json`, `json_object`, `regex`, `choice`,
-//! `grammar` in Lark), or a forced tool call (`tool_choice` `required` or a
-//! named function, written as the model family writes calls)
-//! becomes a grammar whose token mask the engine samples under
-//! (`agl_engine::TokenConstraint`).
+//! `grammar` in Lark: the gateway sends a forced tool call's grammar, as
+//! the model family writes calls, there) becomes a grammar whose token mask
+//! the engine samples under (`agl_engine::TokenConstraint`).
 
 use std::sync::{Arc, OnceLock};
 
-use agl_conversation::{Family, ToolChoice, compact_schema};
+use agl_conversation::compact_schema;
 use agl_engine::TokenConstraint;
 use agl_tokenizer::Tokenizer;
 use agl_wire::ApiError;
@@ -18,24 +17,19 @@ use llguidance::toktrie::{InferenceCapabilities, TokEnv, TokRxInfo, TokTrie, Tok
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 
-use super::Api;
-
 /// The parser factory over the policy's vocabulary, built on first use
 /// (the token trie takes a moment for a large vocabulary).
 pub struct Grammars {
     tokenizer: Arc<Tokenizer>,
     eos: Vec<u32>,
-    /// How the model writes tool calls (a forced call's grammar).
-    family: Family,
     factory: OnceLock<Result<ParserFactory, String>>,
 }
 
 impl Grammars {
-    pub fn new(tokenizer: Arc<Tokenizer>, eos: Vec<u32>, family: Family) -> Self {
+    pub fn new(tokenizer: Arc<Tokenizer>, eos: Vec<u32>) -> Self {
         Grammars {
             tokenizer,
             eos,
-            family,
             factory: OnceLock::new(),
         }
     }
@@ -49,12 +43,8 @@ impl Grammars {
 
     /// The constraint `body` asks for, if any; a bad schema or grammar is
     /// a 400 naming the field.
-    pub fn constraint(
-        &self,
-        body: &Value,
-        api: Api,
-    ) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
-        Ok(self.constraints(body, api, 1)?.pop().flatten())
+    pub fn constraint(&self, body: &Value) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
+        Ok(self.constraints(body, 1)?.pop().flatten())
     }
 
     /// One constraint per choice of an `n`-choice request: the grammar is
@@ -62,10 +52,9 @@ impl Grammars {
     pub fn constraints(
         &self,
         body: &Value,
-        api: Api,
         n: usize,
     ) -> Result<Vec<Option<Box<dyn TokenConstraint>>>, ApiError> {
-        let Some((field, grammar)) = grammar_of(body, api, self.family)? else {
+        let Some((field, grammar)) = grammar_of(body)? else {
             return Ok((0..n).map(|_| None).collect());
         };
         let parser = self
@@ -172,11 +161,7 @@ fn json_grammar(schema: Value) -> TopLevelGrammar {
 }
 
 /// Which field of `body` constrains the output, and its grammar.
-fn grammar_of(
-    body: &Value,
-    api: Api,
-    family: Family,
-) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
+fn grammar_of(body: &Value) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
     if let Some(format) = body.get("response_format").filter(|f| !f.is_null()) {
         let kind = format.get("type").and_then(Value::as_str).unwrap_or("");
         return match kind {
@@ -203,9 +188,6 @@ fn grammar_of(
     }
     if let Some(outputs) = body.get("structured_outputs").filter(|f| !f.is_null()) {
         return structured_outputs(outputs).map(|g| Some(("structured_outputs", g)));
-    }
-    if api == Api::Chat {
-        return forced_tool_call(body, family);
     }
     Ok(None)
 }
@@ -249,76 +231,49 @@ fn structured_outputs(v: &Value) -> Result<TopLevelGrammar, ApiError> {
     Err(bad("give one of json, json_object, regex, choice, grammar"))
 }
 
-/// `tool_choice` `required` (any offered tool) or a named function: a call
-/// of that tool with arguments valid against its parameters' schema, as
-/// the model family writes calls (`Family::call_grammar`).
-fn forced_tool_call(
-    body: &Value,
-    family: Family,
-) -> Result<Option<(&'static str, TopLevelGrammar)>, ApiError> {
-    let choice = match body.get("tool_choice") {
-        Some(Value::String(s)) if s == "required" => ToolChoice::Required,
-        Some(choice @ Value::Object(_)) => ToolChoice::Function(
-            choice
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| ApiError::bad_request("`tool_choice.function.name` is missing"))?
-                .to_string(),
-        ),
-        _ => return Ok(None),
-    };
-    let tools = body.get("tools").filter(|t| !t.is_null());
-    let names: Vec<&str> = tools
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .collect();
-    match &choice {
-        ToolChoice::Function(name) if !names.contains(&name.as_str()) => {
-            return Err(ApiError::bad_request(format!(
-                "`tool_choice` names `{name}`, which is not in `tools`"
-            )));
-        }
-        ToolChoice::Required if names.is_empty() => {
-            return Err(ApiError::bad_request(
-                "`tool_choice` is `required` but `tools` offers none",
-            ));
-        }
-        _ => {}
-    }
-    let lark = family.call_grammar(&choice, tools).ok_or_else(|| {
-        ApiError::bad_request(
-            "`tool_choice`: this model's tool-call format cannot be constrained (JSON calls only)",
-        )
-    })?;
-    Ok(Some(("tool_choice", TopLevelGrammar::from_lark(lark))))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agl_conversation::ToolFormat;
+    use agl_conversation::{Family, ToolChoice, ToolFormat};
 
-    fn grammars(tools: ToolFormat) -> Grammars {
+    /// What the gateway sends for a call of `cat` forced in a family whose
+    /// calls are `tools`: the call's start in the prompt, the rest's
+    /// grammar as `structured_outputs`.
+    struct Forced {
+        grammars: Grammars,
+        start: String,
+        body: Value,
+    }
+
+    fn grammars(tools: ToolFormat) -> Forced {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../examples/fixtures/tokenizer/tokenizer.json");
         let tokenizer = Arc::new(Tokenizer::from_file(&path).unwrap());
         let eos = tokenizer.encode("<|im_end|>", false).unwrap();
-        Grammars::new(
-            tokenizer,
-            eos,
-            Family {
-                tools,
-                reasoning: false,
-            },
-        )
+        let family = Family {
+            tools,
+            reasoning: false,
+        };
+        let choice = ToolChoice::Function("cat".into());
+        let lark = family
+            .forced_grammar(&choice, Some(&cat_tools()))
+            .expect("a JSON-call family");
+        Forced {
+            grammars: Grammars::new(tokenizer, eos),
+            start: family.forced_call(&choice),
+            body: json!({"structured_outputs": {"grammar": lark}}),
+        }
     }
 
-    /// Whether the constraint lets `text` (its tokens, one by one) through.
-    fn accepts(g: &Grammars, body: &Value, text: &str) -> bool {
-        let mut c = g.constraint(body, Api::Chat).unwrap().expect("constrained");
-        for id in g.tokenizer.encode(text, false).unwrap() {
+    /// Whether the constraint lets the whole call `text` (its tokens
+    /// after the start in the prompt, one by one) through.
+    fn accepts(f: &Forced, text: &str) -> bool {
+        let g = &f.grammars;
+        let rest = text
+            .strip_prefix(f.start.as_str())
+            .expect("the call's start");
+        let mut c = g.constraint(&f.body).unwrap().expect("constrained");
+        for id in g.tokenizer.encode(rest, false).unwrap() {
             let mask = c.allowed().unwrap();
             if mask
                 .get(id as usize / 32)
@@ -331,48 +286,40 @@ mod tests {
         true
     }
 
-    fn cat_call() -> Value {
-        json!({"tool_choice": {"type": "function", "function": {"name": "cat"}},
-               "tools": [{"type": "function", "function": {"name": "cat", "parameters": {
+    fn cat_tools() -> Value {
+        json!([{"type": "function", "function": {"name": "cat", "parameters": {
                    "type": "object", "required": ["path"],
-                   "properties": {"path": {"type": "string"}, "n": {"type": "integer"}}}}}]})
+                   "properties": {"path": {"type": "string"}, "n": {"type": "integer"}}}}}])
     }
 
     #[test]
-    fn forced_calls_take_valid_calls_in_each_family_format_and_refuse_others() {
+    fn forced_call_grammars_take_valid_calls_in_each_family_format_and_refuse_others() {
         let coder = grammars(ToolFormat::Qwen3Coder);
         let call = |params: &str| {
             format!("<tool_call>\n<function=cat>\n{params}</function>\n</tool_call>")
         };
         let path = "<parameter=path>\na < b.txt\n</parameter>\n";
-        assert!(accepts(&coder, &cat_call(), &call(path)));
+        assert!(accepts(&coder, &call(path)));
         assert!(accepts(
             &coder,
-            &cat_call(),
             &call(&format!("{path}<parameter=n>\n3\n</parameter>\n"))
         ));
         assert!(
-            !accepts(
-                &coder,
-                &cat_call(),
-                &call("<parameter=n>\n3\n</parameter>\n")
-            ),
+            !accepts(&coder, &call("<parameter=n>\n3\n</parameter>\n")),
             "path is required"
         );
         assert!(!accepts(
             &coder,
-            &cat_call(),
             &call(&format!("{path}<parameter=n>\nx\n</parameter>\n"))
         ));
 
         let hermes = grammars(ToolFormat::Hermes);
         let call = "<tool_call>\n{\"name\": \"cat\", \"arguments\": {\"path\": \"a.txt\", \"n\": 3}}\n</tool_call>";
-        assert!(accepts(&hermes, &cat_call(), call));
-        assert!(!accepts(&hermes, &cat_call(), &call.replace("3", "\"3\"")));
+        assert!(accepts(&hermes, call));
+        assert!(!accepts(&hermes, &call.replace("3", "\"3\"")));
         let llama = grammars(ToolFormat::Llama3Json);
         assert!(accepts(
             &llama,
-            &cat_call(),
             "{\"name\": \"cat\", \"parameters\": {\"path\": \"a\"}}"
         ));
     }

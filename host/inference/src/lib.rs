@@ -1,25 +1,23 @@
-//! agl's OpenAI-compatible inference server over the token-level engine
-//! (`agl_engine`): `/v1/chat/completions`, `/v1/completions` and
-//! `/v1/models`, shaped like vLLM (>= 0.10.2) so the gateway records the
-//! same things from it: `return_token_ids` gives the prompt ids (top level
-//! for chat, on the choice for completions) and the choice's `token_ids`;
-//! `logprobs` gives each sampled token's logprob (the engine's convention,
-//! see `agl_engine`), and `top_logprobs` (chat) / `logprobs: k`
-//! (completions) the k <= 20 most likely tokens under the same
-//! distribution. `n` samples that many choices, each its own engine
-//! sequence (seeded `seed + index`), streamed interleaved with their index.
-//! `response_format` JSON, vLLM's `structured_outputs` and a forced
-//! `tool_choice` are enforced with llguidance (`constrain.rs`): the engine
-//! samples under the grammar's token mask, each logprob under that mask.
+//! agl's inference server over the token-level engine (`agl_engine`):
+//! token-in `/v1/completions` and `/v1/models`, shaped like vLLM (>= 0.10.2)
+//! so the gateway records the same things from it: `return_token_ids`
+//! gives the prompt ids and the choice's `token_ids` on the choice;
+//! `logprobs: k` gives each sampled token's logprob (the engine's
+//! convention, see `agl_engine`) and the k <= 20 most likely tokens under
+//! the same distribution. `n` samples that many choices, each its own
+//! engine sequence (seeded `seed + index`), streamed interleaved with their
+//! index. `response_format` JSON and vLLM's `structured_outputs` (the
+//! gateway sends a forced tool call's grammar there) are enforced with
+//! llguidance (`constrain.rs`): the engine samples under the grammar's
+//! token mask, each logprob under that mask.
+//!
+//! Chat is the gateway's: it renders every chat API with the policy's
+//! template and sends the prompt's ids here (`render = "gateway"`, which
+//! an engine of agl's own always is); this server renders nothing.
 //!
 //! Every response carries `x-agl-weight-version` (the version when the
 //! request was admitted) and a body field `weight_version` (the version that
 //! produced it; a request spanning a weight update ends with `abort`).
-//!
-//! Chat prompts use the model's tokenizer and chat template; with `tools`,
-//! the tool calls the template's model family writes (Hermes `<tool_call>`
-//! blocks by default, see `agl_conversation::family`) become `tool_calls`
-//! while `token_ids` stay exactly the sampled ids.
 //!
 //! `POST /load_weights` and `GET /weight_info` (`weights.rs`) take new
 //! weights from a folder, as vLLM's and SGLang's RL routes do (`agl train`
@@ -29,7 +27,6 @@
 //! registers it with the gateway as engine `embedded://NAME`, dispatched
 //! without an HTTP hop.
 
-mod chat;
 mod completions;
 mod constrain;
 mod options;
@@ -61,20 +58,11 @@ use axum::routing::{get, post};
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 use serde_json::Value;
 
-use agl_conversation::{Family, ToolFormat};
 use agl_tokenizer::Tokenizer;
-use agl_wire::openai::{
-    ChatChoice, CompletionChoice, ModelCard, ModelList, TokenLogprob, TopLogprob, Usage,
-};
+use agl_wire::openai::{ModelCard, ModelList, Usage};
 use agl_wire::{ApiError, WEIGHT_VERSION_HEADER};
 use options::Options;
 use text::{TextState, final_text, first_marker};
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    Chat,
-    Completions,
-}
 
 /// The engine, the tokenizer and the served model's name.
 #[derive(Clone)]
@@ -84,7 +72,6 @@ pub struct InferenceServer {
     model_name: Arc<str>,
     /// Ids that end generation unless `ignore_eos`.
     eos: Arc<[u32]>,
-    family: Family,
     /// The most choices (`n`) one request may ask for.
     max_n: usize,
     /// Constrained decoding over this tokenizer.
@@ -102,23 +89,12 @@ impl InferenceServer {
         model_name: &str,
         eos: Vec<u32>,
     ) -> Self {
-        // A template that shows no tool-call format gets Hermes blocks, the
-        // format this engine has always parsed.
-        let mut family = Family::detect(tokenizer.chat_template_source().unwrap_or_default());
-        if family.tools == ToolFormat::None {
-            family.tools = ToolFormat::Hermes;
-        }
         InferenceServer {
-            grammars: Arc::new(constrain::Grammars::new(
-                tokenizer.clone(),
-                eos.clone(),
-                family,
-            )),
+            grammars: Arc::new(constrain::Grammars::new(tokenizer.clone(), eos.clone())),
             engine,
             tokenizer,
             model_name: model_name.into(),
             eos: eos.into(),
-            family,
             max_n: DEFAULT_MAX_N,
         }
     }
@@ -145,14 +121,10 @@ impl InferenceServer {
         Ok(Self::new(engine, Arc::new(tokenizer), model_name, eos))
     }
 
-    /// The constraint a request `body` of `api` asks for (what the engine
-    /// samples each of its choices under); `None` when it asks for none.
-    pub fn constraint(
-        &self,
-        body: &Value,
-        api: Api,
-    ) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
-        self.grammars.constraint(body, api)
+    /// The constraint a request `body` asks for (what the engine samples
+    /// each of its choices under); `None` when it asks for none.
+    pub fn constraint(&self, body: &Value) -> Result<Option<Box<dyn TokenConstraint>>, ApiError> {
+        self.grammars.constraint(body)
     }
 
     pub fn engine(&self) -> &EngineHandle {
@@ -166,8 +138,7 @@ impl InferenceServer {
     /// The engine's routes. Bodies up to [`BODY_LIMIT_BYTES`] are taken.
     pub fn router(&self) -> Router {
         Router::new()
-            .route("/v1/chat/completions", post(chat_route))
-            .route("/v1/completions", post(completions_route))
+            .route("/v1/completions", post(answer))
             .route("/v1/models", get(models))
             .route("/load_weights", post(weights::load))
             .route("/weight_info", get(weights::info))
@@ -178,16 +149,11 @@ impl InferenceServer {
 
 /// One request being answered.
 pub struct Generation {
-    pub api: Api,
     pub id: String,
     pub created: u64,
     pub model: Arc<str>,
     pub prompt_ids: Vec<u32>,
     pub opts: Options,
-    /// Parse tool calls out of the output (the request had `tools`).
-    pub tools: bool,
-    /// How the template's model family writes tool calls.
-    pub family: Family,
     pub tokenizer: Arc<Tokenizer>,
 }
 
@@ -229,60 +195,27 @@ impl<'a> Sampled<'a> {
     }
 }
 
-/// A chat logprobs `content` entry, with its alternatives.
-pub fn logprob_entry(
-    tokenizer: &Tokenizer,
-    id: u32,
-    logprob: f32,
-    top: &[(u32, f32)],
-) -> TokenLogprob {
-    let text = |id: u32| tokenizer.decode(&[id], false).unwrap_or_default();
-    let token = text(id);
-    let top_logprobs = top
-        .iter()
-        .map(|&(id, lp)| TopLogprob::new(text(id), f64::from(lp)))
-        .collect();
-    TokenLogprob {
-        bytes: Some(token.as_bytes().to_vec()),
-        token,
-        logprob: f64::from(logprob),
-        top_logprobs,
-    }
-}
-
-async fn chat_route(State(s): State<InferenceServer>, body: Bytes) -> Response {
-    answer(s, Api::Chat, body).await
-}
-
-async fn completions_route(State(s): State<InferenceServer>, body: Bytes) -> Response {
-    answer(s, Api::Completions, body).await
-}
-
 async fn models(State(s): State<InferenceServer>) -> Json<ModelList> {
     let mut card = ModelCard::new(s.model_name.to_string(), now_s(), "agl");
     card.max_model_len = Some(s.engine.max_len() as u64);
     Json(ModelList::of(vec![card]))
 }
 
-async fn answer(s: InferenceServer, api: Api, body: Bytes) -> Response {
-    generate(s, api, body)
+async fn answer(State(s): State<InferenceServer>, body: Bytes) -> Response {
+    generate(s, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response, ApiError> {
+async fn generate(s: InferenceServer, body: Bytes) -> Result<Response, ApiError> {
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
-    let prompt_ids = match api {
-        Api::Chat => chat::prompt(&s.tokenizer, &body)?,
-        Api::Completions => completions::prompt(&s.tokenizer, &body)?,
-    };
-    let opts = options::parse(&body, api, &s.eos, s.engine.max_len(), s.max_n)?;
-    let tools = api == Api::Chat && body.get("tools").is_some_and(|t| !t.is_null());
+    let prompt_ids = completions::prompt(&s.tokenizer, &body)?;
+    let opts = options::parse(&body, &s.eos, s.engine.max_len(), s.max_n)?;
     let version = s.engine.weight_version();
     // One engine sequence per choice; a seeded request seeds choice i with
     // seed + i, so the choices differ and the answer is reproducible.
-    let constraints = s.grammars.constraints(&body, api, opts.n)?;
+    let constraints = s.grammars.constraints(&body, opts.n)?;
     let mut events = Vec::with_capacity(opts.n);
     for (i, constraint) in constraints.into_iter().enumerate() {
         let mut params = opts.params.clone();
@@ -302,19 +235,12 @@ async fn generate(s: InferenceServer, api: Api, body: Bytes) -> Result<Response,
             ),
         })?);
     }
-    let prefix = match api {
-        Api::Chat => "chatcmpl",
-        Api::Completions => "cmpl",
-    };
     let job = Generation {
-        api,
-        id: format!("{prefix}-{}", request_id()),
+        id: format!("cmpl-{}", request_id()),
         created: now_s(),
         model: s.model_name.clone(),
         prompt_ids,
         opts,
-        tools,
-        family: s.family,
         tokenizer: s.tokenizer.clone(),
     };
     let mut resp = if job.opts.stream {
@@ -342,10 +268,7 @@ async fn complete(
     job: Generation,
     events: Vec<tokio::sync::mpsc::UnboundedReceiver<EngineEvent>>,
 ) -> Result<Response, ApiError> {
-    let mut choices = match job.api {
-        Api::Chat => Choices::Chat(Vec::with_capacity(events.len())),
-        Api::Completions => Choices::Text(Vec::with_capacity(events.len())),
-    };
+    let mut choices = Vec::with_capacity(events.len());
     let (mut completion_tokens, mut version) = (0, 0);
     for (index, rx) in events.into_iter().enumerate() {
         let f = finished(rx).await?;
@@ -357,33 +280,15 @@ async fn complete(
             top: &f.top_logprobs,
             versions: &f.token_versions,
         };
-        match &mut choices {
-            Choices::Chat(c) => c.push(chat::choice(&job, index, text, sampled, reason)),
-            Choices::Text(c) => c.push(completions::choice(&job, index, text, sampled, reason)),
-        }
+        choices.push(completions::choice(&job, index, text, sampled, reason));
         completion_tokens += f.response_ids.len();
         version = version.max(f.weight_version);
     }
     let version = Some(Value::from(version));
     let usage = Some(job.usage(completion_tokens));
-    Ok(match choices {
-        Choices::Chat(choices) => {
-            let mut body = chat::body(&job, choices);
-            (body.usage, body.weight_version) = (usage, version);
-            Json(body).into_response()
-        }
-        Choices::Text(choices) => {
-            let mut body = completions::body(&job, choices);
-            (body.usage, body.weight_version) = (usage, version);
-            Json(body).into_response()
-        }
-    })
-}
-
-/// The choices of a whole answer, in its API's shape.
-enum Choices {
-    Chat(Vec<ChatChoice>),
-    Text(Vec<CompletionChoice>),
+    let mut body = completions::body(&job, choices);
+    (body.usage, body.weight_version) = (usage, version);
+    Ok(Json(body).into_response())
 }
 
 /// The sequence's end, skipping its token events.

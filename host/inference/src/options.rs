@@ -1,11 +1,9 @@
-//! The sampling and output options of a chat or completions request body.
+//! The sampling and output options of a completions request body.
 
 use agl_engine::{MAX_TOP_LOGPROBS, SamplingParams};
 use serde_json::Value;
 
 use agl_wire::ApiError;
-
-use super::Api;
 
 pub struct Options {
     pub params: SamplingParams,
@@ -23,13 +21,7 @@ pub struct Options {
 /// Reads `body`'s options; `eos` ids stop generation unless `ignore_eos`.
 /// Without `max_tokens` a request may run to the engine's `max_len`; `n`
 /// may be at most `max_n`.
-pub fn parse(
-    body: &Value,
-    api: Api,
-    eos: &[u32],
-    max_len: usize,
-    max_n: usize,
-) -> Result<Options, ApiError> {
+pub fn parse(body: &Value, eos: &[u32], max_len: usize, max_n: usize) -> Result<Options, ApiError> {
     let f64_of = |key: &str, default: f64| -> Result<f64, ApiError> {
         match body.get(key) {
             None | Some(Value::Null) => Ok(default),
@@ -52,9 +44,7 @@ pub fn parse(
             "`n` must be between 1 and {max_n}, got {n}"
         )));
     }
-    let max_tokens = u64_of("max_completion_tokens")?
-        .or(u64_of("max_tokens")?)
-        .map_or(max_len, |n| n as usize);
+    let max_tokens = u64_of("max_tokens")?.map_or(max_len, |n| n as usize);
     // vLLM: top_k <= 0 means no cut.
     let top_k = body
         .get("top_k")
@@ -87,31 +77,12 @@ pub fn parse(
             .ok_or_else(|| ApiError::bad_request("`stop` must be strings"))?,
         Some(_) => return Err(ApiError::bad_request("`stop` must be a string or a list")),
     };
-    // Chat: a flag, and `top_logprobs` alternatives; completions: the
-    // number of alternatives, where any number asks for logprobs.
-    let (logprobs, top_logprobs) = match api {
-        Api::Chat => {
-            let on = body
-                .get("logprobs")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let top = u64_of("top_logprobs")?.unwrap_or(0);
-            if top > 0 && !on {
-                return Err(ApiError::bad_request(
-                    "`top_logprobs` needs `logprobs` to be true",
-                ));
-            }
-            (on, (top, "top_logprobs"))
-        }
-        Api::Completions => {
-            let top = u64_of("logprobs")?;
-            (top.is_some(), (top.unwrap_or(0), "logprobs"))
-        }
-    };
-    let (top_logprobs, field) = top_logprobs;
+    // The number of alternatives; any number asks for logprobs.
+    let asked = u64_of("logprobs")?;
+    let (logprobs, top_logprobs) = (asked.is_some(), asked.unwrap_or(0));
     if top_logprobs > MAX_TOP_LOGPROBS as u64 {
         return Err(ApiError::bad_request(format!(
-            "`{field}` must be at most {MAX_TOP_LOGPROBS}, got {top_logprobs}"
+            "`logprobs` must be at most {MAX_TOP_LOGPROBS}, got {top_logprobs}"
         )));
     }
     let params = SamplingParams {

@@ -15,13 +15,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::text::{TextState, final_text};
-use super::{Api, Generation, Sampled, chat, completions};
+use super::{Generation, Sampled, completions};
 use futures_util::StreamExt;
 
 const CHANNEL: usize = 64;
-
-/// Text from here on is held back from content deltas: it is a tool call.
-const TOOL_CALL_OPEN: &str = "<tool_call>";
 
 pub fn respond(job: Generation, events: Vec<mpsc::UnboundedReceiver<EngineEvent>>) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL);
@@ -58,23 +55,12 @@ async fn pump(
     events: Vec<mpsc::UnboundedReceiver<EngineEvent>>,
     tx: mpsc::Sender<Result<Bytes, io::Error>>,
 ) {
-    let mut markers = job.opts.stop.clone();
-    if job.tools {
-        markers.push(TOOL_CALL_OPEN.to_string());
-    }
     let mut choices: Vec<Choice> = (0..events.len())
         .map(|_| Choice {
-            text: TextState::new(job.tokenizer.clone(), markers.clone()),
+            text: TextState::new(job.tokenizer.clone(), job.opts.stop.clone()),
             first: true,
         })
         .collect();
-    if job.api == Api::Chat {
-        for index in 0..choices.len() {
-            if tx.send(sse(&chat::first_chunk(&job, index))).await.is_err() {
-                return;
-            }
-        }
-    }
     let tagged = events.into_iter().enumerate().map(|(index, rx)| {
         futures_util::stream::unfold(rx, move |mut rx| async move {
             rx.recv().await.map(|event| ((index, event), rx))
@@ -99,16 +85,13 @@ async fn pump(
                     top: std::slice::from_ref(&top),
                     versions: &[version],
                 };
-                let frame = match job.api {
-                    Api::Chat => sse(&chat::token_chunk(&job, index, token, &delta)),
-                    Api::Completions => sse(&completions::token_chunk(
-                        &job,
-                        index,
-                        token,
-                        &delta,
-                        choice.first,
-                    )),
-                };
+                let frame = sse(&completions::token_chunk(
+                    &job,
+                    index,
+                    token,
+                    &delta,
+                    choice.first,
+                ));
                 choice.first = false;
                 frame
             }
@@ -118,22 +101,10 @@ async fn pump(
                 let version = Some(Value::from(f.weight_version));
                 completion_tokens += f.response_ids.len();
                 open -= 1;
-                match job.api {
-                    Api::Chat => {
-                        let (content, calls) = chat::message_parts(&job, full);
-                        let content = content.unwrap_or_default();
-                        let rest = choice.text.rest(&content);
-                        let mut last = chat::last_chunk(&job, index, rest, &calls, reason);
-                        last.weight_version = version;
-                        sse(&last)
-                    }
-                    Api::Completions => {
-                        let rest = choice.text.rest(&full);
-                        let mut last = completions::last_chunk(&job, index, rest, reason);
-                        last.weight_version = version;
-                        sse(&last)
-                    }
-                }
+                let rest = choice.text.rest(&full);
+                let mut last = completions::last_chunk(&job, index, rest, reason);
+                last.weight_version = version;
+                sse(&last)
             }
         };
         if tx.send(frame).await.is_err() {
@@ -150,13 +121,10 @@ async fn pump(
     }
     if job.opts.include_usage {
         let usage = job.usage(completion_tokens);
-        let frame = match job.api {
-            Api::Chat => sse(&chat::usage_chunk(&job, usage)),
-            Api::Completions => sse(&Completion {
-                usage: Some(usage),
-                ..completions::body(&job, Vec::new())
-            }),
-        };
+        let frame = sse(&Completion {
+            usage: Some(usage),
+            ..completions::body(&job, Vec::new())
+        });
         let _ = tx.send(frame).await;
     }
     let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;

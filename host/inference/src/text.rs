@@ -7,8 +7,7 @@ use agl_tokenizer::Tokenizer;
 
 pub struct TextState {
     tokenizer: Arc<Tokenizer>,
-    /// Text that ends what may be shown: stop strings, and `<tool_call>`
-    /// when tools are parsed at the end.
+    /// Text that ends what may be shown: the stop strings.
     markers: Vec<String>,
     ids: Vec<u32>,
     /// Bytes of the text already handed out.

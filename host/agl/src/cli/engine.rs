@@ -1,5 +1,6 @@
 //! `agl engine serve`: a Hugging Face model folder behind agl's
-//! OpenAI-compatible inference server (`agl_inference`).
+//! inference server (`agl_inference`): token-in completions and the weight
+//! routes; the gateway renders chat for it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +11,8 @@ use clap::{Args, Subcommand, ValueEnum};
 
 #[derive(Subcommand)]
 pub enum EngineCommand {
-    /// Serve /v1/chat/completions, /v1/completions and /v1/models.
+    /// Serve /v1/completions (token ids or text in), /v1/models, /load_weights
+    /// and /weight_info; chat is rendered by the gateway (render = "gateway").
     Serve(EngineServeArgs),
 }
 

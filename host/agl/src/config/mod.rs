@@ -130,6 +130,7 @@ impl Config {
         config
             .gateway
             .check()
+            .and_then(|()| config.engine.check())
             .map_err(|message| ConfigError::Parse {
                 path: shown,
                 message,
@@ -308,7 +309,7 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(config.engine.render, agl_wire::api::Render::Gateway);
+        assert_eq!(config.engine.render(), agl_wire::api::Render::Gateway);
         assert_eq!(config.engine.api, agl_wire::api::EngineApi::Sglang);
         assert_eq!(
             config.engine.tool_parser,
@@ -318,6 +319,27 @@ mod tests {
         for bad in ["engine.api=vllm", "engine.tool_parser=xml"] {
             let e = Config::load(None, &[bad.into()]).unwrap_err();
             assert!(format!("{e:#}").contains("unknown variant"), "{bad}: {e:#}");
+        }
+    }
+
+    #[test]
+    fn agl_engines_are_rendered_for_by_the_gateway_and_others_render_themselves() {
+        use agl_wire::api::Render;
+        let render = |o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            Config::load(None, &o).map(|c| c.engine.render())
+        };
+        assert_eq!(render(&[]).unwrap(), Render::Gateway, "embedded");
+        assert_eq!(render(&["engine.kind=agl"]).unwrap(), Render::Gateway);
+        assert_eq!(render(&["engine.kind=vllm"]).unwrap(), Render::Engine);
+        let vllm = render(&["engine.kind=vllm", "engine.render=gateway"]);
+        assert_eq!(vllm.unwrap(), Render::Gateway);
+        for kind in ["embedded", "agl"] {
+            let e = render(&[&format!("engine.kind={kind}"), "engine.render=engine"]).unwrap_err();
+            assert!(
+                format!("{e:#}").contains("renders no chat"),
+                "{kind}: {e:#}"
+            );
         }
     }
 

@@ -209,10 +209,12 @@ pub struct PolicyEngineConfig {
     /// defaults are the engine's own (`agl engine serve` uses the same).
     pub max_seqs: usize,
     pub max_len: usize,
-    /// Who renders chat prompts: `"engine"` (its own template, Chat
-    /// Completions passed through) or `"gateway"` (the policy's template,
-    /// token ids to `/v1/completions`, token-exact continuation).
-    pub render: Render,
+    /// Who renders chat prompts: `"gateway"` (the policy's template,
+    /// token ids to `/v1/completions`, token-exact continuation) or
+    /// `"engine"` (its own template, Chat Completions passed through).
+    /// Unset: `"gateway"` for agl's engine (`embedded`, `agl`: it takes
+    /// token ids only), `"engine"` for the others ([`Self::render`]).
+    pub render: Option<Render>,
     /// The token-in API of an external engine the gateway renders for:
     /// `"openai"` (vLLM's `/v1/completions` with token ids) or `"sglang"`
     /// (`/generate` with `input_ids`).
@@ -227,6 +229,30 @@ pub struct PolicyEngineConfig {
     pub reasoning: Option<bool>,
 }
 
+impl PolicyEngineConfig {
+    /// Who renders chat prompts, as set or as the engine's kind implies.
+    pub fn render(&self) -> Render {
+        self.render.unwrap_or(match self.kind {
+            EngineKind::Embedded | EngineKind::Agl => Render::Gateway,
+            _ => Render::Engine,
+        })
+    }
+
+    /// Refuses what no engine of this kind serves: agl's engine renders no
+    /// chat of its own, so the gateway renders for it.
+    pub fn check(&self) -> Result<(), String> {
+        match (self.kind, self.render) {
+            (EngineKind::Embedded | EngineKind::Agl, Some(Render::Engine)) => Err(format!(
+                "engine.render = \"engine\": agl's engine (engine.kind = {:?}) takes token ids \
+                 and renders no chat; the gateway renders for it (leave engine.render unset or \
+                 set \"gateway\")",
+                self.kind
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Default for PolicyEngineConfig {
     fn default() -> Self {
         PolicyEngineConfig {
@@ -236,7 +262,7 @@ impl Default for PolicyEngineConfig {
             pause_mode: PauseMode::Keep,
             max_seqs: TchEngineConfig::default().max_seqs,
             max_len: TchEngineConfig::default().max_len,
-            render: Render::Engine,
+            render: None,
             api: EngineApi::Openai,
             tool_parser: None,
             reasoning: None,

@@ -34,20 +34,20 @@ pub const ENGINE_NAME: &str = "policy";
 
 /// Serves `server` inside `gateway` as engine `name` (base URL
 /// `embedded://NAME`): the proxy calls it in-process, with the same
-/// retries and recording as an HTTP engine. This is what a one-process
-/// `agl run` (gateway + embedded engine) calls.
+/// retries and recording as an HTTP engine, and renders its chat calls
+/// (the engine takes token ids). This is what a one-process `agl run`
+/// (gateway + embedded engine) calls.
 pub async fn embed(
     gateway: &Gateway,
     store: &Store,
     name: &str,
     server: &InferenceServer,
-    render: Render,
 ) -> anyhow::Result<Engine> {
     gateway.register_embedded(name, server.router());
     let url = format!("embedded://{name}");
     let max_len = server.engine().max_len() as u64;
     let registration = RegisterEngine::new(name, &url, server.model_name())
-        .with_render(render)
+        .with_render(Render::Gateway)
         .with_context_len(max_len);
     Ok(store.register_engine(&registration).await?)
 }
@@ -104,7 +104,7 @@ impl Policy {
                 };
                 let server =
                     crate::assembly::engine_server(model_dir, &name, kind, engine_cfg).await?;
-                embed(gateway, store, ENGINE_NAME, &server, cfg.render).await?;
+                embed(gateway, store, ENGINE_NAME, &server).await?;
                 Ok(Policy::Embedded(server))
             }
             EngineKind::Vllm | EngineKind::Sglang | EngineKind::Agl | EngineKind::External => {
@@ -116,7 +116,7 @@ impl Policy {
                 let openai_base = urls::engine_base_url(&base_url);
                 let root = urls::engine_root_url(&base_url);
                 let registration = RegisterEngine::new(ENGINE_NAME, &openai_base, &name)
-                    .with_render(cfg.render)
+                    .with_render(cfg.render())
                     .with_api(cfg.api);
                 let registration = link.register_engine(&registration).await?;
                 let http = reqwest::Client::builder()

@@ -297,7 +297,7 @@ fn the_calc_example_config_loads() {
         c.command,
         Some(agl_controller::CommandSpec::Shell(_))
     ));
-    assert_eq!(config.engine.render, agl_wire::api::Render::Gateway);
+    assert_eq!(config.engine.render(), agl_wire::api::Render::Gateway);
     assert_eq!(config.run.val_size, 40, "the main job validates on 40 rows");
     assert_eq!(
         c.workdir.as_deref(),

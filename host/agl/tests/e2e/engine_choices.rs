@@ -1,30 +1,21 @@
-//! What OpenAI-compatible clients ask of the embedded engine beyond one
-//! greedy answer, with the real OpenAI Python SDK: `n` choices (whole and
-//! streamed, each its own sample of the request) and `top_logprobs`
-//! alternatives from `agl engine serve`'s server; through the gateway the
-//! alternatives on both the passthrough and the rendered path, the model
-//! list, and `n` choices each recorded as its own call, the next call
-//! following the choice the harness kept.
+//! What OpenAI-compatible clients ask of agl's engine beyond one greedy
+//! answer, with the real OpenAI Python SDK through the gateway (which
+//! renders chat for it): `n` choices (whole and streamed, each its own
+//! sample of the request), `top_logprobs` alternatives on chat, Responses
+//! and passed-through completions, constrained output, the model list,
+//! and `n` choices each recorded as its own call, the next call following
+//! the choice the harness kept.
 
+use std::path::Path;
 use std::process::Command;
 
-use agl_store::Render;
+use agl_conversation::Renderer;
+use agl_inference::InferenceServer;
 use serde_json::{Value, json};
 
-use crate::engine_server::{client, model_dir, server, start, start_configured, start_rendered};
+use crate::engine_server::{Env, start_serving};
+use crate::engine_server::{client, model_dir, server, start, start_configured, start_on};
 use crate::process::python;
-
-/// `engine_client.py ARGS` against the engine's own HTTP server.
-async fn direct(base: &str, args: &[&str]) -> Value {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/python/engine_client.py");
-    let mut cmd = Command::new(python());
-    cmd.arg(script)
-        .args(args)
-        .env("OPENAI_BASE_URL", format!("{base}/v1"))
-        .env("OPENAI_API_KEY", "unused");
-    crate::support::python_json(cmd).await
-}
 
 /// Each entry's alternatives: `k` of them, most likely first, the first
 /// being the greedy token itself with its logprob.
@@ -41,41 +32,45 @@ fn assert_top(entries: &Value, k: usize) {
     }
 }
 
-/// `server` on a port of its own; its base URL.
-async fn serve(server: agl_inference::InferenceServer) -> String {
-    let router = server.router();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    base
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_serves_n_choices_and_top_logprobs_to_the_sdk() {
     let dir = model_dir(11);
-    let base = serve(server(dir.path())).await;
-    check_engine(&base, "tiny").await;
+    let load = || {
+        let policy = agl::assembly::renderer(dir.path()).unwrap();
+        (server(dir.path()), policy)
+    };
+    check_engine(dir.path(), load, "tiny").await;
 }
 
 /// The same on SmolLM2-135M-Instruct, whose byte-level vocabulary is the
-/// one llguidance reads its token bytes from.
+/// one llguidance reads its token bytes from (its template writes no tool
+/// calls: Hermes blocks, as `[engine] tool_parser = "hermes"` says).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smollm2_serves_choices_alternatives_and_valid_constrained_output() {
     let dir = crate::engine_server::smollm2_dir();
-    let config = agl_engine::EngineConfig {
-        max_seqs: 4,
-        max_len: 1024,
-        weight_version: 0,
+    let load = || {
+        let config = agl_engine::EngineConfig {
+            max_seqs: 4,
+            max_len: 1024,
+            weight_version: 0,
+        };
+        let policy = agl::assembly::renderer(&dir).unwrap();
+        let hermes = agl_conversation::Family {
+            tools: agl_conversation::ToolFormat::Hermes,
+            ..policy.family()
+        };
+        let server = InferenceServer::load(&dir, "smollm2", tch::Kind::Float, config).unwrap();
+        (server, policy.with_family(hermes))
     };
-    let server =
-        agl_inference::InferenceServer::load(&dir, "smollm2", tch::Kind::Float, config).unwrap();
-    check_engine(&serve(server).await, "smollm2").await;
+    check_engine(&dir, load, "smollm2").await;
 }
 
-/// n = 3 whole and streamed, 5 alternatives per token, 20 seeds of valid
-/// constrained output, the model list and the 400s, through the SDK.
-async fn check_engine(base: &str, model: &str) {
-    let got = direct(base, &["choices", "3", "tell me a story"]).await;
+/// n = 3 whole and streamed, 20 seeds of valid constrained output, the
+/// model list and the 400s (sampled: val mode at temperature 1); 5
+/// alternatives per token (greedy), through the SDK.
+async fn check_engine(dir: &Path, load: impl Fn() -> (InferenceServer, Renderer), model: &str) {
+    let sampled: Env = start_serving(dir, load(), |c| c.val_temperature = 1.0).await;
+    let got = client(&sampled, "r1", &["choices", "3", "tell me a story"]).await;
     assert_eq!(got["indices"], json!([0, 1, 2]), "{got}");
     let texts = got["texts"].as_array().unwrap();
     assert!(
@@ -91,7 +86,33 @@ async fn check_engine(base: &str, model: &str) {
         "ignore_eos runs each choice to max_tokens"
     );
 
-    let got = direct(base, &["top", "5", "hello there"]).await;
+    // Constrained decoding: 20 seeds of a json_schema answer and of a
+    // forced tool call, each valid against its schema.
+    let got = client(&sampled, "r2", &["constrained", "20"]).await;
+    assert_eq!(
+        (got["answers"].clone(), got["calls"].clone()),
+        (json!(20), json!(20)),
+        "{got}"
+    );
+
+    assert_eq!(
+        client(&sampled, "r3", &["models"]).await["ids"],
+        json!([model])
+    );
+    for (extra, field) in [
+        (json!({"n": 17}), "above this gateway's maximum of 16"),
+        (
+            json!({"logprobs": true, "top_logprobs": 21}),
+            "`top_logprobs` must be at most 20",
+        ),
+    ] {
+        let got = client(&sampled, "r4", &["refused", &extra.to_string()]).await;
+        assert_eq!(got["status"], 400, "{extra}: {got}");
+        assert!(got["message"].as_str().unwrap().contains(field), "{got}");
+    }
+
+    let greedy = start_serving(dir, load(), |_| {}).await;
+    let got = client(&greedy, "r1", &["top", "5", "hello there"]).await;
     assert_top(&got["chat"], 5);
     assert_eq!(
         got["streamed"], got["chat"],
@@ -110,32 +131,6 @@ async fn check_engine(base: &str, model: &str) {
             completion["logprobs"][i].as_f64().unwrap(),
             "greedy: the best"
         );
-    }
-
-    // Constrained decoding: 20 seeds of a json_schema answer and of a
-    // forced tool call, each valid against its schema.
-    let got = direct(base, &["constrained", "20"]).await;
-    assert_eq!(
-        (got["answers"].clone(), got["calls"].clone()),
-        (json!(20), json!(20)),
-        "{got}"
-    );
-
-    assert_eq!(direct(base, &["models"]).await["ids"], json!([model]));
-    for (extra, field) in [
-        (json!({"n": 17}), "`n` must be between 1 and 16"),
-        (
-            json!({"logprobs": true, "top_logprobs": 21}),
-            "`top_logprobs` must be at most 20",
-        ),
-        (
-            json!({"top_logprobs": 2}),
-            "`top_logprobs` needs `logprobs`",
-        ),
-    ] {
-        let got = direct(base, &["refused", &extra.to_string()]).await;
-        assert_eq!(got["status"], 400, "{extra}: {got}");
-        assert!(got["message"].as_str().unwrap().contains(field), "{got}");
     }
 }
 
@@ -170,7 +165,7 @@ async fn through_the_gateway_alternatives_come_back_and_models_list() {
     );
 
     let dir = model_dir(5);
-    let env = start_rendered(dir.path(), Render::Gateway).await;
+    let env = start_on(dir.path()).await;
     let got = client(&env, "r1", &["top", "4", "hello there"]).await;
     assert_top(&got["chat"], 4);
     assert_eq!(got["streamed"], got["chat"]);
@@ -209,8 +204,8 @@ async fn through_the_gateway_alternatives_come_back_and_models_list() {
 /// choice 2 and goes on: each choice is its own recorded call (same prompt,
 /// its own response ids and logprobs, `choice` i of 3), and the trajectory
 /// adapter (Rust and Python) makes each choice a sample, the next call
-/// joining the kept one's. On the rendered path the next call's record
-/// continues choice 2 token-exactly. Above `gateway.max_n`: a 400.
+/// joining the kept one's; the next call's record continues choice 2
+/// token-exactly. Above `gateway.max_n`: a 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
     let host = agl_plugin_host::PluginHost::new(agl_plugin_host::HostConfig {
@@ -224,15 +219,15 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
         adapters.push(host.load(spec).await.unwrap());
     }
     let dir = model_dir(5);
-    for render in [Render::Engine, Render::Gateway] {
+    {
         // Sampled (val mode at temperature 1), so the choices differ.
-        let env = start_configured(dir.path(), render, |c| {
+        let env = start_configured(dir.path(), |c| {
             c.val_temperature = 1.0;
             c.max_n = 4;
         })
         .await;
         for (rollout, stream) in [("r1", false), ("r2", true)] {
-            let why = format!("{render:?}, stream {stream}");
+            let why = format!("stream {stream}");
             let mut args = vec!["kept", "3", "2", "tell me a story"];
             if stream {
                 args.push("stream");
@@ -259,16 +254,14 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
                 "{why}: choices differ"
             );
             assert_eq!(calls[3].choice, None, "{why}");
-            if render == Render::Gateway {
-                assert_eq!(
-                    calls[3].continues,
-                    Some(2),
-                    "{why}: continues the kept choice"
-                );
-                let mut kept = calls[2].prompt_ids.clone();
-                kept.extend(&calls[2].response_ids);
-                assert!(calls[3].prompt_ids.starts_with(&kept), "{why}");
-            }
+            assert_eq!(
+                calls[3].continues,
+                Some(2),
+                "{why}: continues the kept choice"
+            );
+            let mut kept = calls[2].prompt_ids.clone();
+            kept.extend(&calls[2].response_ids);
+            assert!(calls[3].prompt_ids.starts_with(&kept), "{why}");
             let rollout = std::sync::Arc::new(env.store.export_rollout(rollout).await.unwrap());
             for adapter in &adapters {
                 let samples = adapter.build_samples(&rollout).await.unwrap();
@@ -280,20 +273,8 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
                     .sum();
                 let sampled: usize = calls.iter().map(|c| c.response_ids.len()).sum();
                 assert_eq!(trained, sampled, "{why}: every sampled token once");
-                if render == Render::Gateway {
-                    assert_eq!(sources, [vec![0], vec![1], vec![2, 3]], "{why}");
-                    assert!(samples.iter().all(|s| s.break_before.is_none()), "{why}");
-                } else {
-                    // Re-rendered text of a random model's tokens need not
-                    // continue them: a sample per choice, and the next call
-                    // joins choice 2's or starts its own.
-                    let firsts: Vec<u32> = sources.iter().map(|s| s[0]).collect();
-                    assert_eq!(firsts[..3], [0, 1, 2], "{why}");
-                    assert!(
-                        sources[2] == [2, 3] || sources[3] == [3],
-                        "{why}: {sources:?}"
-                    );
-                }
+                assert_eq!(sources, [vec![0], vec![1], vec![2, 3]], "{why}");
+                assert!(samples.iter().all(|s| s.break_before.is_none()), "{why}");
             }
         }
         let got = client(&env, "r3", &["refused", r#"{"n": 5}"#]).await;
@@ -313,7 +294,6 @@ async fn through_the_gateway_each_choice_is_a_recorded_sequence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constrained_logprobs_are_recorded_under_the_mask() {
     use agl_engine::TokenConstraint;
-    use agl_inference::Api;
     use tch::Tensor;
 
     let env = start().await;
@@ -322,13 +302,21 @@ async fn constrained_logprobs_are_recorded_under_the_mask() {
     let rollout = env.store.export_rollout("r1").await.unwrap();
     let dir = model_dir(5);
     let server = server(dir.path());
+    let family = agl::assembly::renderer(dir.path()).unwrap().family();
     let mut masked_below = 0;
     assert_eq!(rollout.calls.len(), 2);
     for call in &rollout.calls {
         assert!(call.constrained, "recorded as constrained");
         let request: Value = serde_json::from_str(call.request.as_str()).unwrap();
+        // What the gateway sent the engine: a forced call's grammar (its
+        // start is in the prompt), else the request's `response_format`.
+        let conv = agl_conversation::openai_chat::conversation(&request).unwrap();
+        let sent = match family.forced_grammar(&conv.tool_choice, conv.tools.as_ref()) {
+            Some(grammar) => json!({"structured_outputs": {"grammar": grammar}}),
+            None => request,
+        };
         let mut constraint: Box<dyn TokenConstraint> = server
-            .constraint(&request, Api::Chat)
+            .constraint(&sent)
             .unwrap()
             .expect("a constrained call");
         let ids: Vec<i64> = call
@@ -387,7 +375,7 @@ async fn constrained_logprobs_are_recorded_under_the_mask() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rendered_path_constrains_json_and_a_gateway_may_refuse_it() {
     let dir = model_dir(5);
-    let env = start_rendered(dir.path(), Render::Gateway).await;
+    let env = start_on(dir.path()).await;
     let got = client(&env, "r1", &["constrained", "20"]).await;
     assert_eq!(
         (got["answers"].clone(), got["calls"].clone()),
@@ -417,7 +405,7 @@ async fn the_rendered_path_constrains_json_and_a_gateway_may_refuse_it() {
     assert_eq!(forced.calls.len(), 6);
     assert!(forced.calls.iter().all(|c| c.constrained));
 
-    let env = start_configured(dir.path(), Render::Engine, |c| {
+    let env = start_configured(dir.path(), |c| {
         c.constrained = agl_gateway::ConstrainedCalls::Refuse;
     })
     .await;

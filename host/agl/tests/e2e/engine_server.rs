@@ -13,7 +13,7 @@ use agl_gateway::Gateway;
 use agl_gateway::GatewayConfig;
 use agl_inference::InferenceServer;
 use agl_model::{Model, ModelConfig, token_logprobs};
-use agl_store::{Mode, NewRollout, Render, Store};
+use agl_store::{Mode, NewRollout, Store};
 use agl_tokenizer::Tokenizer;
 use agl_wire::WEIGHT_VERSION_HEADER;
 use agl_wire::api::StatusPatch;
@@ -90,19 +90,24 @@ pub(crate) async fn start() -> Env {
 }
 
 /// [`start`] on the model folder `model_dir`.
-async fn start_on(model_dir: &Path) -> Env {
-    start_rendered(model_dir, Render::Engine).await
+pub(crate) async fn start_on(model_dir: &Path) -> Env {
+    start_configured(model_dir, |_| {}).await
 }
 
-/// [`start_on`], chat prompts rendered by `render`.
-pub(crate) async fn start_rendered(model_dir: &Path, render: Render) -> Env {
-    start_configured(model_dir, render, |_| {}).await
-}
-
-/// [`start_rendered`] with the gateway config changed by `edit`.
+/// [`start_on`] with the gateway config changed by `edit`.
 pub(crate) async fn start_configured(
     model_dir: &Path,
-    render: Render,
+    edit: impl FnOnce(&mut GatewayConfig),
+) -> Env {
+    let policy = agl::assembly::renderer(model_dir).unwrap();
+    start_serving(model_dir, (server(model_dir), policy), edit).await
+}
+
+/// [`start_configured`] over `server` (loaded from `model_dir`), the
+/// gateway rendering with `policy`.
+pub(crate) async fn start_serving(
+    model_dir: &Path,
+    (server, policy): (InferenceServer, agl_conversation::Renderer),
     edit: impl FnOnce(&mut GatewayConfig),
 ) -> Env {
     let dir = tempfile::tempdir().unwrap();
@@ -115,13 +120,9 @@ pub(crate) async fn start_configured(
         ..GatewayConfig::default()
     };
     edit(&mut config);
-    let mut gateway = Gateway::new(store.clone(), config);
-    if render == Render::Gateway {
-        gateway = gateway.with_policy(agl::assembly::renderer(model_dir).unwrap());
-    }
-    embed(&gateway, &store, "embedded", &server(model_dir), render)
-        .await
-        .unwrap();
+    // The gateway renders chat for agl's engine, which takes token ids.
+    let gateway = Gateway::new(store.clone(), config).with_policy(policy);
+    embed(&gateway, &store, "embedded", &server).await.unwrap();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     let rollouts = (1..=4)
         .map(|i| NewRollout {
@@ -266,6 +267,8 @@ async fn sdk_greedy_streams_and_concurrency_through_the_gateway() {
     assert_eq!(got["text"], env.tokenizer.decode(&expected, true).unwrap());
 }
 
+const COMPLETIONS: &str = "/v1/completions";
+
 /// POSTs `body` to the server's router in-process.
 async fn post(s: &InferenceServer, path: &str, body: Value) -> (u64, Value) {
     let req = axum::http::Request::post(path)
@@ -284,9 +287,12 @@ async fn post(s: &InferenceServer, path: &str, body: Value) -> (u64, Value) {
     (version, serde_json::from_slice(&bytes).unwrap())
 }
 
-fn chat(extra: Value) -> Value {
-    let mut body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
-                          "max_tokens": 12, "return_token_ids": true, "logprobs": true});
+/// A token-in completions request (what the gateway sends) for a chat
+/// prompt.
+fn completion(extra: Value) -> Value {
+    let tokenizer = Tokenizer::from_file(&fixture_tokenizer().join("tokenizer.json")).unwrap();
+    let mut body = json!({"model": "tiny", "prompt": chat_prompt(&tokenizer, "hi"),
+                          "max_tokens": 12, "return_token_ids": true, "logprobs": 1});
     body.as_object_mut()
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
@@ -299,46 +305,43 @@ async fn seeds_stops_lengths_and_weight_versions() {
     let s = server(dir.path());
 
     // Seeded sampling reproduces; another seed differs.
-    let sampled = |seed| chat(json!({"temperature": 1.0, "seed": seed, "ignore_eos": true}));
-    let (_, a) = post(&s, "/v1/chat/completions", sampled(1)).await;
-    let (_, b) = post(&s, "/v1/chat/completions", sampled(1)).await;
-    let (_, c) = post(&s, "/v1/chat/completions", sampled(2)).await;
+    let sampled = |seed| completion(json!({"temperature": 1.0, "seed": seed, "ignore_eos": true}));
+    let (_, a) = post(&s, COMPLETIONS, sampled(1)).await;
+    let (_, b) = post(&s, COMPLETIONS, sampled(1)).await;
+    let (_, c) = post(&s, COMPLETIONS, sampled(2)).await;
     let ids = |v: &Value| v["choices"][0]["token_ids"].clone();
     assert_eq!(ids(&a), ids(&b));
     assert_ne!(ids(&a), ids(&c));
 
     // max_tokens ends with `length`, counted in usage.
-    let greedy = chat(json!({"temperature": 0.0, "ignore_eos": true}));
-    let (_, g) = post(&s, "/v1/chat/completions", greedy.clone()).await;
+    let greedy = completion(json!({"temperature": 0.0, "ignore_eos": true}));
+    let (_, g) = post(&s, COMPLETIONS, greedy.clone()).await;
     assert_eq!(g["choices"][0]["finish_reason"], "length");
     assert_eq!(g["usage"]["completion_tokens"], 12);
     assert_eq!(
-        g["choices"][0]["logprobs"]["content"]
+        g["choices"][0]["logprobs"]["token_logprobs"]
             .as_array()
             .unwrap()
             .len(),
         12
     );
-    let text = g["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let text = g["choices"][0]["text"].as_str().unwrap().to_string();
 
     // A stop string: the text ends before it, with `stop`.
     let cut = text.char_indices().nth(text.chars().count() / 2).unwrap().0;
     let stop: String = text[cut..].chars().take(2).collect();
     let mut body = greedy.clone();
     body["stop"] = json!([stop]);
-    let (_, st) = post(&s, "/v1/chat/completions", body).await;
+    let (_, st) = post(&s, COMPLETIONS, body).await;
     assert_eq!(st["choices"][0]["finish_reason"], "stop");
     let first = text.find(&stop).unwrap();
-    assert_eq!(st["choices"][0]["message"]["content"], text[..first]);
+    assert_eq!(st["choices"][0]["text"], text[..first]);
 
     // A stop token id: kept in token_ids, not in the text.
     let stop_id = g["choices"][0]["token_ids"][3].as_u64().unwrap() as u32;
     let mut body = greedy.clone();
     body["stop_token_ids"] = json!([stop_id]);
-    let (_, st) = post(&s, "/v1/chat/completions", body).await;
+    let (_, st) = post(&s, COMPLETIONS, body).await;
     assert_eq!(st["choices"][0]["finish_reason"], "stop");
     assert_eq!(
         st["choices"][0]["token_ids"]
@@ -350,12 +353,7 @@ async fn seeds_stops_lengths_and_weight_versions() {
     );
 
     // A weight update between requests: new version in header and body.
-    let (v0, _) = post(
-        &s,
-        "/v1/completions",
-        json!({"prompt": "hi", "max_tokens": 2}),
-    )
-    .await;
+    let (v0, _) = post(&s, COMPLETIONS, json!({"prompt": "hi", "max_tokens": 2})).await;
     assert_eq!(v0, 0);
     tch::manual_seed(77);
     let other = Model::new(
@@ -372,7 +370,7 @@ async fn seeds_stops_lengths_and_weight_versions() {
         .update_weights(tensors, 7, InFlight::Abort)
         .await
         .unwrap();
-    let (v1, after) = post(&s, "/v1/chat/completions", greedy).await;
+    let (v1, after) = post(&s, COMPLETIONS, greedy).await;
     assert_eq!((v1, after["weight_version"].as_u64()), (7, Some(7)));
     assert_ne!(ids(&after), ids(&g));
     // Beside the ids, the version that sampled each one.
@@ -384,10 +382,16 @@ async fn seeds_stops_lengths_and_weight_versions() {
     );
     assert!(versions.as_array().unwrap().iter().all(|v| v == 7));
 
-    // Bad requests are OpenAI-shaped 400s.
-    let (v, bad) = post(&s, "/v1/chat/completions", json!({"messages": "no"})).await;
+    // Bad requests are OpenAI-shaped 400s; chat is the gateway's to render.
+    let (v, bad) = post(&s, COMPLETIONS, json!({"prompt": {"no": 1}})).await;
     assert!(bad["error"]["message"].is_string());
     assert_eq!(v, u64::MAX);
+    let req = axum::http::Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(json!({"messages": []}).to_string()))
+        .unwrap();
+    let resp = s.router().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), axum::http::StatusCode::NOT_FOUND);
 }
 
 /// SmolLM2-135M-Instruct imported by agl's own `model fetch` path (PyPI
@@ -450,7 +454,7 @@ async fn smollm2_greedy_matches_transformers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_rendered_turns_continue_token_exactly_on_the_embedded_engine() {
     let model_dir = model_dir(5);
-    let env = start_rendered(model_dir.path(), Render::Gateway).await;
+    let env = start_on(model_dir.path()).await;
     let http = reqwest::Client::new();
     let url = format!("{}/proxy/r1/1/val/openai/v1/chat/completions", env.base);
     let mut messages = vec![json!({"role": "user", "content": PROMPTS[0]})];
@@ -509,7 +513,7 @@ async fn gateway_rendered_turns_continue_token_exactly_on_the_embedded_engine() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smollm2_conversation_is_one_sample_when_the_gateway_renders() {
     let dir = smollm2_dir();
-    let env = start_rendered(&dir, Render::Gateway).await;
+    let env = start_on(&dir).await;
     let prompts = [
         "What is the capital of France?",
         "And of Italy?",

@@ -16,7 +16,7 @@ use agl_inference::InferenceServer;
 use agl_model::Model;
 use agl_rl::{AdamWConfig, LrDecay, LrSchedule};
 use agl_rl::{Trainer, TrainerSpec};
-use agl_store::{Mode, NewRollout, Render, Store};
+use agl_store::{Mode, NewRollout, Store};
 use agl_wire::api::StatusPatch;
 use agl_wire::rollout::RolloutStatus;
 use futures_util::StreamExt;
@@ -52,9 +52,7 @@ async fn a_publish_mid_stream_neither_cancels_nor_waits_for_the_call() {
         weight_version: 0,
     };
     let server = InferenceServer::load(engine_dir.path(), "tiny", Kind::Float, engine).unwrap();
-    embed(&gateway, &store, "embedded", &server, Render::Engine)
-        .await
-        .unwrap();
+    embed(&gateway, &store, "embedded", &server).await.unwrap();
     tokio::spawn(gateway.serve(listener, std::future::pending()));
     store
         .create_rollouts(vec![NewRollout {
