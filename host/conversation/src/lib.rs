@@ -2,9 +2,9 @@
 //! - [`message`]: the conversation every front-end maps into (system, user,
 //!   assistant with text, reasoning and tool calls, tool results, tools),
 //!   compared on its parsed form;
-//! - [`openai_chat`]: the Chat Completions front-end, in and out;
-//! - [`anthropic`]: the Anthropic Messages front-end, in and out;
-//! - [`responses`]: the OpenAI Responses front-end, in and out;
+//! - [`openai_chat`]: Chat Completions messages, in and out (the
+//!   conversation's own notation; the gateway's `front::chat` serves the
+//!   API, and every API's reader lives with its front-end there);
 //! - [`family`]: how a model family writes tool calls and reasoning, and
 //!   parsing an output's text back into a turn;
 //! - [`render`]: the policy's chat template and tokenizer, whole or only
@@ -12,13 +12,11 @@
 //! - [`continuation`]: token-exact continuation of the chains a rollout
 //!   attempt was served.
 
-pub mod anthropic;
 pub mod continuation;
 pub mod family;
 pub mod message;
 pub mod openai_chat;
 pub mod render;
-pub mod responses;
 
 pub use continuation::{Chains, Prompt, Served};
 pub use family::{Family, ToolFormat, compact_schema};

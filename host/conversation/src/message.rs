@@ -33,10 +33,7 @@ pub enum ToolChoice {
 
 impl ToolChoice {
     /// Checks a named tool against the request's tools.
-    pub(crate) fn checked(
-        self,
-        tools: &Option<Value>,
-    ) -> Result<ToolChoice, crate::ConversationError> {
+    pub fn checked(self, tools: &Option<Value>) -> Result<ToolChoice, crate::ConversationError> {
         let names = || {
             tools
                 .as_ref()
@@ -194,7 +191,7 @@ impl Conversation {
 /// A request's tool list mapped tool by tool (each into none, one or more
 /// functions) into the OpenAI function list templates expect; absent or
 /// null is no tools.
-pub(crate) fn map_tools(
+pub fn map_tools(
     tools: Option<&Value>,
     one: impl Fn(usize, &Value) -> Result<Vec<Value>, crate::ConversationError>,
 ) -> Result<Option<Value>, crate::ConversationError> {
@@ -214,7 +211,7 @@ pub(crate) fn map_tools(
 
 /// A flat tool definition (`name`, `description`, its schema under
 /// `schema_key`) as an OpenAI function tool.
-pub(crate) fn function_tool(t: &Value, name: &str, schema_key: &str) -> Value {
+pub fn function_tool(t: &Value, name: &str, schema_key: &str) -> Value {
     let mut function = Map::new();
     function.insert("name".into(), json!(name));
     if let Some(d) = t.get("description").filter(|d| !d.is_null()) {

@@ -6,7 +6,6 @@
 //! `message_stop` is the stream's end, sent once the record is committed;
 //! `ping` keeps a silent stream alive.
 
-use agl_conversation::anthropic;
 use agl_wire::anthropic::{
     BlockDelta, ContentBlock, DeltaUsage, Message, MessageDeltaBody, MessageUsage, StreamEvent,
     error_frame,
@@ -95,7 +94,7 @@ impl MessageEvents {
         }
         for call in &delta.tool_calls {
             let i = call.index;
-            let id = anthropic::tool_use_id(&self.id_prefix, i);
+            let id = super::read::tool_use_id(&self.id_prefix, i);
             let name = call.function.name.clone().unwrap_or_default();
             let index = self.open_block(Block::Tool(i), &mut out, || ContentBlock::ToolUse {
                 id,

@@ -1,10 +1,11 @@
 //! Anthropic Messages (`.../{mode}/anthropic/v1/messages`, the rollout
 //! token as `x-api-key` or Bearer), rendered by the gateway only: the
-//! request read by `agl_conversation::anthropic`, the answer a `message`
+//! request read by `read.rs`, the answer a `message`
 //! of content blocks and a `stop_reason`, streamed as Messages events
 //! (`events.rs`), errors and the pause 429 in Anthropic's shape.
 
 mod events;
+mod read;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -12,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use agl_conversation::{AssistantTurn, Conversation, ConversationError, anthropic};
+use agl_conversation::{AssistantTurn, Conversation, ConversationError};
 use agl_wire::anthropic::{Message, MessageUsage};
 use agl_wire::rollout::ApiKind;
 use agl_wire::urls;
@@ -72,15 +73,15 @@ impl Front for Messages {
     }
 
     fn conversation(&self, body: &Value) -> Result<Conversation, ConversationError> {
-        anthropic::conversation(body)
+        read::conversation(body)
     }
 
     fn reply(&self, call: &RenderedCall, reply: Reply, id_prefix: &str) -> Option<Box<RawValue>> {
         let message = Message::assistant(
             message_id(call, id_prefix),
             call.model().to_string(),
-            anthropic::content_blocks(reply.turn, id_prefix),
-            Some(anthropic::stop_reason(reply.turn, reply.finish, None).to_string()),
+            read::content_blocks(reply.turn, id_prefix),
+            Some(read::stop_reason(reply.turn, reply.finish, None).to_string()),
             MessageUsage {
                 input_tokens: call.prompt_ids.len(),
                 output_tokens: reply.output_tokens,
@@ -105,8 +106,8 @@ impl Front for Messages {
         _earlier: &Earlier,
     ) -> Option<(Conversation, AssistantTurn)> {
         Some((
-            anthropic::conversation(&request).ok()?,
-            anthropic::assistant_turn(response.get("content")?).ok()?,
+            read::conversation(&request).ok()?,
+            read::assistant_turn(response.get("content")?).ok()?,
         ))
     }
 }

@@ -8,9 +8,9 @@
 //! with the whole response ends the stream once the record is committed,
 //! `response.failed` reports an engine error. Every event has its
 //! `sequence_number`; item ids are the ones the whole answer and the record
-//! give (`agl_conversation::responses::ids`).
+//! give (`read::ids`).
 
-use agl_conversation::responses::{self, ids};
+use super::read::{self, ids};
 use agl_wire::openai::ChatCompletionChunk;
 use agl_wire::responses::{
     OutputContent, OutputItem, Response, ResponseError, ResponseEvent, SummaryPart,
@@ -247,7 +247,7 @@ impl ResponseEvents {
                         part: SummaryPart::SummaryText { text: text.clone() },
                     },
                 ],
-                responses::reasoning_item(&id, &text),
+                read::reasoning_item(&id, &text),
             ),
             Item::Message(text) => (
                 vec![
@@ -264,7 +264,7 @@ impl ResponseEvents {
                         part: OutputContent::text(text.clone()),
                     },
                 ],
-                responses::message_item(&id, &text),
+                read::message_item(&id, &text),
             ),
             Item::Call {
                 index,
@@ -277,7 +277,7 @@ impl ResponseEvents {
                     output_index,
                     arguments: arguments.clone(),
                 }],
-                responses::function_call_item(&id, index, &call_id, &name, &arguments),
+                read::function_call_item(&id, index, &call_id, &name, &arguments),
             ),
         };
         for event in done {
@@ -382,13 +382,10 @@ mod tests {
             assert_eq!(v["sequence_number"], i as u64);
         }
         // The whole items, as the whole answer names them.
-        assert_eq!(
-            all[8]["item"],
-            item(responses::message_item("r1_9", "Listing."))
-        );
+        assert_eq!(all[8]["item"], item(read::message_item("r1_9", "Listing.")));
         assert_eq!(
             all[13]["item"],
-            item(responses::function_call_item(
+            item(read::function_call_item(
                 "r1_9",
                 0,
                 "call_r1_9_0",
@@ -413,11 +410,8 @@ mod tests {
             .iter()
             .filter(|v| v["type"] == "response.output_item.done")
             .collect();
-        assert_eq!(
-            done[0]["item"],
-            item(responses::reasoning_item("r1_9", "think"))
-        );
-        assert_eq!(done[1]["item"], item(responses::message_item("r1_9", "ok")));
+        assert_eq!(done[0]["item"], item(read::reasoning_item("r1_9", "think")));
+        assert_eq!(done[1]["item"], item(read::message_item("r1_9", "ok")));
         let failed = events(&[e.failed("server_error", "engine down")]);
         assert_eq!(failed[0]["type"], "response.failed");
         assert_eq!(failed[0]["response"]["status"], "failed");

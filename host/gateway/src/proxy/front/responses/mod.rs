@@ -1,5 +1,5 @@
 //! OpenAI Responses (`.../openai/v1/responses`), rendered by the gateway
-//! only: the request read by `agl_conversation::responses` (a
+//! only: the request read by `read.rs` (a
 //! `previous_response_id` expanded from the store, `previous.rs`), the
 //! answer a `response` of output items with status and usage, streamed as
 //! numbered Responses events (`events.rs`); a streamed call refused before
@@ -7,6 +7,7 @@
 
 mod events;
 mod previous;
+mod read;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -15,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use agl_conversation::{AssistantTurn, Conversation, ConversationError, responses};
+use agl_conversation::{AssistantTurn, Conversation, ConversationError};
 use agl_wire::openai::ChatLogprobs;
 use agl_wire::responses::{IncompleteDetails, OutputContent, OutputItem, ResponseUsage};
 use agl_wire::rollout::ApiKind;
@@ -76,7 +77,7 @@ impl Front for Responses {
     }
 
     fn conversation(&self, body: &Value) -> Result<Conversation, ConversationError> {
-        responses::conversation(body)
+        read::conversation(body)
     }
 
     fn asks_logprobs(&self, body: &Value) -> bool {
@@ -99,7 +100,7 @@ impl Front for Responses {
     fn reply(&self, call: &RenderedCall, reply: Reply, id_prefix: &str) -> Option<Box<RawValue>> {
         let cut = reply.finish == Some("length");
         let id = response_id(call, id_prefix);
-        let mut output = responses::output_items(reply.turn, &id);
+        let mut output = read::output_items(reply.turn, &id);
         if cut {
             // Cut at max_output_tokens: the items are as far as they got.
             for item in &mut output {
@@ -166,8 +167,8 @@ impl Front for Responses {
     ) -> Option<(Conversation, AssistantTurn)> {
         let request = earlier.0.expand(request).ok()?;
         Some((
-            responses::conversation(&request).ok()?,
-            responses::assistant_turn(response.get("output")?).ok()?,
+            read::conversation(&request).ok()?,
+            read::assistant_turn(response.get("output")?).ok()?,
         ))
     }
 }

@@ -1,4 +1,4 @@
-//! The OpenAI Responses front-end: a `/v1/responses` request's
+//! Reading OpenAI Responses: a `/v1/responses` request's
 //! `instructions`, `input` and `tools` into a [`Conversation`], and a parsed
 //! model output back into `output` items.
 //!
@@ -20,8 +20,8 @@ use std::collections::HashSet;
 use agl_wire::responses::{OutputContent, OutputItem, SummaryPart};
 use serde_json::Value;
 
-use crate::ConversationError;
-use crate::message::{
+use agl_conversation::ConversationError;
+use agl_conversation::message::{
     AssistantTurn, Conversation, Message, ToolCall, ToolChoice, function_tool, map_tools,
 };
 

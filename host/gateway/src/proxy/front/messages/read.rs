@@ -1,4 +1,4 @@
-//! The Anthropic Messages front-end: a `/v1/messages` request into a
+//! Reading Anthropic Messages: a `/v1/messages` request into a
 //! [`Conversation`], and a parsed model output back into the response
 //! message's content blocks and `stop_reason`.
 //!
@@ -24,8 +24,8 @@ use std::collections::HashSet;
 use agl_wire::anthropic::ContentBlock;
 use serde_json::{Value, json};
 
-use crate::ConversationError;
-use crate::message::{
+use agl_conversation::ConversationError;
+use agl_conversation::message::{
     AssistantTurn, Conversation, Message, ToolCall, ToolChoice, function_tool, map_tools,
 };
 
@@ -421,7 +421,7 @@ mod tests {
             ],
         });
         let a = conversation(&messages).unwrap();
-        let c = crate::openai_chat::conversation(&chat).unwrap();
+        let c = agl_conversation::openai_chat::conversation(&chat).unwrap();
         assert_eq!(a.tools, c.tools);
         assert_eq!(a.messages.len(), c.messages.len());
         for (x, y) in a.messages.iter().zip(&c.messages) {
