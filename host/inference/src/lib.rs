@@ -139,6 +139,7 @@ impl InferenceServer {
     pub fn router(&self) -> Router {
         Router::new()
             .route("/v1/completions", post(answer))
+            .route("/v1/chat/completions", post(no_chat))
             .route("/v1/models", get(models))
             .route("/load_weights", post(weights::load))
             .route("/weight_info", get(weights::info))
@@ -193,6 +194,15 @@ impl<'a> Sampled<'a> {
             .zip(top)
             .map(|((&id, &lp), top)| (id, lp, top))
     }
+}
+
+/// Chat is the gateway's to render: a harness pointed here by mistake is
+/// told where to go, in OpenAI's error shape.
+async fn no_chat() -> ApiError {
+    ApiError::not_found(
+        "agl's engine serves token-in /v1/completions; chat is rendered by agl's gateway \
+         (register this engine with render = \"gateway\" and call the gateway)",
+    )
 }
 
 async fn models(State(s): State<InferenceServer>) -> Json<ModelList> {

@@ -243,10 +243,10 @@ impl PolicyEngineConfig {
     pub fn check(&self) -> Result<(), String> {
         match (self.kind, self.render) {
             (EngineKind::Embedded | EngineKind::Agl, Some(Render::Engine)) => Err(format!(
-                "engine.render = \"engine\": agl's engine (engine.kind = {:?}) takes token ids \
-                 and renders no chat; the gateway renders for it (leave engine.render unset or \
-                 set \"gateway\")",
-                self.kind
+                "engine.render = \"engine\": agl's engine (engine.kind = \"{}\") takes token \
+                 ids and renders no chat; the gateway renders for it (leave engine.render unset \
+                 or set \"gateway\")",
+                format!("{:?}", self.kind).to_lowercase()
             )),
             _ => Ok(()),
         }

@@ -392,6 +392,12 @@ async fn seeds_stops_lengths_and_weight_versions() {
         .unwrap();
     let resp = s.router().oneshot(req).await.unwrap();
     assert_eq!(resp.status(), axum::http::StatusCode::NOT_FOUND);
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let told: Value = serde_json::from_slice(&bytes).unwrap();
+    let message = told["error"]["message"].as_str().unwrap();
+    assert!(message.contains("rendered by agl's gateway"), "{told}");
 }
 
 /// SmolLM2-135M-Instruct imported by agl's own `model fetch` path (PyPI
