@@ -173,13 +173,6 @@ pub enum EngineKind {
     External,
 }
 
-impl EngineKind {
-    /// A server agl does not start (it has a `base_url`).
-    pub fn is_remote(self) -> bool {
-        self != EngineKind::Embedded
-    }
-}
-
 /// How a remote engine treats requests still in flight when it pauses
 /// for new weights (the gateway has drained its own calls by then).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -161,11 +161,6 @@ impl StatusPatch {
         }
     }
 
-    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
-        self.reason = Some(reason.into());
-        self
-    }
-
     /// The patch's own consistency: `failure` is given exactly with `failed`.
     pub fn check(&self) -> Result<(), String> {
         match (self.status, self.failure) {

@@ -225,7 +225,6 @@ pub trait FrontStream: Send {
 
 /// A rollout attempt's earlier answers by the ids a later request may name
 /// (Responses' `previous_response_id`), from its recorded calls.
-#[derive(Default)]
 pub struct Earlier(responses::ResponsesIndex);
 
 impl Earlier {
