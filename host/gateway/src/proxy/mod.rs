@@ -50,6 +50,7 @@ use super::control::now_ms;
 use super::error::ApiError;
 use super::extract::{ApiBody, ApiPath};
 use agl_store::{Engine, Mode};
+use agl_wire::rollout::ApiKind;
 use agl_wire::{json, urls};
 use call::Call;
 use front::Front;
@@ -94,7 +95,7 @@ async fn serve(
 /// Anthropic routes), for what answers before a handler does.
 pub fn error_for_path(path: &str, e: ApiError) -> Response {
     if path.starts_with("/proxy/") && path.contains("/anthropic/") {
-        front::messages().error(e)
+        front::of(ApiKind::AnthropicMessages).error(e)
     } else {
         e.into_response()
     }

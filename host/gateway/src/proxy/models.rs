@@ -18,6 +18,7 @@ use agl_store::{Engine, Mode};
 use agl_wire::anthropic as wire_anthropic;
 use agl_wire::error::{AnthropicErrorBody, ErrorBody};
 use agl_wire::openai;
+use agl_wire::rollout::ApiKind;
 use agl_wire::urls;
 
 /// The engine serving the caller's rollout, once its token is checked and
@@ -104,7 +105,7 @@ pub async fn anthropic(
             let model = wire_anthropic::ModelInfo::named(&e.model);
             Json(wire_anthropic::ModelList::of(vec![model])).into_response()
         }
-        Err(e) => super::front::messages().error(e),
+        Err(e) => super::front::of(ApiKind::AnthropicMessages).error(e),
     }
 }
 
@@ -149,7 +150,7 @@ pub async fn count_tokens(
         let renderer = st.policies.for_engine(&engine).await?;
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
-        let conv = super::front::messages()
+        let conv = super::front::of(ApiKind::AnthropicMessages)
             .conversation(&value)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         // A copy: counting neither waits on nor changes the chains.
@@ -164,6 +165,6 @@ pub async fn count_tokens(
     };
     match counted.await {
         Ok(n) => Json(wire_anthropic::TokenCount { input_tokens: n }).into_response(),
-        Err(e) => super::front::messages().error(e),
+        Err(e) => super::front::of(ApiKind::AnthropicMessages).error(e),
     }
 }

@@ -152,11 +152,11 @@ impl Serving {
     pub fn whole(&self, bytes: Bytes, rollout_id: &str) -> Whole {
         match self {
             Serving::Rendered(r) => {
-                let answer = r.answer(&r.completion_bytes(bytes), rollout_id);
+                let (answer, tokens) = r.answer(&r.completion_bytes(bytes), rollout_id);
                 Whole {
                     client: Bytes::copy_from_slice(answer.body.get().as_bytes()),
                     written: answer.within_limits.then_some(answer.body),
-                    tokens: Some(answer.tokens),
+                    tokens: Some(tokens),
                     replies: answer.replies,
                 }
             }

@@ -47,11 +47,6 @@ pub fn of(api: ApiKind) -> &'static dyn Front {
     }
 }
 
-/// Anthropic's shape, for what answers before a handler does on its routes.
-pub fn messages() -> &'static dyn Front {
-    &messages::Messages
-}
-
 /// How an API is passed through to an engine that renders itself.
 pub struct Passthrough {
     /// The engine's route, under its base URL.
@@ -78,7 +73,8 @@ pub struct Answered {
     pub body: Box<RawValue>,
     /// Whether `body` is within the limits a record's JSON is held to
     /// (`json::check_raw` at `MAX_DEPTH - 1`: a reply's parsed tool input
-    /// nests as the model wrote it).
+    /// nests as the model wrote it), checked before Chat Completions' prompt
+    /// ids join it, which nest no deeper.
     pub within_limits: bool,
     /// Each choice's reply, parsed.
     pub replies: Vec<AssistantTurn>,

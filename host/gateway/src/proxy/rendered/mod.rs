@@ -91,21 +91,6 @@ impl ChainIndex {
     }
 }
 
-/// A whole answer of a rendered call, read from the engine's completion.
-pub struct Answer {
-    /// What the harness gets, in its API's shape.
-    pub body: Box<RawValue>,
-    /// Whether `body` is within the limits a record's JSON is held to
-    /// (`json::check_raw` at `MAX_DEPTH - 1`: a reply's parsed tool input
-    /// nests as the model wrote it); checked before the prompt's ids joined
-    /// it, which nest no deeper.
-    pub within_limits: bool,
-    /// Each choice's reply, parsed.
-    pub replies: Vec<AssistantTurn>,
-    /// The token fields of each choice, for the record.
-    pub tokens: Vec<Tokens>,
-}
-
 /// What a gateway-rendered call carries until its record is committed.
 pub struct RenderedCall {
     pub conversation: Conversation,
@@ -365,24 +350,14 @@ impl RenderedCall {
     /// The engine's completions body answered in the called API's shape,
     /// the reply of each choice parsed from its text, and the token fields
     /// its record keeps: the body is read once for all three.
-    pub fn answer(&self, completion: &[u8], id_prefix: &str) -> Answer {
+    pub fn answer(&self, completion: &[u8], id_prefix: &str) -> (Answered, Vec<Tokens>) {
         // The engine's echo of the prompt is most of the answer: cut
         // before serde reads the rest.
         let cut = super::token_scan::without_prompt_echo(completion);
         let completion: Completion<IgnoredAny> =
             serde_json::from_slice(cut.as_deref().unwrap_or(completion)).unwrap_or_default();
         let tokens = tokens_of_completion(&completion, &self.prompt_ids);
-        let Answered {
-            body,
-            within_limits,
-            replies,
-        } = self.front.answer(self, completion, id_prefix);
-        Answer {
-            body,
-            within_limits,
-            replies,
-            tokens,
-        }
+        (self.front.answer(self, completion, id_prefix), tokens)
     }
 
     /// What a streamed call's record holds as its response: the answer in
