@@ -82,33 +82,14 @@ pub struct StepRecord {
     pub stale_tokens: usize,
     /// Whole groups held back for a later update (update cap).
     pub carried_groups: usize,
-    pub loss: Option<f64>,
-    pub clip_fraction: Option<f64>,
-    /// Share of trained tokens whose off-policy correction weight was
-    /// truncated or masked (`[train] correction`).
-    #[serde(alias = "tis_truncated_fraction")]
-    pub corrected_fraction: Option<f64>,
-    /// k3(old -> new) of the update: 0 by construction with one optimizer
-    /// step per batch (old = new); see `engine_kl` for the engine gap.
-    pub approx_kl: Option<f64>,
-    /// Mean k3 estimate of KL(engine || trainer) over the trained tokens:
-    /// how far the trainer's logprobs of the sampled tokens are from the
-    /// engine's.
-    pub engine_kl: Option<f64>,
-    /// Mean and max `|log p_engine - log p_trainer|` over the trained tokens.
-    pub mismatch_mean: Option<f64>,
-    pub mismatch_max: Option<f64>,
-    /// Shares of the trained tokens, and of their sequences, whose
-    /// importance ratio lies outside `[correction_low, correction_high]`
-    /// (above `correction_high` for truncated IS).
-    pub outside_token_fraction: Option<f64>,
-    pub outside_sequence_fraction: Option<f64>,
-    pub ref_kl: Option<f64>,
-    pub entropy: Option<f64>,
-    pub grad_norm: Option<f64>,
-    pub lr: Option<f64>,
-    /// Share of padded positions in the packed micro-batches.
-    pub padding_waste: Option<f64>,
+    /// The update's statistics (`loss`, `grad_norm`, `engine_kl`, ...) by
+    /// their key, each a row of agl's metric table (`host/agl`,
+    /// `run/report/table.rs`), which names, computes and shows them; a key
+    /// absent was not computed (step 0, a step with nothing to train,
+    /// entropy when disabled). Written inline, one key per figure.
+    #[serde(flatten)]
+    #[schema(value_type = BTreeMap<String, f64>)]
+    pub update: Figures,
     pub micro_batches: usize,
     /// Samples whose forward/backward was skipped: zero advantage (a group
     /// that scored alike) and no KL term, so no gradient.
@@ -141,6 +122,11 @@ impl StepRecord {
         }
     }
 
+    /// The update statistic `key` ([`StepRecord::update`]).
+    pub fn figure(&self, key: &str) -> Option<f64> {
+        self.update.0.get(key).copied()
+    }
+
     pub fn is_baseline(&self) -> bool {
         self.step == 0
     }
@@ -148,6 +134,42 @@ impl StepRecord {
     /// Breaks of `class` (0 when none were recorded).
     pub fn breaks_of(&self, class: &str) -> usize {
         self.breaks.get(class).copied().unwrap_or(0)
+    }
+}
+
+/// Finite figures by key. Read from the record's other keys: a number is
+/// kept (a key renamed since is read under its new name), anything else
+/// (`null` for a figure not computed, a field of a later agl) is passed
+/// over, so no line an agl wrote stops a later read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Figures(pub BTreeMap<String, f64>);
+
+/// Figure keys renamed since, old -> new.
+const RENAMED: &[(&str, &str)] = &[("tis_truncated_fraction", "corrected_fraction")];
+
+impl Figures {
+    /// Sets `key`, or leaves it out where `value` is not finite.
+    pub fn set(&mut self, key: &str, value: f64) {
+        if value.is_finite() {
+            self.0.insert(key.to_owned(), value);
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Figures {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let all = BTreeMap::<String, serde_json::Value>::deserialize(d)?;
+        let mut figures = BTreeMap::new();
+        for (key, value) in all {
+            let key = match RENAMED.iter().find(|(old, _)| *old == key) {
+                Some((_, new)) => (*new).to_owned(),
+                None => key,
+            };
+            if let Some(v) = value.as_f64() {
+                figures.entry(key).or_insert(v);
+            }
+        }
+        Ok(Figures(figures))
     }
 }
 
@@ -207,7 +229,29 @@ mod tests {
         assert!(back.step_s.is_nan());
 
         let old: StepRecord = serde_json::from_str(r#"{"step": 5, "loss": 0.5}"#).unwrap();
-        assert_eq!((old.step, old.loss, old.rollouts), (5, Some(0.5), 0));
+        assert_eq!(
+            (old.step, old.figure("loss"), old.rollouts),
+            (5, Some(0.5), 0)
+        );
+    }
+
+    #[test]
+    fn figures_round_trip_inline_and_odd_keys_do_not_break_a_read() {
+        let mut rec = StepRecord::default();
+        rec.update.set("grad_norm", 3.5);
+        rec.update.set("entropy", f64::NAN);
+        let json = serde_json::to_value(&rec).unwrap();
+        assert_eq!(json["grad_norm"], 3.5, "inline, as before: {json}");
+        assert!(json.get("entropy").is_none(), "NaN is not computed");
+        assert_eq!(serde_json::from_value::<StepRecord>(json).unwrap(), rec);
+
+        let old: StepRecord = serde_json::from_str(
+            r#"{"step": 4, "entropy": null, "tis_truncated_fraction": 0.25, "later": {"a": 1}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.figure("entropy"), None);
+        assert_eq!(old.figure("corrected_fraction"), Some(0.25));
+        assert_eq!(old.update.0.len(), 1, "{:?}", old.update);
     }
 
     #[test]

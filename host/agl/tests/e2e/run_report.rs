@@ -14,6 +14,7 @@ use agl::run::report::{
 use agl_gateway::Gateway;
 use agl_gateway::GatewayConfig;
 use agl_store::Store;
+use agl_wire::metrics::Figures;
 
 /// A baseline and `steps` training records with distinct, varying values
 /// (dyadic fractions: serde_json without `float_roundtrip` may misread the
@@ -50,15 +51,19 @@ fn run_records(steps: u64) -> Vec<StepRecord> {
             excluded_system: s % 3,
             excluded_no_reward: 1,
             plugin_failures: usize::from(step == 2),
-            loss: Some(1.0 / (1u64 << step) as f64),
-            clip_fraction: Some(step as f64 / 128.0),
-            entropy: None,
-            grad_norm: Some(2.0),
-            lr: Some(1e-6),
-            padding_waste: Some(step as f64 / 64.0),
+            update: Figures(BTreeMap::from(
+                [
+                    ("loss", 1.0 / (1u64 << step) as f64),
+                    ("clip_fraction", step as f64 / 128.0),
+                    ("grad_norm", 2.0),
+                    ("lr", 1e-6),
+                    ("padding_waste", step as f64 / 64.0),
+                    ("engine_kl", 1.5e-4),
+                ]
+                .map(|(k, v)| (k.to_string(), v)),
+            )),
             micro_batches: 3,
             skipped_samples: s,
-            engine_kl: Some(1.5e-4),
             calls_per_rollout: Some(1.0 + step as f64 / 4.0),
             tool_use: Some(step as f64 / 8.0),
             val_tool_use: (step % 2 == 0).then_some(0.5),
@@ -130,7 +135,7 @@ fn resume_drops_steps_past_the_checkpoint_and_a_torn_line() {
 
     // The resumed run logs step 4 again, with its new values.
     let mut redo = records[4].clone();
-    redo.loss = Some(42.0);
+    redo.update.set("loss", 42.0);
     log.append(&redo).unwrap();
     let after = read_records(&path).unwrap();
     assert_eq!(after.len(), kept.len() + 1);
@@ -241,10 +246,14 @@ fn the_plot_draws_a_panel_per_measured_figure_and_none_empty() {
     );
     let with_gap: Vec<StepRecord> = records_with_entropy(4)
         .into_iter()
-        .map(|r| StepRecord {
-            mismatch_mean: (!r.is_baseline()).then_some(1e-5),
-            corrected_fraction: (r.step == 3).then_some(0.125),
-            ..r
+        .map(|mut r| {
+            if !r.is_baseline() {
+                r.update.set("mismatch_mean", 1e-5);
+            }
+            if r.step == 3 {
+                r.update.set("corrected_fraction", 0.125);
+            }
+            r
         })
         .collect();
     let gap = lines(&with_gap).pop().unwrap();
@@ -358,7 +367,7 @@ fn summary_table_sums_the_run() {
         ),
         format!(
             "mean padding waste   {:.1}%",
-            100.0 * mean(|r| r.padding_waste.unwrap())
+            100.0 * mean(|r| r.figure("padding_waste").unwrap())
         ),
     ];
     for part in expected {
@@ -394,9 +403,11 @@ fn decode_png(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
 fn records_with_entropy(steps: u64) -> Vec<StepRecord> {
     run_records(steps)
         .into_iter()
-        .map(|r| StepRecord {
-            entropy: (!r.is_baseline()).then_some(0.75),
-            ..r
+        .map(|mut r| {
+            if !r.is_baseline() {
+                r.update.set("entropy", 0.75);
+            }
+            r
         })
         .collect()
 }
@@ -498,7 +509,7 @@ fn gauges_render_the_latest_step_and_totals() {
         value("agl_trainer_val_reward"),
         records[2].val_reward.unwrap()
     );
-    assert_eq!(value("agl_trainer_loss"), last.loss.unwrap());
+    assert_eq!(value("agl_trainer_loss"), last.figure("loss").unwrap());
     assert_eq!(value("agl_trainer_step_seconds"), last.step_s);
     assert_eq!(value("agl_trainer_drain_seconds"), last.drain_s);
     assert_eq!(value("agl_trainer_samples"), last.samples as f64);

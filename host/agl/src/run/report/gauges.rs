@@ -38,7 +38,7 @@ impl TrainerGauges {
         };
         if !r.is_baseline() {
             for m in METRICS {
-                if let (Some(name), Some(v)) = (m.counter, (m.value)(r)) {
+                if let (Some(name), Some(v)) = (m.counter, m.value(r)) {
                     *st.totals.entry(name).or_default() += v;
                 }
             }
@@ -63,7 +63,7 @@ impl TrainerGauges {
             return;
         };
         for m in METRICS {
-            if let (Some(name), Some(v)) = (m.gauge, (m.value)(r).filter(|v| v.is_finite())) {
+            if let (Some(name), Some(v)) = (m.gauge, m.value(r).filter(|v| v.is_finite())) {
                 let _ = writeln!(out, "# TYPE {name} gauge\n{name} {v}");
             }
         }

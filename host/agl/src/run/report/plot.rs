@@ -129,7 +129,7 @@ pub fn panels(records: &[StepRecord]) -> Vec<Panel> {
                 .filter_map(|m| {
                     let s = m.series.as_ref().filter(|s| s.panel == p.title)?;
                     let points = series(records, |r| {
-                        (m.value)(r).filter(|_| m.baseline || !r.is_baseline())
+                        m.value(r).filter(|_| m.baseline || !r.is_baseline())
                     });
                     Some((s.label, points, s.color))
                 })
@@ -258,12 +258,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.png");
         let records: Vec<StepRecord> = (0..4)
-            .map(|step| StepRecord {
-                step,
-                reward_mean: Some(step as f64 / 4.0),
-                grad_norm: Some(1.0 / (step + 1) as f64),
-                val_reward: (step % 2 == 0).then_some(0.5),
-                ..StepRecord::default()
+            .map(|step| {
+                let mut r = StepRecord {
+                    step,
+                    reward_mean: Some(step as f64 / 4.0),
+                    val_reward: (step % 2 == 0).then_some(0.5),
+                    ..StepRecord::default()
+                };
+                r.update.set("grad_norm", 1.0 / (step + 1) as f64);
+                r
             })
             .collect();
         draw(&records, &path, false).unwrap();

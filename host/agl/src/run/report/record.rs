@@ -34,20 +34,7 @@ impl TrainerStats for StepRecord {
             // token statistics to report, not zeros.
             return;
         }
-        self.loss = finite(s.loss);
-        self.clip_fraction = finite(s.clip_fraction);
-        self.corrected_fraction = finite(s.corrected_fraction);
-        self.approx_kl = finite(s.approx_kl);
-        self.engine_kl = finite(s.engine_kl);
-        self.mismatch_mean = finite(s.mismatch_mean);
-        self.mismatch_max = finite(s.mismatch_max);
-        self.outside_token_fraction = finite(s.outside_token_fraction);
-        self.outside_sequence_fraction = finite(s.outside_sequence_fraction);
-        self.ref_kl = s.ref_kl.and_then(finite);
-        self.entropy = finite(s.entropy);
-        self.grad_norm = finite(s.grad_norm);
-        self.lr = finite(s.lr);
-        self.padding_waste = finite(s.padding_waste);
+        super::table::record_update(self, s);
     }
 }
 
@@ -71,8 +58,8 @@ mod tests {
             padding_waste: 0.1,
             ..StepStats::default()
         });
-        assert_eq!(rec.loss, Some(0.25));
-        assert_eq!(rec.entropy, None);
+        assert_eq!(rec.figure("loss"), Some(0.25));
+        assert_eq!(rec.figure("entropy"), None);
         assert_eq!((rec.tokens, rec.samples, rec.micro_batches), (300, 7, 2));
 
         rec.set_batch_stats(&BatchStats {

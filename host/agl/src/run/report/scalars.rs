@@ -19,7 +19,7 @@ pub fn scalars(r: &StepRecord) -> BTreeMap<String, f64> {
         }
     };
     for m in METRICS.iter().filter(|m| m.baseline || !r.is_baseline()) {
-        if let (Some(tag), Some(v)) = (m.tag, (m.value)(r)) {
+        if let (Some(tag), Some(v)) = (m.tag, m.value(r)) {
             put(tag.to_string(), v);
         }
     }
@@ -42,10 +42,15 @@ mod tests {
 
     /// A training record whose every numeric field (and break class) holds
     /// a value of its own, built through JSON so a field added to
-    /// `StepRecord` later is filled too.
+    /// `StepRecord` later is filled too, as is each update statistic.
     fn distinct_record() -> (StepRecord, Vec<(String, f64)>) {
         let mut json = serde_json::to_value(StepRecord::default()).unwrap();
         let obj = json.as_object_mut().unwrap();
+        for m in METRICS {
+            if let super::super::table::Value::Update { key, .. } = m.value {
+                obj.insert(key.into(), serde_json::Value::Null);
+            }
+        }
         let mut fields = Vec::new();
         let mut next = 1.0;
         let keys: Vec<String> = obj.keys().cloned().collect();
@@ -113,10 +118,10 @@ mod tests {
             ("breaks/template", 102.0),
             ("breaks/other", 103.0),
             ("breaks/mystery", 104.0),
-            ("update/mismatch_mean", r.mismatch_mean.unwrap()),
-            ("update/engine_kl", r.engine_kl.unwrap()),
-            ("update/grad_norm", r.grad_norm.unwrap()),
-            ("update/entropy", r.entropy.unwrap()),
+            ("update/mismatch_mean", r.figure("mismatch_mean").unwrap()),
+            ("update/engine_kl", r.figure("engine_kl").unwrap()),
+            ("update/grad_norm", r.figure("grad_norm").unwrap()),
+            ("update/entropy", r.figure("entropy").unwrap()),
             ("time/wait_s", r.wait_s),
             ("time/train_s", r.train_s),
             ("time/drain_s", r.drain_s),
@@ -130,14 +135,14 @@ mod tests {
 
     #[test]
     fn missing_figures_have_no_tag_and_the_baseline_only_its_own() {
-        let record = StepRecord {
+        let mut record = StepRecord {
             step: 1,
             rollouts: 4,
             samples: 6,
             step_s: f64::NAN,
-            loss: Some(0.5),
             ..StepRecord::default()
         };
+        record.update.set("loss", 0.5);
         let tags = scalars(&record);
         assert_eq!(tags["update/loss"], 0.5);
         assert_eq!(tags["breaks/template"], 0.0, "a class with no break is 0");

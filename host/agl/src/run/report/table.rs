@@ -3,13 +3,17 @@
 //! counter ([`super::TrainerGauges`]), the column of the second step line
 //! ([`super::summary_lines`]) and the series of `training.png`
 //! ([`super::panels`]). A figure added to [`StepRecord`] reaches them all
-//! by its row here (`metrics.jsonl` is the record itself).
+//! by its row here (`metrics.jsonl` is the record itself). A statistic of
+//! the update (`agl_rl::StepStats`) is its row alone: [`Value::Update`]
+//! names its key in the record and reads it from the trainer's report.
 //!
 //! Chain breaks are not rows: their classes are open-ended (an adapter may
 //! report its own), so each view lists them from `breaks`.
 
 use plotters::style::RGBColor;
 use plotters::style::colors::{BLACK, BLUE, GREEN, MAGENTA, RED};
+
+use agl_rl::StepStats;
 
 use super::StepRecord;
 
@@ -30,8 +34,21 @@ pub struct Metric {
     /// Measured by the baseline record (step 0) too; the other figures are
     /// training statistics, which the baseline does not have.
     pub baseline: bool,
-    /// The value; `None` (or non-finite) where it was not computed.
-    pub value: fn(&StepRecord) -> Option<f64>,
+    pub value: Value,
+}
+
+/// Where a figure's value comes from.
+pub enum Value {
+    /// A field of the record (or a figure derived from its fields); `None`
+    /// (or non-finite) where it was not computed.
+    Record(fn(&StepRecord) -> Option<f64>),
+    /// A statistic of the update, kept in [`StepRecord::update`] under
+    /// `key` (its `metrics.jsonl` key), copied there from what
+    /// `train_step` reported by `read` ([`record_update`]).
+    Update {
+        key: &'static str,
+        read: fn(&StepStats) -> f64,
+    },
 }
 
 /// How a step line writes a value.
@@ -85,11 +102,28 @@ const fn panel(title: &'static str) -> Panel {
 }
 
 impl Metric {
+    /// The value in record `r`.
+    pub fn value(&self, r: &StepRecord) -> Option<f64> {
+        match self.value {
+            Value::Record(of) => of(r),
+            Value::Update { key, .. } => r.figure(key),
+        }
+    }
+
     /// A training statistic exported under `tag`.
     const fn tagged(tag: &'static str, value: fn(&StepRecord) -> Option<f64>) -> Metric {
         Metric {
             tag: Some(tag),
             ..Metric::untagged(value)
+        }
+    }
+
+    /// A statistic of the update: `key` in the record, `tag` in the exports.
+    const fn update(tag: &'static str, key: &'static str, read: fn(&StepStats) -> f64) -> Metric {
+        Metric {
+            tag: Some(tag),
+            value: Value::Update { key, read },
+            ..Metric::untagged(|_| None)
         }
     }
 
@@ -101,7 +135,7 @@ impl Metric {
             column: None,
             series: None,
             baseline: false,
-            value,
+            value: Value::Record(value),
         }
     }
 
@@ -225,47 +259,65 @@ pub const METRICS: &[Metric] = &[
     ),
     Metric::tagged("update/micro_batches", |r| Some(r.micro_batches as f64)),
     Metric::tagged("update/skipped_samples", |r| Some(r.skipped_samples as f64)),
-    Metric::tagged("update/loss", |r| r.loss).gauge("agl_trainer_loss"),
-    Metric::tagged("update/grad_norm", |r| r.grad_norm)
+    Metric::update("update/loss", "loss", |s| s.loss).gauge("agl_trainer_loss"),
+    Metric::update("update/grad_norm", "grad_norm", |s| s.grad_norm)
         .gauge("agl_trainer_grad_norm")
         .column("grad", Format::Fixed(2))
         .plot("gradient norm (before clipping)", "grad norm", BLACK),
-    Metric::tagged("update/entropy", |r| r.entropy)
+    Metric::update("update/entropy", "entropy", |s| s.entropy)
         .gauge("agl_trainer_entropy")
         .column("ent", Format::Fixed(2))
         .plot("entropy (nats per token)", "entropy", MAGENTA),
-    Metric::tagged("update/engine_kl", |r| r.engine_kl)
+    Metric::update("update/engine_kl", "engine_kl", |s| s.engine_kl)
         .gauge("agl_trainer_engine_kl")
         .column("engine kl", Format::Sci)
         .plot(ENGINE_GAP, "KL(engine || trainer)", BLUE),
-    Metric::tagged("update/mismatch_mean", |r| r.mismatch_mean)
+    Metric::update("update/mismatch_mean", "mismatch_mean", |s| s.mismatch_mean)
         .gauge("agl_trainer_mismatch_mean")
         .column("gap", Format::Sci)
         .plot(ENGINE_GAP, "mean |logprob gap|", BLACK),
-    Metric::tagged("update/mismatch_max", |r| r.mismatch_max)
+    Metric::update("update/mismatch_max", "mismatch_max", |s| s.mismatch_max)
         .gauge("agl_trainer_mismatch_max")
         .column("max gap", Format::Sci),
-    Metric::tagged("update/outside_token_fraction", |r| {
-        r.outside_token_fraction
-    })
+    Metric::update(
+        "update/outside_token_fraction",
+        "outside_token_fraction",
+        |s| s.outside_token_fraction,
+    )
     .gauge("agl_trainer_outside_token_fraction")
     .column("outside", Format::Percent)
     .plot(ENGINE_GAP, "tokens outside bounds", MAGENTA),
-    Metric::tagged("update/outside_sequence_fraction", |r| {
-        r.outside_sequence_fraction
-    })
+    Metric::update(
+        "update/outside_sequence_fraction",
+        "outside_sequence_fraction",
+        |s| s.outside_sequence_fraction,
+    )
     .gauge("agl_trainer_outside_sequence_fraction")
     .column("outside seqs", Format::Percent),
-    Metric::tagged("update/corrected_fraction", |r| r.corrected_fraction)
-        .gauge("agl_trainer_corrected_fraction")
-        .column("corrected", Format::Percent)
-        .plot(ENGINE_GAP, "corrected share", RED),
-    Metric::tagged("update/clip_fraction", |r| r.clip_fraction).gauge("agl_trainer_clip_fraction"),
-    Metric::tagged("update/approx_kl", |r| r.approx_kl).gauge("agl_trainer_approx_kl"),
-    Metric::tagged("update/ref_kl", |r| r.ref_kl),
-    Metric::tagged("update/lr", |r| r.lr).gauge("agl_trainer_lr"),
-    Metric::tagged("update/padding_waste", |r| r.padding_waste).gauge("agl_trainer_padding_waste"),
+    Metric::update("update/corrected_fraction", "corrected_fraction", |s| {
+        s.corrected_fraction
+    })
+    .gauge("agl_trainer_corrected_fraction")
+    .column("corrected", Format::Percent)
+    .plot(ENGINE_GAP, "corrected share", RED),
+    Metric::update("update/clip_fraction", "clip_fraction", |s| s.clip_fraction)
+        .gauge("agl_trainer_clip_fraction"),
+    Metric::update("update/approx_kl", "approx_kl", |s| s.approx_kl).gauge("agl_trainer_approx_kl"),
+    Metric::update("update/ref_kl", "ref_kl", |s| s.ref_kl.unwrap_or(f64::NAN)),
+    Metric::update("update/lr", "lr", |s| s.lr).gauge("agl_trainer_lr"),
+    Metric::update("update/padding_waste", "padding_waste", |s| s.padding_waste)
+        .gauge("agl_trainer_padding_waste"),
 ];
+
+/// Copies the update's statistics into `r.update`, each under its row's key
+/// (NaN ones left out: not computed).
+pub fn record_update(r: &mut StepRecord, s: &StepStats) {
+    for m in METRICS {
+        if let Value::Update { key, read } = m.value {
+            r.update.set(key, read(s));
+        }
+    }
+}
 
 /// `n` per kept rollout; `None` without rollouts.
 fn per_rollout(r: &StepRecord, n: usize) -> Option<f64> {
@@ -285,6 +337,32 @@ mod tests {
                 assert!(seen.insert(name), "{name} twice");
             }
         }
+    }
+
+    #[test]
+    fn each_update_statistic_lands_under_its_key() {
+        let stats = StepStats {
+            grad_norm: 3.5,
+            entropy: f64::NAN,
+            ref_kl: Some(0.25),
+            ..StepStats::default()
+        };
+        let mut r = StepRecord::default();
+        record_update(&mut r, &stats);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            (json["grad_norm"].as_f64(), json["ref_kl"].as_f64()),
+            (Some(3.5), Some(0.25))
+        );
+        assert!(json.get("entropy").is_none(), "NaN: not computed");
+        let keys: HashSet<_> = METRICS
+            .iter()
+            .filter_map(|m| match m.value {
+                Value::Update { key, .. } => Some(key),
+                Value::Record(_) => None,
+            })
+            .collect();
+        assert_eq!(keys.len(), 14, "one key per statistic: {keys:?}");
     }
 
     #[test]

@@ -107,7 +107,7 @@ fn columns(r: &StepRecord) -> String {
         .iter()
         .filter_map(|m| {
             let (label, format) = m.column?;
-            let v = (m.value)(r).filter(|v| v.is_finite());
+            let v = m.value(r).filter(|v| v.is_finite());
             let shown = match format {
                 Format::Fixed(decimals) => opt(v, decimals),
                 Format::Sci => sci(v),
@@ -263,7 +263,7 @@ pub fn summary_table(records: &[StepRecord]) -> String {
             opt(avg(|r| r.drain_s), 1)
         ),
     );
-    let waste = mean(train.iter().filter_map(|r| r.padding_waste));
+    let waste = mean(train.iter().filter_map(|r| r.figure("padding_waste")));
     row(
         "mean padding waste",
         waste.map_or("-".into(), |w| format!("{:.1}%", 100.0 * w)),
