@@ -17,6 +17,8 @@
 //!   shape.
 
 mod common;
+#[path = "common/schedule_sim.rs"]
+mod schedule_sim;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -28,11 +30,11 @@ use agl_model::{Model, ModelConfig};
 use agl_rl::config::DEFAULT_MICRO_BATCH_OVERHEAD;
 use agl_rl::step::attention_span;
 use agl_rl::{
-    BatchConfig, CallDrain, Correction, Outcome, Packing, PassCost, Sample, ScheduleConfig,
-    ScoredRollout, SimConfig, SimResult, StepConfig, UpdateBatch, accumulate_gradients,
-    build_update, pack, pack_ffd, pack_in_order, simulate,
+    BatchConfig, Correction, Outcome, Packing, PassCost, Sample, ScheduleConfig, ScoredRollout,
+    StepConfig, UpdateBatch, accumulate_gradients, build_update, pack, pack_ffd, pack_in_order,
 };
 use anyhow::Context;
+use schedule_sim::{CallDrain, SimConfig, SimResult, simulate};
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
 

@@ -17,7 +17,8 @@
 //!   before micro-batching, so every packing gives the same gradient.
 //!
 //! Which groups go into an update is [`schedule::GroupScheduler`]'s job
-//! (collocated async, staleness bound); [`schedule_sim`] simulates that loop.
+//! (collocated async, staleness bound); the step bench's `schedule_sim`
+//! simulates that loop.
 
 pub mod adamw;
 pub mod advantage;
@@ -36,7 +37,6 @@ pub mod optimizer;
 pub mod pack;
 pub mod ranks;
 pub mod schedule;
-pub mod schedule_sim;
 pub mod scoring;
 pub mod stats;
 pub mod step;
@@ -59,7 +59,6 @@ pub use loss::{Correction, LossConfig};
 pub use optimizer::{LrDecay, LrSchedule, RlOptimizer};
 pub use pack::{MicroBatch, Packing, PassCost, pack, pack_ffd, pack_in_order};
 pub use schedule::{GroupScheduler, ScheduleConfig, ScheduleError, ScheduleSnapshot, Update};
-pub use schedule_sim::{CallDrain, SimConfig, SimResult, simulate};
 pub use scoring::{score_old_logprobs, score_ref_logprobs};
 pub use stats::StepStats;
 pub use step::{accumulate_gradients, evaluate, train_step};

@@ -17,3 +17,5 @@ mod memory;
 mod rl_batch;
 mod rl_step;
 mod schedule;
+#[path = "../../benches/common/schedule_sim.rs"]
+mod schedule_sim;

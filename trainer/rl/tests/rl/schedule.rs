@@ -2,9 +2,8 @@
 
 use std::collections::HashMap;
 
-use agl_rl::{
-    CallDrain, GroupScheduler, ScheduleConfig, ScheduleError, SimConfig, Update, simulate,
-};
+use crate::schedule_sim::{CallDrain, SimConfig, simulate};
+use agl_rl::{GroupScheduler, ScheduleConfig, ScheduleError, Update};
 
 fn cfg(in_flight: usize, per_update: usize, max_staleness: Option<u64>) -> ScheduleConfig {
     ScheduleConfig {

@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::schedule::{GroupScheduler, ScheduleConfig, ScheduleError};
+use agl_rl::{GroupScheduler, ScheduleConfig, ScheduleError};
 
 #[derive(Debug, Clone)]
 pub struct SimConfig {
