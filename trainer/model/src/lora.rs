@@ -238,7 +238,7 @@ pub(crate) fn save_adapter(
     let text = format!("{:#}\n", config.peft_json(base));
     fs::write(&path, text).map_err(|source| ModelError::Io { path, source })?;
     let file = dir.join("adapter_model.safetensors");
-    super::weights::write_tensors(&file, tensors)
+    super::weight_file::write_tensors(&file, tensors)
 }
 
 /// Reads PEFT's adapter folder: its config and tensors by name.

@@ -6,12 +6,14 @@
 //! 1.9 GB peak RSS for SmolLM2-135M in f32, against transformers' 1.3 GB).
 //! Read here, a load holds the model plus one tensor.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use safetensors::tensor::{Dtype, TensorView};
 use serde::Deserialize;
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::ModelError;
 
@@ -130,10 +132,50 @@ impl WeightFile {
     }
 }
 
+/// Writes `tensors` as one safetensors file (the metadata transformers
+/// checks included).
+pub(crate) fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), ModelError> {
+    let mut buffers = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        let t = t.to_device(Device::Cpu).contiguous();
+        let dtype = match t.kind() {
+            Kind::Float => Dtype::F32,
+            Kind::Half => Dtype::F16,
+            Kind::BFloat16 => Dtype::BF16,
+            other => {
+                return Err(ModelError::Weights(format!(
+                    "{name}: cannot save dtype {other:?}"
+                )));
+            }
+        };
+        let mut data = vec![0u8; t.numel() * t.kind().elt_size_in_bytes()];
+        t.f_copy_data_u8(&mut data, t.numel())?;
+        let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+        buffers.push((name.as_str(), dtype, shape, data));
+    }
+    let views = buffers
+        .iter()
+        .map(|(name, dtype, shape, data)| {
+            Ok((*name, TensorView::new(*dtype, shape.clone(), data)?))
+        })
+        .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()
+        .map_err(|source| ModelError::SafeTensors {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    // transformers checks this metadata key when loading.
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::tensor::serialize_to_file(views, Some(metadata), path).map_err(|source| {
+        ModelError::SafeTensors {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::weights::write_tensors;
 
     fn saved(dir: &Path) -> PathBuf {
         let path = dir.join("w.safetensors");

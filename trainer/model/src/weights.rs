@@ -7,11 +7,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{Value, json};
 use tch::{Device, Kind, Tensor};
 
-use super::weight_file::WeightFile;
+use super::weight_file::{WeightFile, write_tensors};
 use super::{Model, ModelConfig, ModelError};
 
 const SINGLE_FILE: &str = "model.safetensors";
@@ -228,45 +227,6 @@ impl Model {
         let index_path = dir.join(keep);
         fs::write(&index_path, format!("{index:#}\n")).map_err(io_err(&index_path))
     }
-}
-
-pub(crate) fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), ModelError> {
-    let mut buffers = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        let t = t.to_device(Device::Cpu).contiguous();
-        let dtype = match t.kind() {
-            Kind::Float => Dtype::F32,
-            Kind::Half => Dtype::F16,
-            Kind::BFloat16 => Dtype::BF16,
-            other => {
-                return Err(ModelError::Weights(format!(
-                    "{name}: cannot save dtype {other:?}"
-                )));
-            }
-        };
-        let mut data = vec![0u8; t.numel() * t.kind().elt_size_in_bytes()];
-        t.f_copy_data_u8(&mut data, t.numel())?;
-        let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
-        buffers.push((name.as_str(), dtype, shape, data));
-    }
-    let views = buffers
-        .iter()
-        .map(|(name, dtype, shape, data)| {
-            Ok((*name, TensorView::new(*dtype, shape.clone(), data)?))
-        })
-        .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()
-        .map_err(|source| ModelError::SafeTensors {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    // transformers checks this metadata key when loading.
-    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    safetensors::tensor::serialize_to_file(views, Some(metadata), path).map_err(|source| {
-        ModelError::SafeTensors {
-            path: path.to_path_buf(),
-            source,
-        }
-    })
 }
 
 /// Orders `model.layers.10` after `model.layers.9`.
