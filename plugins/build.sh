@@ -7,8 +7,8 @@
 # <name> is the crate's directory name (plugins/<name> or plugins/testing/<name>).
 # The test plugin `faulty` is also built with `--features reward` as
 # faulty-reward.wasm, a component of the other world, and with
-# `--features wit-v0-1` ... `wit-v0-4` as faulty-v0.1.wasm ... faulty-v0.4.wasm,
-# plugins of agl:adapter 0.1, 0.2, 0.3 and 0.4.
+# `--features wit-v0-1` ... `wit-v0-5` as faulty-v0.1.wasm ... faulty-v0.5.wasm,
+# plugins of agl:adapter 0.1 to 0.5.
 #
 # Python plugins (plugins/python/<name>/{plugin.toml,app.py}, the SDK in
 # plugins/python/agl_plugin) are built with the venv's componentize-py
@@ -63,6 +63,7 @@ for name in "${names[@]}"; do
         build "$name" "$crate" faulty-v0.2 --features wit-v0-2
         build "$name" "$crate" faulty-v0.3 --features wit-v0-3
         build "$name" "$crate" faulty-v0.4 --features wit-v0-4
+        build "$name" "$crate" faulty-v0.5 --features wit-v0-5
     fi
 done
 

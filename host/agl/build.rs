@@ -18,13 +18,19 @@ fn main() {
 }
 
 /// Writes `$OUT_DIR/sdk_files.rs`: `SDK_FILES`, each file of
-/// `plugins/sdk/src`, `wit/` and the Python SDK (`plugins/python/agl_plugin`
+/// `plugins/sdk/src`, the sample rules it builds on (`host/samples/src`),
+/// `wit/` and the Python SDK (`plugins/python/agl_plugin`
 /// and its builder `agl_build.py`) as (path from the repo root, contents).
 fn embed_sdk() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let repo = manifest.join("../..");
     let mut files = Vec::new();
-    for dir in ["plugins/sdk/src", "wit", "plugins/python/agl_plugin"] {
+    for dir in [
+        "plugins/sdk/src",
+        "host/samples/src",
+        "wit",
+        "plugins/python/agl_plugin",
+    ] {
         println!("cargo:rerun-if-changed={}", repo.join(dir).display());
         collect(&repo, &repo.join(dir), &mut files);
     }

@@ -93,8 +93,11 @@ def build(folder, out=None, wit=None, test=True):
                               capture_output=True, text=True, cwd=folder, env=env)
         if done.returncode != 0:
             raise BuildError(f"the plugin's tests failed, nothing built:\n{done.stderr.strip()}")
-        ran = [line for line in done.stderr.splitlines() if line.startswith("Ran ")]
-        print(f"{folder.name}: {ran[-1] if ran else 'tests'} passed", file=sys.stderr)
+        lines = done.stderr.splitlines()
+        ran = [line for line in lines if line.startswith("Ran ")]
+        skipped = [line[len("OK "):] for line in lines if line.startswith("OK (")]
+        print(f"{folder.name}: {ran[-1] if ran else 'tests'} passed {' '.join(skipped)}".rstrip(),
+              file=sys.stderr)
 
     entry.mkdir(parents=True)
     (entry / "agl_component.py").write_text(

@@ -55,6 +55,11 @@ fn build_python(opts: &BuildOptions) -> anyhow::Result<PathBuf> {
         .arg("--wit")
         .arg(root.join("wit"))
         .env("PYTHONPATH", root.join("plugins/python"));
+    // The plugin's native tests merge by this agl's rules
+    // (`agl_plugin.testing`, `agl plugin rules`).
+    if let Ok(agl) = std::env::current_exe() {
+        cmd.env("AGL_BIN", agl);
+    }
     if let Some(out) = &opts.out {
         cmd.arg("--out").arg(out);
     }

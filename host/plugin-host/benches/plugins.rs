@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agl_plugin::SampleAdapter;
-use agl_plugin_host::links::prompt_links;
+use agl_plugin_host::samples::wire_calls;
 use agl_plugin_host::{HostConfig, PluginHost, PluginSpec};
+use agl_samples::links::prompt_links;
 use agl_wire::rollout::{ModelCall, Rollout, RolloutStatus};
 use serde_json::json;
 
@@ -83,11 +84,11 @@ fn long_rollout() -> Rollout {
 
 /// The host record as the SDK's (guest) types, as the host hands it to a
 /// 0.5 plugin: each prompt linked to an earlier call's by the host's rule
-/// (`agl_plugin_host::links`), its tail copied. The JSON and whole prompts
+/// (`agl_samples::links`), its tail copied. The JSON and whole prompts
 /// are served on demand (registered once, outside the timing: the host
 /// serves them from the record it holds).
 fn to_sdk(r: &Rollout) -> agl_plugin::Rollout {
-    let links = prompt_links(&r.calls);
+    let links = prompt_links(&wire_calls(&r.calls));
     agl_plugin::Rollout {
         id: r.id.clone(),
         group_id: r.group_id.clone(),
@@ -178,7 +179,7 @@ fn main() -> anyhow::Result<()> {
     let ids: usize = rollout.calls.iter().map(|c| c.prompt_ids.len()).sum();
     let json_bytes: usize = rollout.calls.iter().map(|c| c.request.as_str().len()).sum();
     let last_prompt = rollout.calls.last().map_or(0, |c| c.prompt_ids.len());
-    let links = prompt_links(&rollout.calls);
+    let links = prompt_links(&wire_calls(&rollout.calls));
     let tails: usize = ids - links.iter().map(|l| l.shared).sum::<usize>();
 
     // Native: the same plugin code compiled for this machine, fed from the
@@ -225,7 +226,7 @@ fn main() -> anyhow::Result<()> {
                 native.push(elapsed);
                 // The part both sides share: finding each prompt's link.
                 let t = Instant::now();
-                std::hint::black_box(prompt_links(&rollout.calls));
+                std::hint::black_box(prompt_links(&wire_calls(&rollout.calls)));
                 linking.push(t.elapsed());
                 let t = Instant::now();
                 let samples = plugin.build_samples(&rollout).await?;

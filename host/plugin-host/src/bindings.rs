@@ -38,9 +38,15 @@ macro_rules! worlds {
     };
 }
 
-/// `agl:adapter@0.5.0` (`wit/agl.wit`), the current contract.
-pub(crate) mod v0_5 {
+/// `agl:adapter@0.6.0` (`wit/agl.wit`), the current contract.
+pub(crate) mod v0_6 {
     worlds!("../../wit", "agl:adapter/rollout-data" => rollout_data);
+}
+
+/// `agl:adapter@0.5.0` (`wit/v0.5/agl.wit`, frozen), for plugins built
+/// before 0.6: no `samples` import (they merge in the guest).
+pub(crate) mod v0_5 {
+    worlds!("../../wit/v0.5", "agl:adapter/rollout-data" => rollout_data);
 }
 
 /// `agl:adapter@0.4.0` (`wit/v0.4/agl.wit`, frozen), for plugins built
@@ -68,7 +74,7 @@ pub(crate) mod v0_1 {
     worlds!("../../wit/v0.1");
 }
 
-pub(crate) use v0_5::wit;
+pub(crate) use v0_6::wit;
 
 impl From<rollout::ApiKind> for wit::ApiKind {
     fn from(api: rollout::ApiKind) -> Self {
@@ -132,6 +138,13 @@ macro_rules! from_guest {
     };
 }
 
+from_guest!(v0_6 {
+    Retokenize,
+    Template,
+    Other,
+    Summary,
+    SubAgent
+});
 from_guest!(v0_5 {
     Retokenize,
     Template,

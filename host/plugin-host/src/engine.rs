@@ -10,7 +10,7 @@ use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5};
+use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5, v0_6};
 use super::state::PluginState;
 
 const MIB: usize = 1024 * 1024;
@@ -90,6 +90,8 @@ pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<PluginState>, HostE
     let mut linker = Linker::new(engine);
     let err = |e: wasmtime::Error| HostError::Linker(format!("{e:#}"));
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(err)?;
+    v0_6::sample::SampleAdapter::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)
+        .map_err(err)?;
     v0_5::sample::SampleAdapter::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)
         .map_err(err)?;
     v0_4::sample::SampleAdapter::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)

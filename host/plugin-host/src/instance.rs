@@ -14,7 +14,7 @@ use wasmtime::component::{ComponentNamedList, ComponentType, Instance, Lift, Low
 use wasmtime::{Store, WasmBacktrace};
 
 use super::PluginLimits;
-use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5, wit};
+use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5, v0_6, wit};
 use super::error::PluginErrorKind;
 use super::sandbox::STDERR_TAIL;
 use super::state::{PluginEnv, PluginState};
@@ -97,6 +97,10 @@ impl Live {
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
+                // 0.6 adds an import; its call record is 0.5's.
+                WitVersion::V0_6 => {
+                    samples_as::<ModelCallView, v0_6::wit::Sample>(store, instance, rollout).await
+                }
                 WitVersion::V0_5 => {
                     samples_as::<ModelCallView, v0_5::wit::Sample>(store, instance, rollout).await
                 }
@@ -136,7 +140,9 @@ impl Live {
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
-                WitVersion::V0_5 => reward_as::<ModelCallView>(store, instance, rollout).await,
+                WitVersion::V0_6 | WitVersion::V0_5 => {
+                    reward_as::<ModelCallView>(store, instance, rollout).await
+                }
                 WitVersion::V0_4 => reward_as::<ModelCallViewV0_4>(store, instance, rollout).await,
                 WitVersion::V0_3 => reward_as::<ModelCallViewV0_3>(store, instance, rollout).await,
                 WitVersion::V0_2 => reward_as::<ModelCallViewV0_2>(store, instance, rollout).await,

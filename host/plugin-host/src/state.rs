@@ -10,7 +10,8 @@ use super::bindings::v0_1::sample::agl::adapter as v0_1;
 use super::bindings::v0_2::sample::agl::adapter as v0_2;
 use super::bindings::v0_3::sample::agl::adapter as v0_3;
 use super::bindings::v0_4::sample::agl::adapter as v0_4;
-use super::bindings::v0_5::sample::agl::adapter::{config, log, rollout_data, tokenizer, types};
+use super::bindings::v0_5::sample::agl::adapter as v0_5;
+use super::bindings::v0_6::sample::agl::adapter::{config, log, rollout_data, tokenizer, types};
 use super::sandbox;
 use super::stdio::TailPipe;
 use agl_tokenizer::Tokenizer;
@@ -33,7 +34,7 @@ pub(crate) struct PluginState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub limits: MemoryCap,
-    env: Arc<PluginEnv>,
+    pub(crate) env: Arc<PluginEnv>,
     /// The rollout of the entry-point call under way, served through
     /// `rollout-data`; `None` between calls.
     pub rollout: Option<Arc<Rollout>>,
@@ -287,6 +288,21 @@ older_imports!(v0_1);
 older_imports!(v0_2);
 older_imports!(v0_3);
 older_imports!(v0_4);
+older_imports!(v0_5);
+
+impl v0_5::rollout_data::Host for PluginState {
+    fn request_json(&mut self, index: u32) -> Option<String> {
+        rollout_data::Host::request_json(self, index)
+    }
+
+    fn response_json(&mut self, index: u32) -> Option<String> {
+        rollout_data::Host::response_json(self, index)
+    }
+
+    fn prompt_ids(&mut self, index: u32) -> Option<Vec<u32>> {
+        rollout_data::Host::prompt_ids(self, index)
+    }
+}
 
 /// Guest-chosen input reaches third-party tokenizer code here; a panic in it
 /// becomes an error for the guest instead of unwinding into the caller.

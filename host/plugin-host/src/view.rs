@@ -3,7 +3,7 @@
 //! copied once, not first into owned WIT values. The call record is the one
 //! part that differs between the `agl:adapter` versions the host serves:
 //! from 0.5 it holds what each prompt adds to an earlier call's
-//! ([`crate::links`]) and no JSON; before, every whole prompt and body.
+//! (`agl_samples::links`) and no JSON; before, every whole prompt and body.
 //! Each frozen version's `model-call` is generated from its field list
 //! ([`call_view!`]): a field is named, typed and read from the record once.
 
@@ -215,7 +215,7 @@ calls_one_by_one!(
 
 impl<'a> CallsView<'a> for ModelCallView<'a> {
     fn of(r: &'a rollout::Rollout) -> Vec<Self> {
-        let links = crate::links::prompt_links(&r.calls);
+        let links = agl_samples::links::prompt_links(&crate::samples::wire_calls(&r.calls));
         r.calls
             .iter()
             .zip(links)

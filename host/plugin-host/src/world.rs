@@ -46,13 +46,17 @@ pub const WIT_PACKAGE: &str = "agl:adapter";
 /// built against a semver-compatible version of one of them loads (the same
 /// major; for 0.x, the same minor, as semver and wasmtime's linker count
 /// it); any other is refused with the versions named.
-pub const WIT_VERSION: &str = "0.5.0";
+pub const WIT_VERSION: &str = "0.6.0";
 
 /// The `agl:adapter` versions the host serves, newest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum WitVersion {
-    /// `wit/agl.wit`: `model-call.prompt` as what it adds to an earlier
-    /// call, the JSON and whole prompts on demand (`rollout-data`).
+    /// `wit/agl.wit`: the host merges and classifies breaks (`samples`).
+    #[serde(rename = "0.6.0")]
+    V0_6,
+    /// `wit/v0.5/agl.wit`, frozen: `model-call.prompt` as what it adds to
+    /// an earlier call, the JSON and whole prompts on demand
+    /// (`rollout-data`).
     #[serde(rename = "0.5.0")]
     V0_5,
     /// `wit/v0.4/agl.wit`, frozen: `model-call.response-versions`.
@@ -72,7 +76,8 @@ pub enum WitVersion {
 }
 
 impl WitVersion {
-    pub const ALL: [WitVersion; 5] = [
+    pub const ALL: [WitVersion; 6] = [
+        WitVersion::V0_6,
         WitVersion::V0_5,
         WitVersion::V0_4,
         WitVersion::V0_3,
@@ -82,6 +87,7 @@ impl WitVersion {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            WitVersion::V0_6 => "0.6.0",
             WitVersion::V0_5 => "0.5.0",
             WitVersion::V0_4 => "0.4.0",
             WitVersion::V0_3 => "0.3.0",
@@ -273,9 +279,13 @@ fn typecheck(
     world: World,
     version: WitVersion,
 ) -> wasmtime::Result<()> {
-    use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5};
+    use super::bindings::{v0_1, v0_2, v0_3, v0_4, v0_5, v0_6};
     let pre = pre.clone();
     match (version, world) {
+        (WitVersion::V0_6, World::SampleAdapter) => {
+            v0_6::sample::SampleAdapterPre::new(pre).map(drop)
+        }
+        (WitVersion::V0_6, World::Reward) => v0_6::reward::RewardPre::new(pre).map(drop),
         (WitVersion::V0_5, World::SampleAdapter) => {
             v0_5::sample::SampleAdapterPre::new(pre).map(drop)
         }
@@ -314,7 +324,8 @@ mod tests {
         assert_eq!(WitVersion::matching("0.3.0"), Some(WitVersion::V0_3));
         assert_eq!(WitVersion::matching("0.4.0"), Some(WitVersion::V0_4));
         assert_eq!(WitVersion::matching("0.5.0"), Some(WitVersion::V0_5));
-        assert_eq!(WitVersion::matching("0.6.0"), None);
+        assert_eq!(WitVersion::matching("0.6.0"), Some(WitVersion::V0_6));
+        assert_eq!(WitVersion::matching("0.7.0"), None);
         assert_eq!(WitVersion::matching("1.0.0"), None);
     }
 
@@ -334,5 +345,7 @@ mod tests {
         assert!(frozen.contains("package agl:adapter@0.3.0;"));
         let frozen = include_str!("../../../wit/v0.4/agl.wit");
         assert!(frozen.contains("package agl:adapter@0.4.0;"));
+        let frozen = include_str!("../../../wit/v0.5/agl.wit");
+        assert!(frozen.contains("package agl:adapter@0.5.0;"));
     }
 }

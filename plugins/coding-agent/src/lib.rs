@@ -8,7 +8,8 @@
 //! A call that starts a chain is classified against the agent chain it
 //! follows: the CLI's context compaction (a fresh history opening with its
 //! summary text) is a `summary` break, another system prompt or tool list a
-//! `sub-agent` break, anything else as [`agl_plugin::classify_break`] says.
+//! `sub-agent` break, anything else as the host's rules say (the host
+//! merges: [`agl_plugin::merge_chains`] with the harness's compaction text).
 //!
 //! Config (`[plugin.coding-agent]` in `agl.toml`):
 //! - `harness` (`"claude-code"` or `"codex"`; unset: either): whose
@@ -19,10 +20,7 @@
 //! Calls with no response tokens (failed or cancelled upstream) are
 //! skipped: they train nothing and would only break the chain.
 
-use agl_plugin::breaks::marked_summary;
-use agl_plugin::{
-    ChainBreak, MergeOptions, ModelCall, Rollout, Sample, classify_break, merge_chains_with,
-};
+use agl_plugin::{MergeOptions, Rollout, Sample, merge_chains};
 
 /// The text Claude Code 2.1.328 opens a compacted conversation with
 /// (read from the pinned binary).
@@ -68,12 +66,6 @@ pub fn compaction_markers(harness: Option<Harness>) -> &'static [&'static str] {
     }
 }
 
-/// Why `next` did not continue the chain `prev` ended.
-pub fn classify(harness: Option<Harness>, prev: &ModelCall, next: &ModelCall) -> ChainBreak {
-    marked_summary(prev, next, compaction_markers(harness))
-        .unwrap_or_else(|| classify_break(prev, next))
-}
-
 pub struct CodingAgent;
 
 impl agl_plugin::SampleAdapter for CodingAgent {
@@ -81,11 +73,13 @@ impl agl_plugin::SampleAdapter for CodingAgent {
         let config: Config = agl_plugin::config()?;
         let options = MergeOptions {
             chain_by_agent: config.chain_by_agent,
-            skip_empty_responses: true,
+            summary_markers: compaction_markers(config.harness)
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+            ..MergeOptions::default()
         };
-        Ok(merge_chains_with(&rollout, &options, |prev, next| {
-            classify(config.harness, prev, next)
-        }))
+        Ok(merge_chains(&rollout, &options))
     }
 }
 

@@ -17,8 +17,9 @@
 //! The rest of the detail says what was seen and where the token ids first
 //! differ.
 
-use agl_plugin::breaks::{Divergence, classify_break};
+use agl_plugin::breaks::Divergence;
 use agl_plugin::call::content_text;
+use agl_plugin::classify_break;
 use agl_plugin::messages::same_message;
 use agl_plugin::{BreakKind, ChainBreak, ModelCall, agent, request_messages};
 use serde_json::Value;

@@ -57,7 +57,7 @@ impl agl_plugin::StatefulAdapter for MiniSwe {
         Ok(MiniSwe {
             options: MergeOptions {
                 chain_by_agent: config.chain_by_agent,
-                skip_empty_responses: true,
+                ..MergeOptions::default()
             },
             markers: breaks::Markers::new(&config.extra_format_error_markers),
         })

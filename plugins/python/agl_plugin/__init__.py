@@ -66,15 +66,7 @@ from .host import (
     trace,
     warn,
 )
-from .samples import (
-    SampleBuilder,
-    classify_break,
-    common_prefix_len,
-    kind_name,
-    marked_summary,
-    merge_chains,
-    starts_with_ids,
-)
+from .samples import classify_break, merge_chains
 from .world import adapter, reward
 
 __all__ = [
@@ -86,8 +78,6 @@ __all__ = [
     "request_messages", "response", "tag",
     "HostError", "config", "config_json", "debug", "error", "info", "log", "prompt_ids",
     "prompt_len", "request_json", "response_json", "tokenizer", "trace", "warn",
-    "SampleBuilder", "classify_break", "common_prefix_len", "kind_name", "marked_summary",
-    "merge_chains",
-    "starts_with_ids",
+    "classify_break", "merge_chains",
     "adapter", "reward",
 ]

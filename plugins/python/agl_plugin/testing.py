@@ -4,10 +4,13 @@ hand-made ones. `agl plugin build` runs a plugin's `test_*.py` this way
 (against bindings generated from `wit/`) before it builds the component.
 
 A hand-made call (`call`, a `TestCall`) holds its whole prompt and its
-JSON; `rollout` links each prompt to an earlier call's as the host does
-(`model-call.prompt`) and serves the JSON and whole prompts through the
-`rollout-data` stand-ins: each call's from its own rollout, as the host
-serves the rollout under way.
+JSON; `rollout` hands each prompt over whole (linked to no call, which the
+host does only for a prompt that shares no start with an earlier call) and
+serves the JSON through the `rollout-data` stand-ins: each call's from its
+own rollout, as the host serves the rollout under way. The `samples`
+stand-ins merge and classify by the host's own rules: they run `agl plugin
+rules` (the agl binary at `$AGL_BIN`, else `agl` on PATH; `agl plugin
+build` sets it for the tests it runs).
 
     from agl_plugin import testing
     testing.install(config={"answer_field": "label"})
@@ -16,6 +19,9 @@ serves the rollout under way.
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
 
 from wit_world.imports import config as _config
 from wit_world.imports import log as _log
@@ -23,10 +29,11 @@ from wit_world.imports import rollout_data as _rollout_data
 from wit_world.imports import tokenizer as _tokenizer
 from componentize_py_types import Err
 from wit_world.imports.types import (
-    ApiKind, CallChoice, Event, ModelCall, Prompt, Rollout, RolloutStatus, Tag,
+    ApiKind, BreakKind, CallChoice, ChainBreak, Event, ModelCall, Prompt, Rollout, RolloutStatus,
+    Sample, Span, Tag,
 )
 
-from .links import prompt_links
+from . import samples as _sdk_samples
 
 logs = []
 """(level name, message) of every line logged since `install`."""
@@ -118,6 +125,80 @@ _rollout_data.response_json = _serving(1)
 _rollout_data.prompt_ids = _serving(2)
 
 
+def agl_binary():
+    """The agl binary the `samples` stand-ins run, or None."""
+    return os.environ.get("AGL_BIN") or shutil.which("agl")
+
+
+def _rules(request):
+    agl = agl_binary()
+    if agl is None:
+        raise Err("natively the host's sample rules run through the agl binary: set AGL_BIN "
+                  "(agl plugin build does) or put agl on PATH")
+    done = subprocess.run([agl, "plugin", "rules"], input=json.dumps(request),
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise Err(f"agl plugin rules: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def _record(c):
+    """One call of a hand-made rollout as a rollout JSONL call."""
+    request_json, response_json, prompt = c.index.served()
+    return {
+        "index": int(c.index), "api": c.api.name.lower(),
+        "request": json.loads(request_json), "response": json.loads(response_json),
+        "prompt_ids": list(prompt), "response_ids": list(c.response_ids),
+        "response_logprobs": list(c.response_logprobs), "weight_version": c.weight_version,
+        "finish_reason": c.finish_reason, "tags": {t.key.lower(): t.value for t in c.tags},
+        "continues": c.continues, "constrained": c.constrained,
+        "choice": None if c.choice is None else {"index": c.choice.index,
+                                                 "count": c.choice.count},
+        "response_versions": c.response_versions,
+    }
+
+
+def _row(calls):
+    return {"id": "r0", "status": "succeeded", "calls": [_record(c) for c in calls]}
+
+
+def _break(b):
+    return ChainBreak(kind=BreakKind[b["kind"].upper().replace("-", "_")],
+                      call_index=b["call_index"], detail=b["detail"])
+
+
+def _sample(s):
+    return Sample(prompt_ids=s["prompt_ids"], response_ids=s["response_ids"],
+                  trainable=[Span(start=t["start"], end=t["end"]) for t in s["trainable"]],
+                  logprobs=s["logprobs"], source_calls=s["source_calls"],
+                  weight_version=s["weight_version"], agent=s.get("agent"),
+                  break_before=_break(s["break_before"]) if s.get("break_before") else None)
+
+
+def _merge(options):
+    rollout = _sdk_samples.testing_rollout[0]
+    if rollout is None:
+        raise Err("no rollout under way")
+    merge = {"chain_by_agent": options.chain_by_agent,
+             "skip_empty_responses": options.skip_empty_responses,
+             "summary_markers": list(options.summary_markers)}
+    merged = _rules({"rollout": _row(rollout.calls), "merge": merge})
+    return [_sdk_samples._samples.Merged(sample=_sample(m["sample"]), after=m["after"])
+            for m in merged]
+
+
+def _classify(prev, next_call):
+    calls = [getattr(i, "call", None) for i in (prev, next_call)]
+    if None in calls:
+        raise Err("natively a break is classified between calls of a testing.rollout")
+    return _break(_rules({"rollout": _row(calls), "classify": [int(prev), int(next_call)]}))
+
+
+if _sdk_samples._samples is not None:  # a sample adapter's bindings
+    _sdk_samples._samples.merge = _merge
+    _sdk_samples._samples.classify_break = _classify
+
+
 def _text(value):
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -164,22 +245,20 @@ def event(kind, payload, timestamp_ms=0):
 
 def rollout(calls=(), events=(), input=None, id="r0", group_id="g0", attempt=1,
             status=RolloutStatus.SUCCEEDED):
-    """A rollout of hand-made `calls` as the host hands it over: each prompt
-    linked to an earlier call's by the host's rule, and the calls' JSON and
-    whole prompts served by the `rollout-data` stand-ins."""
+    """A rollout of hand-made `calls` as the host hands it over, each prompt
+    whole, the calls' JSON served by the `rollout-data` stand-ins."""
     calls = list(calls)
     for c in calls:
         if not isinstance(c, TestCall):
             raise TypeError(f"rollout takes hand-made calls (testing.call), not {type(c).__name__}")
-    prompts = [list(c.prompt.tail) for c in calls]
     record = [f.name for f in dataclasses.fields(ModelCall) if f.name not in ("index", "prompt")]
     linked = []
-    for c, p, (extends, shared) in zip(calls, prompts, prompt_links(calls, prompts)):
-        data = (c.request_json, c.response_json, p)
-        linked.append(ModelCall(**{k: getattr(c, k) for k in record},
-                                index=_index(c.index, lambda data=data: data),
-                                prompt=Prompt(extends=None if extends is None else int(extends),
-                                              shared=shared, tail=p[shared:])))
+    for c in calls:
+        data = (c.request_json, c.response_json, list(c.prompt.tail))
+        index = _index(c.index, lambda data=data: data)
+        linked.append(ModelCall(**{k: getattr(c, k) for k in record}, index=index,
+                                prompt=Prompt(extends=None, shared=0, tail=list(c.prompt.tail))))
+        index.call = linked[-1]
     return Rollout(id=id, group_id=group_id, attempt=attempt, input_json=_text(input or {}),
                    status=status, calls=linked, events=list(events))
 

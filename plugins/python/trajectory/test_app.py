@@ -1,13 +1,15 @@
-"""The SDK's merge on hand-made rollouts (run by agl_build before it builds)."""
+"""The SDK's merge on hand-made rollouts (run by agl_build before it builds):
+the host's rules, run natively by the agl binary (`agl plugin rules`)."""
 
 import unittest
 
-from agl_plugin import BreakKind, Span, classify_break, marked_summary, merge_chains, testing
+from agl_plugin import BreakKind, ChainBreak, Span, classify_break, merge_chains, testing
 from agl_plugin.testing import call, chat, rollout
 
 import app
 
 
+@unittest.skipUnless(testing.agl_binary(), "no agl binary (AGL_BIN) to run the host's rules")
 class Merge(unittest.TestCase):
     def setUp(self):
         testing.install()
@@ -69,14 +71,21 @@ class Merge(unittest.TestCase):
         first = call(0, [1, 2], [3], request=ask("fix it"), response=chat("ok"))
         compacted = call(1, [1, 9], [4], request=ask("fix it", "Summary of the work so far: ..."))
         markers = ["Summary of the work so far"]
-        found = marked_summary(first, compacted, markers)
+        r = rollout([first, compacted])
+        found = merge_chains(r, summary_markers=markers)[1].break_before
         self.assertEqual((found.kind, found.call_index), (BreakKind.SUMMARY, 1))
         self.assertIn("compacted", found.detail)
-        self.assertIsNone(marked_summary(compacted, compacted, markers), "already marked")
-        self.assertIsNone(marked_summary(first, first, markers))
-        own = lambda prev, nxt: marked_summary(prev, nxt, markers) or classify_break(prev, nxt)  # noqa: E731
-        samples = merge_chains(rollout([first, compacted]), classify=own)
-        self.assertEqual(samples[1].break_before.kind, BreakKind.SUMMARY)
+        # Without the marker it is what the host's rules call it.
+        plain = merge_chains(r)[1].break_before
+        self.assertNotEqual(plain.kind, BreakKind.SUMMARY)
+        self.assertEqual(classify_break(r.calls[0], r.calls[1]), plain)
+
+    def test_an_adapter_names_breaks_its_own_way(self):
+        r = rollout([call(0, [1, 2], [10]), call(1, [7], [8]), call(2, [7, 8, 9], [11])])
+        own = lambda prev, nxt: ChainBreak(BreakKind.OTHER, nxt.index, f"after {prev.index}")  # noqa: E731
+        samples = merge_chains(r, classify=own)
+        self.assertEqual([s.source_calls for s in samples], [[0], [1, 2]])
+        self.assertEqual(samples[1].break_before, ChainBreak(BreakKind.OTHER, 1, "after 0"))
 
 
 if __name__ == "__main__":

@@ -21,8 +21,10 @@
 //! `new()` runs once per plugin instance, not per rollout.
 //!
 //! The same code compiles natively, where the host imports (`log`,
-//! `config`, `tokenizer`, `rollout-data`) are served by `testing`, so plugin logic is
-//! unit-testable with `cargo test` and benchmarkable natively.
+//! `config`, `tokenizer`, `rollout-data`, `samples`) are served by
+//! `testing` (the merge by the host's own rules, [`agl_samples`]), so
+//! plugin logic is unit-testable with `cargo test` and benchmarkable
+//! natively.
 //!
 //! What is here:
 //! - host imports: [`log`], [`config()`] / [`config_json`], [`tokenizer`];
@@ -30,10 +32,11 @@
 //!   [`assistant_text`], [`tag`] / [`agent`], [`input`], [`last_reward`];
 //!   what the host hands over on demand ([`data`]): [`request_json`],
 //!   [`response_json`], [`prompt_ids`];
-//! - building samples: [`SampleBuilder`] (one chain of calls),
-//!   [`merge_chains`] (a whole rollout, one chain per agent),
-//!   [`merge_chains_with`] (the same with a harness's own break classifier),
-//!   [`classify_break`] (why a chain broke; see [`breaks`]),
+//! - building samples: [`merge_chains`] (the host merges the whole
+//!   rollout, one chain per agent), [`merge_chains_with`] (the same with a
+//!   harness's own break classifier), [`classify_break`] (why a chain
+//!   broke, by the host's rules; see [`breaks`]), [`SampleBuilder`] (one
+//!   chain of calls, built in the plugin);
 //!   [`messages::same_message`] (turn comparison tolerant of echo noise),
 //!   [`starts_with_ids`] / [`common_prefix_len`] (vectorised id compare);
 //! - `testing` (native only): config, fake tokenizer, captured logs and
@@ -42,16 +45,12 @@
 #[doc(hidden)]
 pub mod bindings;
 
-pub mod breaks;
-pub mod builder;
 pub mod call;
 pub mod config;
 pub mod data;
 pub mod log;
-pub mod merge;
-pub mod messages;
-pub mod prefix;
 pub mod rollout;
+pub mod samples;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 pub mod tokenizer;
@@ -60,14 +59,22 @@ pub use bindings::adapter::agl::adapter::types::{
     ApiKind, BreakKind, CallChoice, ChainBreak, Event, ModelCall, PluginInfo, Prompt, Rollout,
     RolloutStatus, Sample, Span, Tag,
 };
-pub use breaks::classify_break;
-pub use builder::SampleBuilder;
+/// Where a call's ids first differ from an earlier one's, a `summary`
+/// break found by a harness's compaction text: the rules the host's
+/// [`merge_chains`] classifies by, for an adapter's own classifier.
+pub mod breaks {
+    pub use agl_samples::breaks::{Divergence, marked_summary};
+}
+/// Comparing conversations across calls (echo noise tolerated).
+pub use agl_samples::messages;
+pub use agl_samples::{common_prefix_len, starts_with_ids};
 pub use call::{agent, assistant_message, assistant_text, request_messages, tag};
 pub use config::{config, config_json};
 pub use data::{prompt_ids, prompt_len, request_json, response_json};
-pub use merge::{MergeOptions, merge_chains, merge_chains_with, merge_configured};
-pub use prefix::{common_prefix_len, starts_with_ids};
 pub use rollout::{input, last_reward};
+pub use samples::{
+    MergeOptions, SampleBuilder, classify_break, merge_chains, merge_chains_with, merge_configured,
+};
 
 /// A sample-adapter plugin: one finished rollout in, training samples out.
 /// Export it with [`export_adapter!`].

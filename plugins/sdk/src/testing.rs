@@ -5,7 +5,8 @@
 //! A hand-made call ([`call`], a [`TestCall`]) holds its whole prompt and
 //! its JSON; [`rollout`] links each prompt to an earlier call's as the host
 //! does (`model-call.prompt`) and serves the rest through [`crate::data`],
-//! as the rollout under way on this thread (the last one built).
+//! as the rollout under way on this thread (the last one built). The
+//! `samples` import is the host's own rules ([`agl_samples`]) run here.
 //!
 //! ```
 //! use agl_plugin::testing::{self, CallExt, FakeTokenizer, call, rollout};
@@ -24,7 +25,6 @@ use crate::log::Level;
 use crate::{ApiKind, Event, ModelCall, Prompt, Rollout, RolloutStatus, Tag};
 
 mod fake_tokenizer;
-mod links;
 
 pub use fake_tokenizer::FakeTokenizer;
 pub(crate) use fake_tokenizer::host as tokenizer;
@@ -189,7 +189,8 @@ fn whole_prompt_call(index: u32, prompt_ids: &[u32], response_ids: &[u32]) -> Mo
 /// linked to an earlier call's as the host links them, the calls' JSON and
 /// whole prompts served on this thread ([`serve_rollout_data`]).
 pub fn rollout(calls: Vec<TestCall>) -> Rollout {
-    let links = links::prompt_links(&calls);
+    let whole: Vec<ModelCall> = calls.iter().map(|c| c.call.clone()).collect();
+    let links = agl_samples::links::prompt_links(&whole);
     serve_rollout_data(calls.iter().map(|c| {
         let data = CallData {
             request_json: c.request_json.clone(),
@@ -201,11 +202,11 @@ pub fn rollout(calls: Vec<TestCall>) -> Rollout {
     let calls = calls
         .into_iter()
         .zip(links)
-        .map(|(mut c, (extends, shared))| {
+        .map(|(mut c, link)| {
             c.call.prompt = Prompt {
-                extends,
-                shared: shared as u32,
-                tail: c.call.prompt.tail.split_off(shared),
+                extends: link.extends.map(|at| whole[at].index),
+                shared: link.shared as u32,
+                tail: c.call.prompt.tail.split_off(link.shared),
             };
             c.call
         })

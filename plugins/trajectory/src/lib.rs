@@ -16,7 +16,7 @@ pub struct Trajectory;
 
 impl agl_plugin::SampleAdapter for Trajectory {
     fn build_samples(rollout: Rollout) -> Result<Vec<Sample>, String> {
-        agl_plugin::merge_configured(&rollout, agl_plugin::classify_break)
+        agl_plugin::merge_configured(&rollout)
     }
 }
 

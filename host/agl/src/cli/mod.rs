@@ -7,6 +7,7 @@ pub mod model;
 pub mod plugin;
 mod render;
 pub mod rollouts;
+mod rules;
 pub mod run;
 pub mod serve;
 pub mod train;

@@ -104,6 +104,10 @@ pub enum PluginCommand {
         #[arg(long)]
         no_test: bool,
     },
+    /// The host's sample rules over a rollout on stdin (JSON): the Python
+    /// SDK's native stand-in of `agl:adapter/samples`.
+    #[command(hide = true)]
+    Rules,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -183,6 +187,7 @@ pub fn run(cmd: PluginCommand, config: Config) -> anyhow::Result<ExitCode> {
             "a Rust scaffold is a sample adapter; for a reward use --lang python, or \
              implement agl_plugin::Reward in the scaffolded crate (plugins/README.md)"
         ),
+        PluginCommand::Rules => super::rules::run(),
         PluginCommand::Build {
             dir,
             out,

@@ -58,13 +58,25 @@ pub fn installed_sdk(cache: Option<&Path>) -> anyhow::Result<PathBuf> {
             .with_context(|| format!("cannot create {}", tmp.display()))?;
         std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
     }
-    let mut manifest = include_str!("../../templates/sdk/Cargo.toml.tmpl")
-        .replace("{{agl_version}}", version)
-        .replace("{{version}}", version);
-    for (dep, v) in SDK_DEPS {
-        manifest = manifest.replace(&format!("{{{{{dep}}}}}"), v);
+    let manifests = [
+        (
+            "plugins/sdk/Cargo.toml",
+            include_str!("../../templates/sdk/Cargo.toml.tmpl"),
+        ),
+        (
+            "host/samples/Cargo.toml",
+            include_str!("../../templates/sdk/samples.Cargo.toml.tmpl"),
+        ),
+    ];
+    for (path, template) in manifests {
+        let mut manifest = template
+            .replace("{{agl_version}}", version)
+            .replace("{{version}}", version);
+        for (dep, v) in SDK_DEPS {
+            manifest = manifest.replace(&format!("{{{{{dep}}}}}"), v);
+        }
+        std::fs::write(tmp.join(path), manifest)?;
     }
-    std::fs::write(tmp.join("plugins/sdk/Cargo.toml"), manifest)?;
     match std::fs::rename(&tmp, &root) {
         Ok(()) => {}
         // Another agl wrote the same SDK meanwhile: use theirs.
@@ -209,8 +221,8 @@ mod tests {
         let used: Vec<&String> = sdk["dependencies"].as_table().unwrap().keys().collect();
         assert_eq!(
             used.len(),
-            SDK_DEPS.len(),
-            "SDK dependencies changed: {used:?}"
+            SDK_DEPS.len() + 1,
+            "SDK dependencies changed (agl-samples and {SDK_DEPS:?}): {used:?}"
         );
         assert!(SDK_FILES.iter().any(|(p, _)| *p == "wit/agl.wit"));
         assert!(
@@ -222,6 +234,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = installed_sdk(Some(tmp.path())).unwrap();
         assert!(dir.join("src/bindings.rs").is_file());
+        assert!(dir.join("../../host/samples/Cargo.toml").is_file());
         assert!(
             dir.join("../../wit/agl.wit").is_file(),
             "bindings find the WIT at ../../wit"

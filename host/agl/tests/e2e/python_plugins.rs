@@ -270,6 +270,27 @@ fn the_python_trajectory_builds_the_rust_samples() {
     }
 }
 
+/// The Python `trajectory`'s own tests (the SDK's merge on hand-made
+/// rollouts) run natively under `agl plugin build`, which hands them this
+/// agl to merge with: none is skipped.
+#[test]
+fn the_python_trajectory_tests_merge_by_the_host_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = crate::support::repo_root().join("plugins/python/trajectory");
+    let out = tmp.path().join("trajectory-py.wasm");
+    let built = ok(Command::new(env!("CARGO_BIN_EXE_agl"))
+        .args(["plugin", "build"])
+        .arg(&dir)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("agl runs"));
+    let stderr = String::from_utf8_lossy(&built.stderr);
+    assert!(stderr.contains("trajectory: Ran 9 tests"), "{stderr}");
+    assert!(!stderr.contains("skipped"), "{stderr}");
+    assert!(out.is_file());
+}
+
 fn agl_in(dir: &Path, home: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agl"))
         .args(args)
@@ -354,7 +375,11 @@ fn a_python_reward_and_adapter_scaffold_build_and_run_on_the_fixtures() {
         &home,
         &["plugin", "new", "--lang", "python", "my-adapter"],
     ));
-    ok(agl_in(&work, &home, &["plugin", "build", "my-adapter"]));
+    let built = ok(agl_in(&work, &home, &["plugin", "build", "my-adapter"]));
+    // Its test merged natively by this agl's rules (`agl plugin rules`).
+    let stderr = String::from_utf8_lossy(&built.stderr);
+    assert!(stderr.contains("my-adapter: Ran 1 test"), "{stderr}");
+    assert!(!stderr.contains("skipped"), "{stderr}");
     let out = ok(agl_in(
         &work,
         &home,

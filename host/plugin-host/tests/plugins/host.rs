@@ -399,7 +399,8 @@ async fn inspect_reports_world_info_and_component_types() {
     };
     assert!(import(&format!("agl:adapter/log@{WIT_VERSION}")));
     assert!(import(&format!("agl:adapter/rollout-data@{WIT_VERSION}")));
-    assert_eq!(inspection.wit, WitVersion::V0_5);
+    assert!(import(&format!("agl:adapter/samples@{WIT_VERSION}")));
+    assert_eq!(inspection.wit, WitVersion::V0_6);
     assert!(import("wasi:cli/stderr@0.2"));
     let reward = host.inspect(&wasm("faulty-reward")).await.unwrap();
     assert_eq!(reward.world, World::Reward);
@@ -540,24 +541,24 @@ async fn a_component_built_against_another_major_is_refused_by_version() {
     let Err(err) = host
         .load(PluginSpec::new(
             "next",
-            rebuilt_against("0.6.0", dir.path()),
+            rebuilt_against("0.7.0", dir.path()),
         ))
         .await
     else {
-        panic!("a 0.6 component is refused");
+        panic!("a 0.7 component is refused");
     };
     assert!(
         err.to_string().contains(
-            "serves agl:adapter@0.5.0, agl:adapter@0.4.0, agl:adapter@0.3.0, \
-             agl:adapter@0.2.0 and agl:adapter@0.1.0"
+            "serves agl:adapter@0.6.0, agl:adapter@0.5.0, agl:adapter@0.4.0, \
+             agl:adapter@0.3.0, agl:adapter@0.2.0 and agl:adapter@0.1.0"
         ),
         "{err}"
     );
     // A patch release of the same track still loads and scores.
-    let patch = rebuilt_against("0.5.9", dir.path());
+    let patch = rebuilt_against("0.6.9", dir.path());
     let plugin = host.load(PluginSpec::new("patch", &patch)).await.unwrap();
     assert_eq!(plugin.world(), World::Reward);
-    assert_eq!(plugin.wit_version(), WitVersion::V0_5);
+    assert_eq!(plugin.wit_version(), WitVersion::V0_6);
 }
 
 /// `faulty` built against the frozen `wit/v0.1`: a plugin from before 0.2.
@@ -626,7 +627,7 @@ async fn a_plugin_built_against_0_2_still_loads_and_0_3_sees_the_choice() {
     let inspection = host.inspect(&wasm("faulty-v0.2")).await.unwrap();
     assert_eq!(inspection.wit, WitVersion::V0_2);
     let new = load(&host, faulty_spec("new", "choices")).await;
-    assert_eq!(new.wit_version(), WitVersion::V0_5);
+    assert_eq!(new.wit_version(), WitVersion::V0_6);
     let samples = new.build_samples(&rollout).await.expect("samples");
     let details: Vec<String> = samples.iter().map(detail).collect();
     assert_eq!(
@@ -658,11 +659,45 @@ async fn a_plugin_built_against_0_3_still_loads_and_0_4_sees_token_versions() {
         |s: &agl_wire::rollout::Sample| s.break_before.as_ref().expect("a break").detail.clone();
     assert_eq!(detail(&samples[1]), "choice=None constrained=true");
     let new = load(&host, faulty_spec("new", "versions")).await;
-    assert_eq!(new.wit_version(), WitVersion::V0_5);
+    assert_eq!(new.wit_version(), WitVersion::V0_6);
     let samples = new.build_samples(&rollout).await.expect("samples");
     let details: Vec<String> = samples.iter().map(detail).collect();
     assert_eq!(details[0], "versions=None");
     assert_eq!(details[1], format!("versions={:?}", Some(versions)));
+}
+
+/// `faulty` built against the frozen `wit/v0.5` (before 0.6) loads and
+/// still gets its prompts as links; the 0.6 plugin has the host merge the
+/// rollout (`samples.merge`), each broken chain named by its last call.
+#[tokio::test]
+async fn a_plugin_built_against_0_5_still_loads_and_0_6_has_the_host_merge() {
+    let host = host();
+    let mut spec = faulty_spec("old", "prompts");
+    spec.path = wasm("faulty-v0.5");
+    let old = load(&host, spec).await;
+    assert_eq!(old.wit_version(), WitVersion::V0_5);
+    let mut rollout = rollout(None);
+    let samples = old.build_samples(&rollout).await.expect("samples");
+    assert_eq!(samples[1].prompt_ids, rollout.calls[1].prompt_ids);
+    let detail =
+        |s: &agl_wire::rollout::Sample| s.break_before.as_ref().expect("a break").detail.clone();
+    assert!(detail(&samples[1]).starts_with("extends=Some(0) shared=5 tail=1"));
+
+    // Call 1 continues call 0; a third call that re-renders call 1's
+    // response breaks the chain.
+    let mut third = rollout.calls[1].clone();
+    third.index = 2;
+    third.prompt_ids = [&rollout.calls[1].prompt_ids[..], &[99, 98]].concat();
+    Arc::make_mut(&mut rollout).calls.push(third);
+    let new = load(&host, faulty_spec("new", "merged")).await;
+    assert_eq!(new.wit_version(), WitVersion::V0_6);
+    let samples = new.build_samples(&rollout).await.expect("samples");
+    let sources: Vec<&[u32]> = samples.iter().map(|s| &s.source_calls[..]).collect();
+    assert_eq!(sources, [&[0, 1][..], &[2][..]]);
+    assert!(samples[0].break_before.is_none());
+    let after = detail(&samples[1]);
+    assert!(after.ends_with(" | after=Some(1)"), "{after}");
+    assert_eq!(samples[1].break_before.as_ref().unwrap().call_index, 2);
 }
 
 /// `faulty` built against the frozen `wit/v0.4` (before 0.5) loads beside a
@@ -681,7 +716,7 @@ async fn a_plugin_built_against_0_4_still_loads_and_0_5_gets_prompts_as_links() 
     assert_eq!(samples[1].prompt_ids, rollout.calls[1].prompt_ids);
 
     let new = load(&host, faulty_spec("new", "prompts")).await;
-    assert_eq!(new.wit_version(), WitVersion::V0_5);
+    assert_eq!(new.wit_version(), WitVersion::V0_6);
     let samples = new.build_samples(&rollout).await.expect("samples");
     // The whole prompts came back through `rollout-data.prompt-ids`.
     assert_eq!(samples[0].prompt_ids, rollout.calls[0].prompt_ids);

@@ -117,14 +117,14 @@ async fn python_sees_no_files_network_environment_or_clock() {
     }
 }
 
-/// The Python SDK builds against 0.5: a call's prompt arrives linked to the
+/// The Python SDK builds against 0.6 (0.5's call record): a call's prompt arrives linked to the
 /// call it extends, and the SDK fetches the whole prompt and the JSON from
 /// `rollout-data`, naming the call the host has nothing for.
 #[tokio::test]
 async fn a_python_plugin_gets_prompts_as_links_and_fetches_the_rest() {
     let host = host();
     let plugin = load(&host, python_spec("faulty-py")).await;
-    assert_eq!(plugin.wit_version(), WitVersion::V0_5);
+    assert_eq!(plugin.wit_version(), WitVersion::V0_6);
     let rollout = rollout(Some("data"));
     let err = plugin.reward(&rollout).await.unwrap_err();
     let json_len = |c: usize| {

@@ -9,10 +9,18 @@ use crate::faults;
     feature = "wit-v0-1",
     feature = "wit-v0-2",
     feature = "wit-v0-3",
-    feature = "wit-v0-4"
+    feature = "wit-v0-4",
+    feature = "wit-v0-5"
 )))]
 wit_bindgen::generate!({
     path: "../../../wit",
+    world: "sample-adapter",
+});
+
+// The frozen 0.5 contract: a plugin built before 0.6 (faulty-v0.5.wasm).
+#[cfg(feature = "wit-v0-5")]
+wit_bindgen::generate!({
+    path: "../../../wit/v0.5",
     world: "sample-adapter",
 });
 
@@ -92,9 +100,46 @@ impl Guest for Faulty {
                 feature = "wit-v0-4"
             )))]
             "prompts" => Ok(rollout.calls.iter().map(prompted).collect()),
+            #[cfg(not(any(
+                feature = "wit-v0-1",
+                feature = "wit-v0-2",
+                feature = "wit-v0-3",
+                feature = "wit-v0-4",
+                feature = "wit-v0-5"
+            )))]
+            "merged" => merged(),
             other => Err(format!("unknown fault {other:?}")),
         }
     }
+}
+
+/// The host's merge (0.6), each break's detail followed by the call whose
+/// chain it broke.
+#[cfg(not(any(
+    feature = "wit-v0-1",
+    feature = "wit-v0-2",
+    feature = "wit-v0-3",
+    feature = "wit-v0-4",
+    feature = "wit-v0-5"
+)))]
+fn merged() -> Result<Vec<Sample>, String> {
+    use agl::adapter::samples;
+    let options = samples::MergeOptions {
+        chain_by_agent: true,
+        skip_empty_responses: true,
+        summary_markers: Vec::new(),
+    };
+    let merged = samples::merge(&options)?;
+    Ok(merged
+        .into_iter()
+        .map(|m| {
+            let mut sample = m.sample;
+            if let Some(b) = sample.break_before.as_mut() {
+                b.detail = format!("{} | after={:?}", b.detail, m.after);
+            }
+            sample
+        })
+        .collect())
 }
 
 /// One sample per call whose whole response is trainable.

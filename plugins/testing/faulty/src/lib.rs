@@ -26,9 +26,11 @@
 //!   the call's prompt link (`extends`, `shared`, the tail's length), the
 //!   lengths of the request and response JSON the host serves for it, and
 //!   what it serves for a call the rollout lacks (`beyond`).
+//! - `merged` (0.6): the host's merge (`samples.merge`), each break's
+//!   detail followed by ` | after=<the call whose chain it broke>`.
 //!
-//! Built with the `wit-v0-1` ... `wit-v0-4` feature it is a plugin of the
-//! frozen `agl:adapter@0.1.0` ... `@0.4.0` (`wit/v0.1`, ...), for the host's
+//! Built with the `wit-v0-1` ... `wit-v0-5` feature it is a plugin of the
+//! frozen `agl:adapter@0.1.0` ... `@0.5.0` (`wit/v0.1`, ...), for the host's
 //! compatibility tests.
 //!
 //! Built with the `reward` feature it exports the `reward` world instead:

@@ -12,7 +12,7 @@
 //!    For the completions API the same check runs on the prompt text;
 //!    there, text that does extend while the ids differ can only be
 //!    re-tokenisation: `retokenize`.
-//! 2. Tokens, with the host tokenizer: if the next prompt decodes to text
+//! 2. Tokens, with the tokenizer (a [`Decoder`]): if the next prompt decodes to text
 //!    that starts with the previous prompt + response text, only the ids
 //!    differ: `retokenize`. Else, if the next prompt still starts with the
 //!    previous prompt ids, the previous assistant turn was rendered
@@ -23,27 +23,19 @@
 //!    `other`. Telling `retokenize` from `template` needs the text, so
 //!    without a tokenizer chat calls never classify as `retokenize`.
 
+use crate::call::{self, Api, Call, Decoder};
 use crate::prefix::common_prefix_len;
-use crate::{ApiKind, BreakKind, ChainBreak, ModelCall, call, data, log, messages, tokenizer};
-
-/// The wit name of a break kind (`retokenize`, `template`, `summary`,
-/// `sub-agent`, `other`).
-pub fn kind_name(kind: BreakKind) -> &'static str {
-    match kind {
-        BreakKind::Retokenize => "retokenize",
-        BreakKind::Template => "template",
-        BreakKind::Other => "other",
-        BreakKind::Summary => "summary",
-        BreakKind::SubAgent => "sub-agent",
-    }
-}
+use crate::{BreakKind, ChainBreak, messages};
 
 /// A `summary` break when `next`'s history holds a message with one of a
 /// harness's compaction `markers` (the text it opens a summary with) that
 /// `prev`'s did not: the harness replaced its history with a summary.
 /// `None` otherwise, for the caller's other rules.
-pub fn marked_summary(prev: &ModelCall, next: &ModelCall, markers: &[&str]) -> Option<ChainBreak> {
-    let texts = |c: &ModelCall| -> Vec<String> {
+pub fn marked_summary<C: Call>(prev: &C, next: &C, markers: &[&str]) -> Option<ChainBreak> {
+    if markers.is_empty() {
+        return None;
+    }
+    let texts = |c: &C| -> Vec<String> {
         call::request_messages(c)
             .unwrap_or_default()
             .iter()
@@ -63,7 +55,7 @@ pub fn marked_summary(prev: &ModelCall, next: &ModelCall, markers: &[&str]) -> O
     let short: String = found.chars().take(60).collect();
     Some(ChainBreak {
         kind: BreakKind::Summary,
-        call_index: next.index,
+        call_index: next.index(),
         detail: format!(
             "summary: the history was compacted (\"{short}...\"); {}",
             Divergence::locate(prev, next)
@@ -72,8 +64,9 @@ pub fn marked_summary(prev: &ModelCall, next: &ModelCall, markers: &[&str]) -> O
 }
 
 /// Classifies why `next`'s prompt does not start with `prev`'s prompt +
-/// response (`prev` being the last call of the chain).
-pub fn classify_break(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
+/// response (`prev` being the last call of the chain); `decoder` is the
+/// policy's tokenizer, where the caller has one.
+pub fn classify_break<C: Call>(prev: &C, next: &C, decoder: Option<&dyn Decoder>) -> ChainBreak {
     let at = Divergence::locate(prev, next);
     let (kind, why) = match history(prev, next) {
         History::Edited(kind, why) => (kind, format!("history edited: {why}")),
@@ -82,14 +75,13 @@ pub fn classify_break(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
             "the prompt text continues".to_owned(),
         ),
         History::Extends | History::Unknown => {
-            let same_text = retokenized(prev, next);
-            let note = if same_text.is_none() {
-                " (no tokenizer)"
-            } else {
-                ""
+            let same_text = retokenized(prev, next, decoder);
+            let note = match &same_text {
+                Ok(_) => String::new(),
+                Err(why) => format!(" ({why})"),
             };
             match same_text {
-                Some(true) => (
+                Ok(true) => (
                     BreakKind::Retokenize,
                     "the decoded text continues".to_owned(),
                 ),
@@ -107,7 +99,7 @@ pub fn classify_break(prev: &ModelCall, next: &ModelCall) -> ChainBreak {
     };
     ChainBreak {
         kind,
-        call_index: next.index,
+        call_index: next.index(),
         detail: format!("{why}; {at}"),
     }
 }
@@ -122,8 +114,8 @@ enum History {
     Unknown,
 }
 
-fn history(prev: &ModelCall, next: &ModelCall) -> History {
-    if prev.api == ApiKind::Completions && next.api == ApiKind::Completions {
+fn history(prev: &impl Call, next: &impl Call) -> History {
+    if prev.api() == Api::Completions && next.api() == Api::Completions {
         return completion_history(prev, next);
     }
     let (Some(prev_messages), Some(next_messages)) =
@@ -154,8 +146,8 @@ fn history(prev: &ModelCall, next: &ModelCall) -> History {
 
 /// What kind of edit turned `prev`'s history (+ `reply`) into `next`'s.
 fn edit_kind(
-    prev: &ModelCall,
-    next: &ModelCall,
+    prev: &impl Call,
+    next: &impl Call,
     prev_messages: &[serde_json::Value],
     reply: &serde_json::Value,
     next_messages: &[serde_json::Value],
@@ -188,12 +180,14 @@ fn edit_kind(
 /// Whether `next` is another agent's call: another system prompt (its
 /// first system or developer message), agent tag or tool list.
 fn other_agent(
-    prev: &ModelCall,
-    next: &ModelCall,
+    prev: &impl Call,
+    next: &impl Call,
     prev_messages: &[serde_json::Value],
     next_messages: &[serde_json::Value],
 ) -> bool {
-    let tools = |c: &ModelCall| call::request(c).ok().and_then(|r| r.get("tools").cloned());
+    fn tools(c: &impl Call) -> Option<serde_json::Value> {
+        call::request(c).ok()?.get("tools").cloned()
+    }
     let system = |ms: &[serde_json::Value]| {
         ms.first()
             .filter(|m| {
@@ -211,7 +205,7 @@ fn other_agent(
     other_system || call::agent(prev) != call::agent(next) || tools(prev) != tools(next)
 }
 
-fn completion_history(prev: &ModelCall, next: &ModelCall) -> History {
+fn completion_history(prev: &impl Call, next: &impl Call) -> History {
     let (Some(prev_prompt), Some(reply), Some(next_prompt)) = (
         call::completion_prompt(prev),
         call::assistant_text(prev).or(Some(String::new())),
@@ -231,21 +225,21 @@ fn completion_history(prev: &ModelCall, next: &ModelCall) -> History {
 }
 
 /// With the tokenizer: whether the next prompt's text starts with the
-/// previous prompt + response text. `None` without a tokenizer (or when
-/// decoding fails, which is logged).
-fn retokenized(prev: &ModelCall, next: &ModelCall) -> Option<bool> {
-    if !tokenizer::available() {
-        return None;
-    }
-    let decode = |ids: &[u32]| tokenizer::decode(ids, false);
-    let previous = [&*data::prompt_ids(prev), &prev.response_ids].concat();
-    match (decode(&previous), decode(&data::prompt_ids(next))) {
-        (Ok(previous), Ok(next)) => Some(next.starts_with(&previous)),
-        (Err(e), _) | (_, Err(e)) => {
-            log::warn(format!("break classification without the tokenizer: {e}"));
-            None
-        }
-    }
+/// previous prompt + response text. `Err` says why it cannot tell (no
+/// tokenizer, or decoding failed).
+fn retokenized(
+    prev: &impl Call,
+    next: &impl Call,
+    decoder: Option<&dyn Decoder>,
+) -> Result<bool, String> {
+    let decoder = decoder.ok_or("no tokenizer")?;
+    let previous = [&*prev.prompt_ids(), prev.response_ids()].concat();
+    let decode = |ids: &[u32]| {
+        decoder
+            .decode(ids)
+            .map_err(|e| format!("no decoded text: {e}"))
+    };
+    Ok(decode(&next.prompt_ids())?.starts_with(&decode(&previous)?))
 }
 
 /// Where the next prompt first differs from the previous prompt + response;
@@ -258,18 +252,18 @@ pub struct Divergence {
 }
 
 impl Divergence {
-    pub fn locate(prev: &ModelCall, next: &ModelCall) -> Self {
-        let (prev_prompt, next_prompt) = (data::prompt_ids(prev), data::prompt_ids(next));
+    pub fn locate(prev: &impl Call, next: &impl Call) -> Self {
+        let (prev_prompt, next_prompt) = (prev.prompt_ids(), next.prompt_ids());
         let prompt_len = prev_prompt.len();
         let in_prompt = common_prefix_len(&prev_prompt, &next_prompt);
         let at = if in_prompt < prompt_len {
             in_prompt
         } else {
-            prompt_len + common_prefix_len(&prev.response_ids, &next_prompt[prompt_len..])
+            prompt_len + common_prefix_len(prev.response_ids(), &next_prompt[prompt_len..])
         };
         let previous = prev_prompt
             .iter()
-            .chain(&prev.response_ids)
+            .chain(prev.response_ids())
             .nth(at)
             .copied();
         Divergence {

@@ -2,8 +2,9 @@
 
 use std::borrow::Cow;
 
+use crate::call::{Call, agent};
 use crate::prefix::common_prefix_len;
-use crate::{ChainBreak, ModelCall, Sample, Span, data};
+use crate::{ChainBreak, Sample, Span};
 
 /// Accumulates calls into one sample: the first call's prompt is the
 /// sample's prompt, its response the first trainable span; every extension
@@ -12,9 +13,9 @@ use crate::{ChainBreak, ModelCall, Sample, Span, data};
 /// response as the next trainable span.
 ///
 /// The sample so far is always its last call's `prompt ++ response`, so a
-/// call whose prompt the host linked to that call in full (`prompt.extends`,
-/// `prompt.shared`) continues it by its `tail` alone, without the whole
-/// prompt being fetched or compared.
+/// call whose prompt is linked to that call in full ([`Call::prompt_link`])
+/// continues it by its `tail` alone, without the whole prompt being
+/// fetched or compared.
 #[derive(Debug, Clone)]
 pub struct SampleBuilder {
     sample: Sample,
@@ -32,33 +33,27 @@ pub struct NotAContinuation {
 
 impl SampleBuilder {
     /// A sample of exactly one call, its whole response trainable.
-    pub fn from_call(call: &ModelCall) -> Self {
+    pub fn from_call(call: &impl Call) -> Self {
         let mut sample = Sample {
-            prompt_ids: data::prompt_ids(call).into_owned(),
+            prompt_ids: call.prompt_ids().into_owned(),
             response_ids: Vec::new(),
             trainable: Vec::new(),
             logprobs: Vec::new(),
             source_calls: Vec::new(),
-            weight_version: call.weight_version,
-            agent: crate::call::agent(call).map(str::to_owned),
+            weight_version: call.weight_version(),
+            agent: agent(call).map(str::to_owned),
             break_before: None,
         };
         push_response(&mut sample, call);
         SampleBuilder {
             sample,
-            last: call.index,
+            last: call.index(),
         }
     }
 
     /// Records why the previous sample ended where this one begins.
     pub fn with_break(mut self, chain_break: ChainBreak) -> Self {
         self.sample.break_before = Some(chain_break);
-        self
-    }
-
-    /// Overrides the agent (by default the first call's `x-agl-agent` tag).
-    pub fn with_agent(mut self, agent: Option<String>) -> Self {
-        self.sample.agent = agent;
         self
     }
 
@@ -73,36 +68,33 @@ impl SampleBuilder {
     }
 
     /// Whether `next`'s prompt starts with this sample's `prompt ++ response`.
-    pub fn continues(&self, next: &ModelCall) -> bool {
+    pub fn continues(&self, next: &impl Call) -> bool {
         self.observation(next).is_ok()
     }
 
     /// Appends `next` if it continues the sample; otherwise leaves the
     /// sample unchanged and says where the ids first differ.
-    pub fn extend(&mut self, next: &ModelCall) -> Result<(), NotAContinuation> {
+    pub fn extend(&mut self, next: &impl Call) -> Result<(), NotAContinuation> {
         let observation = self.observation(next)?;
         let sample = &mut self.sample;
         sample.response_ids.extend_from_slice(&observation);
         sample.logprobs.resize(sample.response_ids.len(), 0.0);
         push_response(sample, next);
-        self.last = next.index;
+        self.last = next.index();
         Ok(())
     }
 
     /// The ids `next`'s prompt adds to the sample, or where it first
     /// differs from it.
-    fn observation<'a>(&self, next: &'a ModelCall) -> Result<Cow<'a, [u32]>, NotAContinuation> {
-        let linked = next.prompt.extends == Some(self.last);
-        if linked && next.prompt.shared as usize == self.len() {
-            return Ok(Cow::Borrowed(&next.prompt.tail));
-        }
-        if linked {
+    fn observation<'a, C: Call>(&self, next: &'a C) -> Result<Cow<'a, [u32]>, NotAContinuation> {
+        if let Some(link) = next.prompt_link().filter(|l| l.extends == Some(self.last)) {
+            if link.shared == self.len() {
+                return Ok(Cow::Borrowed(link.tail));
+            }
             // Linked to the same ids, so it first differs where it stops sharing.
-            return Err(NotAContinuation {
-                at: next.prompt.shared as usize,
-            });
+            return Err(NotAContinuation { at: link.shared });
         }
-        let whole = data::prompt_ids(next);
+        let whole = next.prompt_ids();
         let at = self.first_difference(&whole);
         if at < self.len() {
             return Err(NotAContinuation { at });
@@ -136,13 +128,13 @@ impl SampleBuilder {
 
 /// Appends `call`'s response as a trainable span (joined to the previous
 /// span when no observation separates them) and records the call.
-fn push_response(sample: &mut Sample, call: &ModelCall) {
+fn push_response(sample: &mut Sample, call: &impl Call) {
     let start = sample.response_ids.len() as u32;
-    sample.response_ids.extend_from_slice(&call.response_ids);
+    sample.response_ids.extend_from_slice(call.response_ids());
     let end = sample.response_ids.len() as u32;
     // Log-probs are one per response id; a short list (an engine bug the
     // host also rejects) is padded so positions never shift.
-    let mut logprobs = call.response_logprobs.iter().copied();
+    let mut logprobs = call.response_logprobs().iter().copied();
     sample
         .logprobs
         .extend((start..end).map(|_| logprobs.next().unwrap_or(0.0)));
@@ -151,20 +143,26 @@ fn push_response(sample: &mut Sample, call: &ModelCall) {
         _ if start < end => sample.trainable.push(Span { start, end }),
         _ => {}
     }
-    sample.source_calls.push(call.index);
-    sample.weight_version = sample.weight_version.min(call.weight_version);
+    sample.source_calls.push(call.index());
+    sample.weight_version = sample.weight_version.min(call.weight_version());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{CallExt, call};
+    use crate::test_calls::{TestCall, call};
+
+    fn with(c: TestCall, logprobs: &[f32], weight_version: u64) -> TestCall {
+        TestCall {
+            logprobs: logprobs.to_vec(),
+            weight_version,
+            ..c
+        }
+    }
 
     #[test]
     fn one_call_is_one_trainable_span() {
-        let c = call(3, &[1, 2], &[10, 11])
-            .logprobs(&[-0.5, -0.25])
-            .weight_version(7);
+        let c = with(call(3, &[1, 2], &[10, 11]), &[-0.5, -0.25], 7);
         let s = SampleBuilder::from_call(&c).build();
         assert_eq!(s.prompt_ids, [1, 2]);
         assert_eq!(s.response_ids, [10, 11]);
@@ -176,12 +174,8 @@ mod tests {
 
     #[test]
     fn extend_masks_observation_and_keeps_the_oldest_weight_version() {
-        let first = call(0, &[1, 2], &[10, 11])
-            .logprobs(&[-0.5, -0.25])
-            .weight_version(4);
-        let second = call(1, &[1, 2, 10, 11, 20, 21], &[30])
-            .logprobs(&[-1.0])
-            .weight_version(3);
+        let first = with(call(0, &[1, 2], &[10, 11]), &[-0.5, -0.25], 4);
+        let second = with(call(1, &[1, 2, 10, 11, 20, 21], &[30]), &[-1.0], 3);
         let mut b = SampleBuilder::from_call(&first);
         assert_eq!(b.extend(&second), Ok(()));
         let s = b.build();

@@ -1,0 +1,202 @@
+//! `agl:adapter/samples` (0.6): the host merges the rollout under way and
+//! classifies its breaks by [`agl_samples`]' rules, over its own records
+//! (whole prompts and JSON at hand, nothing copied into the guest). The
+//! same, as agl's types, for `agl plugin rules` (the Python SDK's native
+//! stand-in): [`merge`], [`classify`].
+
+use std::borrow::Cow;
+
+use agl_samples::{Api, Call, Choice, Decoder};
+use agl_tokenizer::Tokenizer;
+use agl_wire::rollout::{self, ModelCall, Rollout};
+
+use super::bindings::v0_6::sample::agl::adapter::samples;
+use super::bindings::wit;
+use super::state::PluginState;
+
+/// A host record as the rules read it.
+#[derive(Clone, Copy)]
+pub struct WireCall<'a>(pub &'a ModelCall);
+
+impl Call for WireCall<'_> {
+    fn index(&self) -> u32 {
+        self.0.index
+    }
+
+    fn api(&self) -> Api {
+        match self.0.api {
+            rollout::ApiKind::ChatCompletions => Api::ChatCompletions,
+            rollout::ApiKind::Completions => Api::Completions,
+            rollout::ApiKind::Responses => Api::Responses,
+            rollout::ApiKind::AnthropicMessages => Api::AnthropicMessages,
+        }
+    }
+
+    fn prompt_ids(&self) -> Cow<'_, [u32]> {
+        Cow::Borrowed(&self.0.prompt_ids)
+    }
+
+    fn response_ids(&self) -> &[u32] {
+        &self.0.response_ids
+    }
+
+    fn response_logprobs(&self) -> &[f32] {
+        &self.0.response_logprobs
+    }
+
+    fn weight_version(&self) -> u64 {
+        self.0.weight_version
+    }
+
+    fn tag(&self, key: &str) -> Option<&str> {
+        // The gateway records tag names lower-cased.
+        self.0
+            .tags
+            .get(&key.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+
+    fn continues(&self) -> Option<u32> {
+        self.0.continues
+    }
+
+    fn choice(&self) -> Option<Choice> {
+        self.0.choice.map(|c| Choice {
+            index: c.index,
+            count: c.count,
+        })
+    }
+
+    fn request_json(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(self.0.request.as_str()))
+    }
+
+    fn response_json(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(self.0.response.as_str()))
+    }
+}
+
+/// The records of `calls` as the rules read them.
+pub fn wire_calls(calls: &[ModelCall]) -> Vec<WireCall<'_>> {
+    calls.iter().map(WireCall).collect()
+}
+
+/// The host tokenizer as the break rules decode with it.
+struct Decoding<'a>(&'a Tokenizer);
+
+impl Decoder for Decoding<'_> {
+    fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        // Guest-chosen ids reach third-party code: a panic is an error.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.0.decode(ids, false)))
+            .map_err(|_| "the host tokenizer panicked on these ids".to_string())?
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The rollout's calls merged by the host's rules.
+pub fn merge_calls(
+    rollout: &Rollout,
+    options: &agl_samples::MergeOptions,
+    tokenizer: Option<&Tokenizer>,
+) -> Vec<agl_samples::Merged> {
+    let decoder = tokenizer.map(Decoding);
+    let decoder = decoder.as_ref().map(|d| d as &dyn Decoder);
+    agl_samples::merge(&wire_calls(&rollout.calls), options, decoder)
+}
+
+/// Why call `next` did not continue call `prev`, by the host's rules.
+pub fn classify(
+    rollout: &Rollout,
+    prev: u32,
+    next: u32,
+    tokenizer: Option<&Tokenizer>,
+) -> Result<agl_samples::ChainBreak, String> {
+    let call = |index: u32| {
+        let found = rollout.calls.iter().find(|c| c.index == index);
+        found
+            .map(WireCall)
+            .ok_or_else(|| format!("the rollout has no call {index}"))
+    };
+    let decoder = tokenizer.map(Decoding);
+    let decoder = decoder.as_ref().map(|d| d as &dyn Decoder);
+    Ok(agl_samples::classify_break(
+        &call(prev)?,
+        &call(next)?,
+        decoder,
+    ))
+}
+
+/// [`merge_calls`] as agl's samples, each with the call whose chain its
+/// first call broke.
+pub fn merge(
+    rollout: &Rollout,
+    options: &agl_samples::MergeOptions,
+    tokenizer: Option<&Tokenizer>,
+) -> Vec<(rollout::Sample, Option<u32>)> {
+    let merged = merge_calls(rollout, options, tokenizer);
+    merged
+        .into_iter()
+        .map(|m| (rollout::Sample::from(to_wit(m.sample)), m.after))
+        .collect()
+}
+
+const NO_ROLLOUT: &str = "no rollout under way: the host merges only during build-samples";
+
+impl samples::Host for PluginState {
+    fn merge(&mut self, options: samples::MergeOptions) -> Result<Vec<samples::Merged>, String> {
+        let rollout = self.rollout.clone().ok_or(NO_ROLLOUT)?;
+        let options = agl_samples::MergeOptions {
+            chain_by_agent: options.chain_by_agent,
+            skip_empty_responses: options.skip_empty_responses,
+            summary_markers: options.summary_markers,
+        };
+        let merged = merge_calls(&rollout, &options, self.env.tokenizer.as_deref());
+        Ok(merged
+            .into_iter()
+            .map(|m| samples::Merged {
+                sample: to_wit(m.sample),
+                after: m.after,
+            })
+            .collect())
+    }
+
+    fn classify_break(&mut self, prev: u32, next: u32) -> Result<wit::ChainBreak, String> {
+        let rollout = self.rollout.clone().ok_or(NO_ROLLOUT)?;
+        classify(&rollout, prev, next, self.env.tokenizer.as_deref()).map(break_to_wit)
+    }
+}
+
+fn to_wit(s: agl_samples::Sample) -> wit::Sample {
+    wit::Sample {
+        prompt_ids: s.prompt_ids,
+        response_ids: s.response_ids,
+        trainable: s
+            .trainable
+            .into_iter()
+            .map(|span| wit::Span {
+                start: span.start,
+                end: span.end,
+            })
+            .collect(),
+        logprobs: s.logprobs,
+        source_calls: s.source_calls,
+        weight_version: s.weight_version,
+        agent: s.agent,
+        break_before: s.break_before.map(break_to_wit),
+    }
+}
+
+fn break_to_wit(b: agl_samples::ChainBreak) -> wit::ChainBreak {
+    use agl_samples::BreakKind as K;
+    wit::ChainBreak {
+        kind: match b.kind {
+            K::Retokenize => wit::BreakKind::Retokenize,
+            K::Template => wit::BreakKind::Template,
+            K::Other => wit::BreakKind::Other,
+            K::Summary => wit::BreakKind::Summary,
+            K::SubAgent => wit::BreakKind::SubAgent,
+        },
+        call_index: b.call_index,
+        detail: b.detail,
+    }
+}
