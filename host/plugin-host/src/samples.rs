@@ -1,8 +1,8 @@
 //! `agl:adapter/samples` (0.6): the host merges the rollout under way and
 //! classifies its breaks by [`agl_samples`]' rules, over its own records
 //! (whole prompts and JSON at hand, nothing copied into the guest). The
-//! same, as agl's types, for `agl plugin rules` (the Python SDK's native
-//! stand-in): [`merge`], [`classify`].
+//! same for `agl plugin rules` (the Python SDK's native stand-in):
+//! [`merge_calls`], [`classify`].
 
 use std::borrow::Cow;
 
@@ -93,7 +93,8 @@ impl Decoder for Decoding<'_> {
     }
 }
 
-/// The rollout's calls merged by the host's rules.
+/// The rollout's calls merged by the host's rules (their samples are
+/// agl's, `agl_wire::rollout::Sample`).
 pub fn merge_calls(
     rollout: &Rollout,
     options: &agl_samples::MergeOptions,
@@ -124,20 +125,6 @@ pub fn classify(
         &call(next)?,
         decoder,
     ))
-}
-
-/// [`merge_calls`] as agl's samples, each with the call whose chain its
-/// first call broke.
-pub fn merge(
-    rollout: &Rollout,
-    options: &agl_samples::MergeOptions,
-    tokenizer: Option<&Tokenizer>,
-) -> Vec<(rollout::Sample, Option<u32>)> {
-    let merged = merge_calls(rollout, options, tokenizer);
-    merged
-        .into_iter()
-        .map(|m| (rollout::Sample::from(to_wit(m.sample)), m.after))
-        .collect()
 }
 
 const NO_ROLLOUT: &str = "no rollout under way: the host merges only during build-samples";

@@ -30,25 +30,45 @@ pub use prefix::{common_prefix_len, starts_with_ids};
 
 /// A half-open range `[start, end)` of response positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "wire",
+    derive(serde::Serialize, serde::Deserialize, utoipa::ToSchema)
+)]
 pub struct Span {
     pub start: u32,
     pub end: u32,
 }
 
 /// Why a chain of merged calls ended (`break-kind` in `wit/agl.wit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "wire",
+    derive(serde::Serialize, serde::Deserialize, utoipa::ToSchema),
+    serde(rename_all = "snake_case")
+)]
 pub enum BreakKind {
     Retokenize,
     Template,
     Other,
+    /// The history's middle was replaced (a summary, compaction).
     Summary,
+    /// Another agent's conversation.
+    #[cfg_attr(feature = "wire", serde(rename = "sub-agent"))]
     SubAgent,
 }
 
 impl BreakKind {
-    /// The WIT name: `retokenize`, `template`, `other`, `summary`,
-    /// `sub-agent`.
-    pub fn name(self) -> &'static str {
+    pub const ALL: [BreakKind; 5] = [
+        BreakKind::Retokenize,
+        BreakKind::Template,
+        BreakKind::Summary,
+        BreakKind::SubAgent,
+        BreakKind::Other,
+    ];
+
+    /// The WIT name (`retokenize`, `template`, `other`, `summary`,
+    /// `sub-agent`), also the JSONL one.
+    pub fn as_str(self) -> &'static str {
         match self {
             BreakKind::Retokenize => "retokenize",
             BreakKind::Template => "template",
@@ -60,6 +80,10 @@ impl BreakKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "wire",
+    derive(serde::Serialize, serde::Deserialize, utoipa::ToSchema)
+)]
 pub struct ChainBreak {
     pub kind: BreakKind,
     /// The call whose prompt did not continue the chain.
@@ -67,8 +91,10 @@ pub struct ChainBreak {
     pub detail: String,
 }
 
-/// One training sequence (`sample` in `wit/agl.wit`).
+/// One training sequence (`sample` in `wit/agl.wit`), as a sample adapter
+/// builds it (and the host validates it).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "wire", derive(serde::Serialize, serde::Deserialize))]
 pub struct Sample {
     pub prompt_ids: Vec<u32>,
     pub response_ids: Vec<u32>,
@@ -78,6 +104,38 @@ pub struct Sample {
     pub weight_version: u64,
     pub agent: Option<String>,
     pub break_before: Option<ChainBreak>,
+}
+
+impl Sample {
+    /// Number of response tokens that are trained.
+    pub fn trainable_tokens(&self) -> usize {
+        self.trainable
+            .iter()
+            .map(|s| (s.end - s.start) as usize)
+            .sum()
+    }
+
+    /// The response in order as runs of trained (`true`) and masked
+    /// positions (spans are sorted and disjoint, as the host validates).
+    pub fn runs(&self) -> Vec<(bool, std::ops::Range<usize>)> {
+        let len = self.response_ids.len();
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        for span in &self.trainable {
+            let (start, end) = ((span.start as usize).min(len), (span.end as usize).min(len));
+            if start > at {
+                out.push((false, at..start));
+            }
+            if end > start {
+                out.push((true, start..end));
+            }
+            at = at.max(end);
+        }
+        if at < len {
+            out.push((false, at..len));
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         (None, Some((prev, next))) => {
             let b = samples::classify(&request.rollout, prev, next, None)
                 .map_err(anyhow::Error::msg)?;
-            json!({"kind": b.kind.name(), "call_index": b.call_index, "detail": b.detail})
+            serde_json::to_value(b)?
         }
         _ => anyhow::bail!("the request names one of `merge` and `classify`"),
     };
