@@ -45,10 +45,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
                 skip_empty_responses: o.skip_empty_responses,
                 summary_markers: o.summary_markers,
             };
-            let merged = samples::merge(&request.rollout, &options, None);
+            let merged = samples::merge_calls(&request.rollout, &options, None);
             let merged = merged
                 .into_iter()
-                .map(|(sample, after)| json!({"sample": sample, "after": after}));
+                .map(|m| json!({"sample": m.sample, "after": m.after}));
             serde_json::Value::Array(merged.collect())
         }
         (None, Some((prev, next))) => {
