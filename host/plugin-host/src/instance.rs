@@ -24,6 +24,7 @@ use super::view::{
     ModelCallViewV0_4, RolloutView,
 };
 use super::world::{WitVersion, World, WorldPre};
+use agl_samples::links::Link;
 use agl_wire::rollout::{Rollout, Sample};
 
 /// Why a guest call produced no result. The instance is unusable afterwards.
@@ -93,7 +94,7 @@ impl Live {
             return None;
         }
         self.stderr.clear();
-        self.store.data_mut().rollout = Some(rollout.clone());
+        self.store.data_mut().serve(Some(rollout.clone()));
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
@@ -123,7 +124,7 @@ impl Live {
             }
         };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
-        self.store.data_mut().rollout = None;
+        self.store.data_mut().serve(None);
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
 
@@ -136,7 +137,7 @@ impl Live {
             return None;
         }
         self.stderr.clear();
-        self.store.data_mut().rollout = Some(rollout.clone());
+        self.store.data_mut().serve(Some(rollout.clone()));
         let (store, instance, version) = (&mut self.store, &self.instance, self.version);
         let call = async move {
             match version {
@@ -150,7 +151,7 @@ impl Live {
             }
         };
         let outcome = tokio::time::timeout(self.limits.deadline, call).await;
-        self.store.data_mut().rollout = None;
+        self.store.data_mut().serve(None);
         Some(classify(outcome, &self.store, &self.stderr, self.limits))
     }
 
@@ -172,7 +173,8 @@ where
     S: ComponentType + Lift + Send + Sync + 'static,
     Sample: From<S>,
 {
-    let view = RolloutView::<V>::new(rollout);
+    let links = links_for::<V>(store);
+    let view = RolloutView::<V>::new(rollout, &links);
     let samples: Result<Vec<S>, String> =
         call_entry(store, instance, "build-samples", (&view,)).await?;
     Ok(samples.map(|s| s.into_iter().map(Sample::from).collect()))
@@ -187,8 +189,19 @@ async fn reward_as<'a, V>(
 where
     V: CallsView<'a> + ComponentType + Lower + Send + Sync,
 {
-    let view = RolloutView::<V>::new(rollout);
+    let links = links_for::<V>(store);
+    let view = RolloutView::<V>::new(rollout, &links);
     call_entry(store, instance, "reward", (&view,)).await
+}
+
+/// The prompt links of the rollout under way, where `V` hands prompts over
+/// as links (found once, shared with the host's merge).
+fn links_for<'a, V: CallsView<'a>>(store: &mut Store<PluginState>) -> Arc<Vec<Link>> {
+    if V::LINKED {
+        store.data_mut().links()
+    } else {
+        Arc::default()
+    }
 }
 
 /// Calls an export `func(params) -> R`. Its type was checked at link time

@@ -6,7 +6,8 @@
 
 use std::borrow::Cow;
 
-use agl_samples::{Api, Call, Choice, Decoder};
+use agl_samples::links::{Link, prompt_links};
+use agl_samples::{Api, Call, Choice, Decoder, PromptLink};
 use agl_tokenizer::Tokenizer;
 use agl_wire::rollout::{self, ModelCall, Rollout};
 
@@ -14,9 +15,11 @@ use super::bindings::v0_6::sample::agl::adapter::samples;
 use super::bindings::wit;
 use super::state::PluginState;
 
-/// A host record as the rules read it.
+/// A host record as the rules read it, with the link its prompt is handed
+/// over by where there is one (a prompt linked to its chain's last call in
+/// full then joins by its tail, as in the guest, not by a whole compare).
 #[derive(Clone, Copy)]
-pub struct WireCall<'a>(pub &'a ModelCall);
+pub struct WireCall<'a>(pub &'a ModelCall, pub Option<(Option<u32>, usize)>);
 
 impl Call for WireCall<'_> {
     fn index(&self) -> u32 {
@@ -34,6 +37,16 @@ impl Call for WireCall<'_> {
 
     fn prompt_ids(&self) -> Cow<'_, [u32]> {
         Cow::Borrowed(&self.0.prompt_ids)
+    }
+
+    fn prompt_link(&self) -> Option<PromptLink<'_>> {
+        let (extends, shared) = self.1?;
+        let tail = self.0.prompt_ids.get(shared..)?;
+        Some(PromptLink {
+            extends,
+            shared,
+            tail,
+        })
     }
 
     fn response_ids(&self) -> &[u32] {
@@ -78,7 +91,18 @@ impl Call for WireCall<'_> {
 
 /// The records of `calls` as the rules read them.
 pub fn wire_calls(calls: &[ModelCall]) -> Vec<WireCall<'_>> {
-    calls.iter().map(WireCall).collect()
+    calls.iter().map(|c| WireCall(c, None)).collect()
+}
+
+/// The same with their prompts' `links` (one per call).
+fn linked_calls<'a>(calls: &'a [ModelCall], links: &[Link]) -> Vec<WireCall<'a>> {
+    let index = |at: usize| calls[at].index;
+    let link = |l: &Link| Some((l.extends.map(index), l.shared));
+    calls
+        .iter()
+        .zip(links)
+        .map(|(c, l)| WireCall(c, link(l)))
+        .collect()
 }
 
 /// The host tokenizer as the break rules decode with it.
@@ -94,15 +118,25 @@ impl Decoder for Decoding<'_> {
 }
 
 /// The rollout's calls merged by the host's rules (their samples are
-/// agl's, `agl_wire::rollout::Sample`).
+/// agl's, `agl_wire::rollout::Sample`); `links` are their prompts' where
+/// they were found already.
 pub fn merge_calls(
     rollout: &Rollout,
+    links: Option<&[Link]>,
     options: &agl_samples::MergeOptions,
     tokenizer: Option<&Tokenizer>,
 ) -> Vec<agl_samples::Merged> {
+    let found;
+    let links = match links {
+        Some(links) => links,
+        None => {
+            found = prompt_links(&wire_calls(&rollout.calls));
+            &found
+        }
+    };
     let decoder = tokenizer.map(Decoding);
     let decoder = decoder.as_ref().map(|d| d as &dyn Decoder);
-    agl_samples::merge(&wire_calls(&rollout.calls), options, decoder)
+    agl_samples::merge(&linked_calls(&rollout.calls, links), options, decoder)
 }
 
 /// Why call `next` did not continue call `prev`, by the host's rules.
@@ -115,7 +149,7 @@ pub fn classify(
     let call = |index: u32| {
         let found = rollout.calls.iter().find(|c| c.index == index);
         found
-            .map(WireCall)
+            .map(|c| WireCall(c, None))
             .ok_or_else(|| format!("the rollout has no call {index}"))
     };
     let decoder = tokenizer.map(Decoding);
@@ -137,7 +171,9 @@ impl samples::Host for PluginState {
             skip_empty_responses: options.skip_empty_responses,
             summary_markers: options.summary_markers,
         };
-        let merged = merge_calls(&rollout, &options, self.env.tokenizer.as_deref());
+        let links = self.links();
+        let tokenizer = self.env.tokenizer.clone();
+        let merged = merge_calls(&rollout, Some(&links), &options, tokenizer.as_deref());
         Ok(merged
             .into_iter()
             .map(|m| samples::Merged {

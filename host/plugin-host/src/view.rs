@@ -10,6 +10,7 @@
 use wasmtime::component::{ComponentType, Lower};
 
 use super::bindings::wit;
+use agl_samples::links::Link;
 use agl_wire::rollout;
 
 /// `rollout` of any served version; `C` is that version's `model-call`.
@@ -192,14 +193,17 @@ pub(crate) struct EventView<'a> {
 
 /// A version's call records of a whole rollout.
 pub(crate) trait CallsView<'a>: Sized {
-    fn of(r: &'a rollout::Rollout) -> Vec<Self>;
+    /// Whether the records hand each prompt over as its link.
+    const LINKED: bool = false;
+    /// The records; `links` are the prompts' (where [`Self::LINKED`]).
+    fn of(r: &'a rollout::Rollout, links: &[Link]) -> Vec<Self>;
 }
 
 /// Before 0.5 each call's record is its own.
 macro_rules! calls_one_by_one {
     ($($view:ident),*) => {
         $(impl<'a> CallsView<'a> for $view<'a> {
-            fn of(r: &'a rollout::Rollout) -> Vec<Self> {
+            fn of(r: &'a rollout::Rollout, _: &[Link]) -> Vec<Self> {
                 r.calls.iter().map(Self::from).collect()
             }
         })*
@@ -214,11 +218,12 @@ calls_one_by_one!(
 );
 
 impl<'a> CallsView<'a> for ModelCallView<'a> {
-    fn of(r: &'a rollout::Rollout) -> Vec<Self> {
-        let links = agl_samples::links::prompt_links(&crate::samples::wire_calls(&r.calls));
+    const LINKED: bool = true;
+
+    fn of(r: &'a rollout::Rollout, links: &[Link]) -> Vec<Self> {
         r.calls
             .iter()
-            .zip(links)
+            .zip(links.iter().copied())
             .map(|(call, link)| {
                 let old = ModelCallViewV0_4::from(call);
                 Self {
@@ -247,14 +252,14 @@ impl<'a> CallsView<'a> for ModelCallView<'a> {
 }
 
 impl<'a, C: CallsView<'a>> RolloutView<'a, C> {
-    pub(crate) fn new(r: &'a rollout::Rollout) -> Self {
+    pub(crate) fn new(r: &'a rollout::Rollout, links: &[Link]) -> Self {
         Self {
             id: &r.id,
             group_id: &r.group_id,
             attempt: r.attempt,
             input_json: r.input.as_str(),
             status: r.status.into(),
-            calls: C::of(r),
+            calls: C::of(r, links),
             events: r
                 .events
                 .iter()

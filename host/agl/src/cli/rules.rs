@@ -45,7 +45,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
                 skip_empty_responses: o.skip_empty_responses,
                 summary_markers: o.summary_markers,
             };
-            let merged = samples::merge_calls(&request.rollout, &options, None);
+            let merged = samples::merge_calls(&request.rollout, None, &options, None);
             let merged = merged
                 .into_iter()
                 .map(|m| json!({"sample": m.sample, "after": m.after}));
