@@ -5,6 +5,7 @@
 //! [`merge_calls`], [`classify`].
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use agl_samples::links::{Link, prompt_links};
 use agl_samples::{Api, Call, Choice, Decoder, PromptLink};
@@ -159,6 +160,17 @@ pub fn classify(
         &call(next)?,
         decoder,
     ))
+}
+
+impl PluginState {
+    /// The prompt links of the rollout under way (`model-call.prompt`),
+    /// found once per call for the call records and the host's merge.
+    pub(crate) fn links(&mut self) -> Arc<Vec<Link>> {
+        if let (None, Some(r)) = (&self.links, &self.rollout) {
+            self.links = Some(Arc::new(prompt_links(&wire_calls(&r.calls))));
+        }
+        self.links.clone().unwrap_or_default()
+    }
 }
 
 const NO_ROLLOUT: &str = "no rollout under way: the host merges only during build-samples";

@@ -12,10 +12,9 @@ use super::bindings::v0_3::sample::agl::adapter as v0_3;
 use super::bindings::v0_4::sample::agl::adapter as v0_4;
 use super::bindings::v0_5::sample::agl::adapter as v0_5;
 use super::bindings::v0_6::sample::agl::adapter::{config, log, rollout_data, tokenizer, types};
-use super::samples::wire_calls;
 use super::sandbox;
 use super::stdio::TailPipe;
-use agl_samples::links::{Link, prompt_links};
+use agl_samples::links::Link;
 use agl_tokenizer::Tokenizer;
 use agl_wire::rollout::{ModelCall, Rollout};
 
@@ -40,8 +39,8 @@ pub(crate) struct PluginState {
     /// The rollout of the entry-point call under way, served through
     /// `rollout-data` and `samples`; `None` between calls.
     pub rollout: Option<Arc<Rollout>>,
-    /// Its prompt links, once found ([`Self::links`]).
-    links: Option<Arc<Vec<Link>>>,
+    /// Its prompt links, once found (`links()`, in `samples.rs`).
+    pub(crate) links: Option<Arc<Vec<Link>>>,
 }
 
 impl PluginState {
@@ -61,15 +60,6 @@ impl PluginState {
     pub(crate) fn serve(&mut self, rollout: Option<Arc<Rollout>>) {
         self.rollout = rollout;
         self.links = None;
-    }
-
-    /// The prompt links of the rollout under way (`model-call.prompt`),
-    /// found once per call for the call records and the host's merge.
-    pub(crate) fn links(&mut self) -> Arc<Vec<Link>> {
-        if let (None, Some(r)) = (&self.links, &self.rollout) {
-            self.links = Some(Arc::new(prompt_links(&wire_calls(&r.calls))));
-        }
-        self.links.clone().unwrap_or_default()
     }
 }
 
