@@ -112,27 +112,9 @@ macro_rules! from_guest {
 
         impl From<$v::wit::Sample> for rollout::Sample {
             fn from(s: $v::wit::Sample) -> Self {
-                Self {
-                    prompt_ids: s.prompt_ids,
-                    response_ids: s.response_ids,
-                    trainable: s
-                        .trainable
-                        .into_iter()
-                        .map(|span| rollout::Span {
-                            start: span.start,
-                            end: span.end,
-                        })
-                        .collect(),
-                    logprobs: s.logprobs,
-                    source_calls: s.source_calls,
-                    weight_version: s.weight_version,
-                    agent: s.agent,
-                    break_before: s.break_before.map(|b| rollout::ChainBreak {
-                        kind: b.kind.into(),
-                        call_index: b.call_index,
-                        detail: b.detail,
-                    }),
-                }
+                agl_samples::convert_sample!(
+                    s => rollout::Sample, rollout::Span, rollout::ChainBreak, rollout::BreakKind::from
+                )
             }
         }
     };

@@ -202,36 +202,24 @@ impl samples::Host for PluginState {
 }
 
 fn to_wit(s: agl_samples::Sample) -> wit::Sample {
-    wit::Sample {
-        prompt_ids: s.prompt_ids,
-        response_ids: s.response_ids,
-        trainable: s
-            .trainable
-            .into_iter()
-            .map(|span| wit::Span {
-                start: span.start,
-                end: span.end,
-            })
-            .collect(),
-        logprobs: s.logprobs,
-        source_calls: s.source_calls,
-        weight_version: s.weight_version,
-        agent: s.agent,
-        break_before: s.break_before.map(break_to_wit),
-    }
+    agl_samples::convert_sample!(s => wit::Sample, wit::Span, wit::ChainBreak, kind_to_wit)
 }
 
 fn break_to_wit(b: agl_samples::ChainBreak) -> wit::ChainBreak {
-    use agl_samples::BreakKind as K;
     wit::ChainBreak {
-        kind: match b.kind {
-            K::Retokenize => wit::BreakKind::Retokenize,
-            K::Template => wit::BreakKind::Template,
-            K::Other => wit::BreakKind::Other,
-            K::Summary => wit::BreakKind::Summary,
-            K::SubAgent => wit::BreakKind::SubAgent,
-        },
+        kind: kind_to_wit(b.kind),
         call_index: b.call_index,
         detail: b.detail,
+    }
+}
+
+fn kind_to_wit(kind: agl_samples::BreakKind) -> wit::BreakKind {
+    use agl_samples::BreakKind as K;
+    match kind {
+        K::Retokenize => wit::BreakKind::Retokenize,
+        K::Template => wit::BreakKind::Template,
+        K::Other => wit::BreakKind::Other,
+        K::Summary => wit::BreakKind::Summary,
+        K::SubAgent => wit::BreakKind::SubAgent,
     }
 }

@@ -106,6 +106,38 @@ pub struct Sample {
     pub break_before: Option<ChainBreak>,
 }
 
+/// Moves a sample into another type of the same fields (`sample` of
+/// `wit/agl.wit`: these, a guest's or the host's bindings), its spans and
+/// break into `$span` and `$chain_break`, each break kind through `$kind`.
+#[macro_export]
+macro_rules! convert_sample {
+    // Paths as `ident`s: a `path` fragment cannot name a struct literal.
+    ($s:expr => $($sample:ident)::+, $($span:ident)::+, $($chain_break:ident)::+, $kind:expr) => {{
+        let s = $s;
+        $($sample)::+ {
+            prompt_ids: s.prompt_ids,
+            response_ids: s.response_ids,
+            trainable: s
+                .trainable
+                .into_iter()
+                .map(|t| $($span)::+ {
+                    start: t.start,
+                    end: t.end,
+                })
+                .collect(),
+            logprobs: s.logprobs,
+            source_calls: s.source_calls,
+            weight_version: s.weight_version,
+            agent: s.agent,
+            break_before: s.break_before.map(|b| $($chain_break)::+ {
+                kind: ($kind)(b.kind),
+                call_index: b.call_index,
+                detail: b.detail,
+            }),
+        }
+    }};
+}
+
 impl Sample {
     /// Number of response tokens that are trained.
     pub fn trainable_tokens(&self) -> usize {

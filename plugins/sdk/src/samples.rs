@@ -169,37 +169,26 @@ impl SampleBuilder {
 }
 
 fn from_rules(s: agl_samples::Sample) -> Sample {
-    Sample {
-        prompt_ids: s.prompt_ids,
-        response_ids: s.response_ids,
-        trainable: s
-            .trainable
-            .into_iter()
-            .map(|span| Span {
-                start: span.start,
-                end: span.end,
-            })
-            .collect(),
-        logprobs: s.logprobs,
-        source_calls: s.source_calls,
-        weight_version: s.weight_version,
-        agent: s.agent,
-        break_before: s.break_before.map(from_rules_break),
+    agl_samples::convert_sample!(s => Sample, Span, ChainBreak, kind_from_rules)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn from_rules_break(b: agl_samples::ChainBreak) -> ChainBreak {
+    ChainBreak {
+        kind: kind_from_rules(b.kind),
+        call_index: b.call_index,
+        detail: b.detail,
     }
 }
 
-fn from_rules_break(b: agl_samples::ChainBreak) -> ChainBreak {
+fn kind_from_rules(kind: agl_samples::BreakKind) -> BreakKind {
     use agl_samples::BreakKind as K;
-    ChainBreak {
-        kind: match b.kind {
-            K::Retokenize => BreakKind::Retokenize,
-            K::Template => BreakKind::Template,
-            K::Other => BreakKind::Other,
-            K::Summary => BreakKind::Summary,
-            K::SubAgent => BreakKind::SubAgent,
-        },
-        call_index: b.call_index,
-        detail: b.detail,
+    match kind {
+        K::Retokenize => BreakKind::Retokenize,
+        K::Template => BreakKind::Template,
+        K::Other => BreakKind::Other,
+        K::Summary => BreakKind::Summary,
+        K::SubAgent => BreakKind::SubAgent,
     }
 }
 
