@@ -1,8 +1,9 @@
 //! Samples per rollout and chain breaks per kind, `render = "engine"` (the
 //! engine re-renders the harness's text history each call) vs `render =
 //! "gateway"` (the gateway continues what it served token-exactly), in one
-//! run, one table. The samples are what the `trajectory` plugin (the SDK's
-//! merge, through the real plugin host with the policy tokenizer) builds.
+//! run, one table. The samples are what the `trajectory` plugin builds
+//! through the real plugin host: the host's merge (`agl-samples`, asked for
+//! by the plugin) with the policy tokenizer.
 //!
 //! `cargo bench -p agl --bench samples [-- --rollouts N --mini-rollouts M]`
 //!
